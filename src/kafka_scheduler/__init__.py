@@ -1,0 +1,3 @@
+"""kafka-scheduler: delayed delivery for Apache Kafka on Spark Structured Streaming."""
+
+__version__ = "0.1.0"

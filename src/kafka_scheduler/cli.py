@@ -1,0 +1,245 @@
+"""The ``kafka-scheduler`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Optional, Sequence
+
+from . import __version__
+from .config import ConfigError, add_arguments, resolve
+
+DESCRIPTION = """\
+Delayed delivery for Apache Kafka: send a request now, and the scheduler delivers
+its message to a target topic at the requested time. Requests with the same id
+replace or cancel each other until then. Runs on Spark Structured Streaming.
+
+commands:
+  run       run the scheduler job (until Ctrl-C / SIGTERM)
+  broker    run a local single-node Kafka broker (development and tests)
+  demo      start a local broker (if none) and the scheduler, and show a message arriving
+  schedule  send a request to deliver a message later
+  replace   replace the pending schedule with an id
+  cancel    cancel the pending schedule with an id
+
+Every `run` option can also be set as an environment variable KAFKA_SCHEDULER_<NAME>,
+e.g. KAFKA_SCHEDULER_BOOTSTRAP_SERVERS=host:9092. See README.md for the protocol.
+"""
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Bad arguments: one line naming the problem, no usage dump and no traceback."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class CommandError(Exception):
+    pass
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)-5s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+# ---------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .pipeline import run
+
+    return run(resolve(args))
+
+
+# ---------------------------------------------------------------- broker
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from .broker import LocalBroker
+
+    broker = LocalBroker(args.port, args.data_dir, heap=args.heap, auto_create_topics=args.auto_create_topics)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    logging.info("broker: starting on 127.0.0.1:%d, data in %s", args.port, Path(args.data_dir).resolve())
+    broker.start()
+    logging.info("broker: ready at %s; stop with Ctrl-C or SIGTERM", broker.bootstrap_servers)
+    while not stop.wait(0.5):
+        if broker.process.poll() is not None:
+            logging.error("broker exited with code %s; see %s", broker.process.returncode, broker.log_file)
+            return 1
+    logging.info("broker: stopping")
+    broker.stop()
+    logging.info("broker: stopped")
+    return 0
+
+
+# ---------------------------------------------------------------- client commands
+
+
+def _client(args: argparse.Namespace):
+    from .client import SchedulerClient
+
+    return SchedulerClient(args.bootstrap_servers, app_id=args.app_id)
+
+
+def _headers(pairs: Sequence[str]) -> list[tuple[str, str]]:
+    headers = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise CommandError(f"--header {pair!r}: expected NAME=VALUE")
+        headers.append((name, value))
+    return headers
+
+
+def _value(args: argparse.Namespace) -> Optional[bytes]:
+    if args.value_file is not None:
+        try:
+            return Path(args.value_file).read_bytes()
+        except OSError as exc:
+            raise CommandError(f"--value-file: {exc.strerror}: {args.value_file}") from None
+    return None if args.value is None else args.value.encode()
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from .client import format_instant
+
+    action = "REPLACE" if args.command == "replace" else "ADD"
+    with _client(args) as client:
+        due = client.schedule(args.to, args.at, value=_value(args), key=args.key, headers=_headers(args.header),
+                              request_id=args.id, action=action)
+    what = "replace" if action == "REPLACE" else "schedule"
+    ident = f" id={args.id}" if args.id else ""
+    print(f"sent {what}{ident}: deliver to {args.to} at {format_instant(due)}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.cancel(args.id)
+    print(f"sent cancel id={args.id}")
+    return 0
+
+
+# ---------------------------------------------------------------- demo
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import demo
+
+    return demo(args)
+
+
+# ---------------------------------------------------------------- parser
+
+
+def _client_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_SCHEDULER_BOOTSTRAP_SERVERS",
+                                                                        "127.0.0.1:9092"), metavar="HOST:PORT",
+                        help="Kafka bootstrap servers [env KAFKA_SCHEDULER_BOOTSTRAP_SERVERS; default 127.0.0.1:9092]")
+    parser.add_argument("--app-id", default=os.environ.get("KAFKA_SCHEDULER_APP_ID", "kafka-scheduler"),
+                        metavar="ID", help="the scheduler's app id: requests go to <app-id>-schedule-requests "
+                                           "[env KAFKA_SCHEDULER_APP_ID; default kafka-scheduler]")
+
+
+def _message_arguments(parser: argparse.ArgumentParser, id_required: bool) -> None:
+    parser.add_argument("--to", required=True, metavar="TOPIC", help="destination topic")
+    parser.add_argument("--at", required=True, metavar="WHEN",
+                        help="due time: ISO-8601 with a zone (2026-05-24T12:30:00Z, ...+02:00) or relative "
+                             "(+30s, +5m, +2h, +1d)")
+    parser.add_argument("--key", help="key of the delivered record (default: none)")
+    value = parser.add_mutually_exclusive_group()
+    value.add_argument("--value", help="value of the delivered record (default: null, a tombstone)")
+    value.add_argument("--value-file", metavar="FILE", help="read the value's bytes from FILE")
+    parser.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                        help="a header of the delivered record; repeat for more")
+    parser.add_argument("--id", required=id_required, metavar="ID",
+                        help="request id, to replace or cancel the schedule later"
+                             + ("" if id_required else " (optional)"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineErrorParser(prog="kafka-scheduler", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"kafka-scheduler {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineErrorParser)
+
+    run = commands.add_parser("run", help="run the scheduler job",
+                              description="Run the scheduler: read requests from <app-id>-schedule-requests, keep "
+                                          "pending schedules in the checkpoint, deliver each when due. Creates the "
+                                          "app's topics if missing. Stops gracefully on Ctrl-C or SIGTERM.")
+    add_arguments(run)
+    run.set_defaults(handler=cmd_run)
+
+    broker = commands.add_parser("broker", help="run a local Kafka broker",
+                                 description="Run a single-node Apache Kafka broker (KRaft) on 127.0.0.1 in the "
+                                             "foreground until Ctrl-C or SIGTERM. For development and tests.")
+    broker.add_argument("--port", type=int, default=9092, help="client port (default 9092)")
+    broker.add_argument("--data-dir", default=".local/broker", metavar="DIR",
+                        help="where the broker keeps its data (default .local/broker)")
+    broker.add_argument("--heap", default="512m", help="broker JVM heap (default 512m)")
+    broker.add_argument("--auto-create-topics", action="store_true",
+                        help="let producers create topics by writing to them")
+    broker.set_defaults(handler=cmd_broker)
+
+    demo = commands.add_parser("demo", help="show a scheduled message arriving",
+                               description="Start a local broker on --bootstrap-servers if none answers there, "
+                                           "start the scheduler, schedule a message a few seconds ahead and show it "
+                                           "arriving. Then keep running (Ctrl-C stops everything) unless --once.")
+    _client_arguments(demo)
+    demo.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="default ./checkpoints/<app-id>")
+    demo.add_argument("--data-dir", default=".local/broker", metavar="DIR",
+                      help="data folder of the broker it starts (default .local/broker)")
+    demo.add_argument("--delay", type=float, default=5.0, metavar="SECONDS",
+                      help="how far ahead the demo message is due (default 5)")
+    demo.add_argument("--once", action="store_true", help="stop everything once the message has arrived")
+    demo.set_defaults(handler=cmd_demo)
+
+    schedule = commands.add_parser("schedule", help="schedule a message",
+                                   description="Send a native ADD request: deliver a message to --to at --at.")
+    _client_arguments(schedule)
+    _message_arguments(schedule, id_required=False)
+    schedule.set_defaults(handler=cmd_schedule)
+
+    replace = commands.add_parser("replace", help="replace a pending schedule",
+                                  description="Send a native REPLACE request: the schedule with --id now delivers "
+                                              "this message at --at (an unknown id acts as a new schedule).")
+    _client_arguments(replace)
+    _message_arguments(replace, id_required=True)
+    replace.set_defaults(handler=cmd_schedule)
+
+    cancel = commands.add_parser("cancel", help="cancel a pending schedule",
+                                 description="Send a native CANCEL request for --id (an unknown id is a no-op).")
+    _client_arguments(cancel)
+    cancel.add_argument("--id", required=True, metavar="ID", help="request id of the schedule")
+    cancel.set_defaults(handler=cmd_cancel)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help()
+        return 2
+    _setup_logging()
+    from .broker import BrokerError
+    from .client import RequestError
+    from .jars import MissingJars
+    from .topics import KafkaUnreachable
+
+    try:
+        return args.handler(args)
+    except (ConfigError, CommandError, RequestError, KafkaUnreachable, BrokerError, MissingJars) as exc:
+        print(f"kafka-scheduler {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

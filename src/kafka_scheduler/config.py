@@ -1,0 +1,164 @@
+"""Scheduler settings: one table of options, each a CLI flag and a ``KAFKA_SCHEDULER_<NAME>`` variable.
+
+Precedence: command-line flag, then environment variable, then default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Optional
+
+ENV_PREFIX = "KAFKA_SCHEDULER_"
+
+REQUESTS_SUFFIX = "-schedule-requests"
+REJECTIONS_SUFFIX = "-schedule-rejections"
+HISTORY_SUFFIX = "-schedule-history"
+
+_TRIGGER = re.compile(r"^\s*(\d+(\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?)\s*$", re.I)
+_APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+_UNIT_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "second": 1000, "seconds": 1000,
+            "m": 60_000, "minute": 60_000, "minutes": 60_000}
+
+
+def _trigger(text: str) -> str:
+    match = _TRIGGER.match(text)
+    if not match:
+        raise ValueError(f"expected a duration such as '0s', '250ms' or '1 second', got {text!r}")
+    return f"{int(float(match.group(1)) * _UNIT_MS[match.group(3).lower()])} milliseconds"
+
+
+def _regex(text: str) -> str:
+    re.compile(text)
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    metavar: str = ""
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers", "HOST:PORT"),
+    Option("app_id", str, "kafka-scheduler",
+           "application id: names the app's topics (<app-id>-schedule-requests, ...)", "ID"),
+    Option("checkpoint_dir", str, None,
+           "checkpoint folder (offsets and RocksDB state); default ./checkpoints/<app-id>", "DIR"),
+    Option("master", str, "local[2]", "Spark master URL (ignored under spark-submit, which sets it)", "URL"),
+    Option("trigger_interval", _trigger, "0 milliseconds",
+           "micro-batch interval; 0 runs batches back to back (lowest lateness)", "DURATION"),
+    Option("partitions", _positive_int, 2,
+           "partitions of the topics the scheduler creates, and Spark shuffle partitions", "N"),
+    Option("allowed_destinations", _regex, None,
+           "regex a destination topic must fully match; default: any topic except Kafka-internal "
+           "'__*' topics and the app's own topics", "REGEX"),
+    Option("max_value_bytes", _positive_int, 1_000_000, "largest accepted request value, in bytes", "BYTES"),
+    Option("max_ahead_days", _positive_int, 36_525, "how far ahead a due time may be (default 100 years)", "DAYS"),
+    Option("history", _bool, False, "write one record per delivery to <app-id>-schedule-history", "BOOL"),
+    Option("max_requests_per_batch", _positive_int, None,
+           "cap on request records read per micro-batch (default: no cap)", "N"),
+    Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    app_id: str = "kafka-scheduler"
+    checkpoint_dir: Optional[str] = None
+    master: str = "local[2]"
+    trigger_interval: str = "0 milliseconds"
+    partitions: int = 2
+    allowed_destinations: Optional[str] = None
+    max_value_bytes: int = 1_000_000
+    max_ahead_days: int = 36_525
+    history: bool = False
+    max_requests_per_batch: Optional[int] = None
+    driver_memory: str = "1g"
+
+    def __post_init__(self) -> None:
+        if not _APP_ID.match(self.app_id):
+            raise ConfigError(f"app id {self.app_id!r} must be 1-200 characters of letters, digits, '.', '_', '-'")
+        if self.checkpoint_dir is None:
+            object.__setattr__(self, "checkpoint_dir", os.path.join("checkpoints", self.app_id))
+
+    @property
+    def requests_topic(self) -> str:
+        return self.app_id + REQUESTS_SUFFIX
+
+    @property
+    def rejections_topic(self) -> str:
+        return self.app_id + REJECTIONS_SUFFIX
+
+    @property
+    def history_topic(self) -> str:
+        return self.app_id + HISTORY_SUFFIX
+
+    @property
+    def own_topics(self) -> tuple[str, str, str]:
+        return self.requests_topic, self.rejections_topic, self.history_topic
+
+    def describe(self) -> str:
+        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+
+def env_name(option: Option) -> str:
+    return ENV_PREFIX + option.name.upper()
+
+
+def add_arguments(parser: argparse.ArgumentParser, names: Optional[set[str]] = None) -> None:
+    """Add a ``--flag`` per option (all of them, or those in ``names``); defaults stay None to see what was set."""
+    for option in OPTIONS:
+        if names is not None and option.name not in names:
+            continue
+        default = "none" if option.default is None else option.default
+        parser.add_argument(
+            "--" + option.name.replace("_", "-"), dest=option.name, default=None, metavar=option.metavar or None,
+            help=f"{option.help} [env {env_name(option)}; default {default}]")
+
+
+def resolve(args: Optional[argparse.Namespace] = None, environ: Optional[dict[str, str]] = None) -> Config:
+    """Build a Config from parsed flags, then the environment, then defaults."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw = getattr(args, option.name, None) if args is not None else None
+        source = "--" + option.name.replace("_", "-")
+        if raw is None and env_name(option) in environ:
+            raw, source = environ[env_name(option)], env_name(option)
+        if raw is None:
+            values[option.name] = option.default
+            continue
+        try:
+            values[option.name] = option.parse(raw)
+        except (ValueError, re.error) as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    return Config(**values)

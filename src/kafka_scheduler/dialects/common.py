@@ -1,0 +1,152 @@
+"""What every dialect decodes into: one normalized request row per Kafka record, in Spark SQL.
+
+A dialect is a function ``(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame``
+returning ``NORMALIZED_COLUMNS``. Valid requests have ``kind = 'request'``; invalid ones
+have ``kind = 'reject'`` and already carry the finished rejection record (original
+key, value and headers plus the reason and source headers), addressed to the
+rejections topic. Everything here is JVM-side Spark SQL: no Python UDF touches a row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from ..protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+
+HEADER_TYPE = "array<struct<key:string,value:binary>>"
+
+KIND_REQUEST = "request"
+KIND_REJECT = "reject"
+# Rejections need no state, so they all share one grouping key (one cheap group per batch).
+REJECTIONS_SID = "\u0000rejections"
+
+
+NORMALIZED_COLUMNS = (
+    "sid",  # schedule id, scoped per source topic
+    "kind",  # request | reject
+    "action",  # ADD | REPLACE | CANCEL (requests only)
+    "due_ms",  # due time, epoch milliseconds, rounded up
+    "topic",  # destination (requests) or the rejections topic (rejects)
+    "key",
+    "value",
+    "headers",  # headers to deliver (requests) or of the rejection record (rejects)
+    "delivery_id",  # stable id of this version: source topic-partition-offset
+    "src_topic",
+    "src_partition",
+    "src_offset",
+    "src_ts_ms",
+)
+
+# Kafka topic names: 1-249 of these characters, and not '.' or '..'.
+TOPIC_NAME_REGEX = r"^[A-Za-z0-9._-]{1,249}$"
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """The guard rails, as the decoders need them."""
+
+    rejections_topic: str
+    own_topics: tuple[str, ...]
+    allowed_destinations: Optional[str]  # a regex that must match the whole name; None = built-in rule
+    max_value_bytes: int
+    max_ahead_ms: int
+
+    @classmethod
+    def from_config(cls, config) -> "DecodeSettings":
+        return cls(rejections_topic=config.rejections_topic, own_topics=config.own_topics,
+                   allowed_destinations=config.allowed_destinations, max_value_bytes=config.max_value_bytes,
+                   max_ahead_ms=config.max_ahead_days * 86_400_000)
+
+
+def headers_or_empty() -> Column:
+    return F.coalesce(F.col("headers"), F.array().cast(HEADER_TYPE))
+
+
+def headers_named(name: str) -> Column:
+    """The request headers whose key equals ``name`` (case-insensitively)."""
+    return F.filter(headers_or_empty(), lambda h: F.lower(h["key"]) == name)
+
+
+def first_header_text(name: str) -> Column:
+    return F.try_element_at(headers_named(name), F.lit(1))["value"].cast("string")
+
+
+def header(key: str, value: Column) -> Column:
+    return F.struct(F.lit(key).alias("key"), value.cast("binary").alias("value"))
+
+
+def reasons(*checks: tuple[Column, Column]) -> Column:
+    """An array of the reason texts whose condition holds (empty when the request is valid)."""
+    return F.array_compact(F.array(*(F.when(condition, text) for condition, text in checks)))
+
+
+def destination_checks(topic: Column, settings: DecodeSettings) -> list[tuple[Column, Column]]:
+    """Guard rails on a destination topic that is present."""
+    shown = F.concat(F.lit("'"), topic, F.lit("'"))
+    if settings.allowed_destinations is not None:
+        allowed = topic.rlike(f"^(?:{settings.allowed_destinations})$")
+    else:
+        allowed = ~topic.startswith("__") & ~topic.isin(*settings.own_topics)
+    valid_name = topic.rlike(TOPIC_NAME_REGEX) & ~topic.isin(".", "..")
+    return [
+        (~valid_name, F.concat(F.lit("invalid destination topic name "), shown)),
+        (valid_name & ~allowed, F.concat(F.lit("destination topic "), shown, F.lit(" is not allowed"))),
+    ]
+
+
+def due_checks(due_ms: Column, settings: DecodeSettings) -> list[tuple[Column, Column]]:
+    limit_days = settings.max_ahead_ms // 86_400_000
+    now_ms = F.unix_millis(F.current_timestamp())
+    return [(due_ms > now_ms + F.lit(settings.max_ahead_ms),
+             F.lit(f"due time is more than {limit_days} days ahead"))]
+
+
+def value_size_checks(settings: DecodeSettings) -> list[tuple[Column, Column]]:
+    size = F.coalesce(F.length("value"), F.lit(0))
+    return [(size > settings.max_value_bytes,
+             F.concat(F.lit("value too large: "), size.cast("string"),
+                      F.lit(f" bytes, the limit is {settings.max_value_bytes}")))]
+
+
+def delivery_id() -> Column:
+    return F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
+
+
+def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
+    """Turn a dialect's decoded frame into NORMALIZED_COLUMNS.
+
+    ``decoded`` has the Kafka source columns plus: ``_reasons`` (array<string>),
+    ``_sid``, ``_action``, ``_due_ms``, ``_dest``, ``_key``, ``_value``, ``_headers``
+    (the record to deliver, for valid requests).
+    """
+    rejected = F.size("_reasons") > 0
+    rejection_headers = F.concat(
+        headers_or_empty(),
+        F.transform("_reasons", lambda r: header(REJECTION_REASON, F.encode(r, "UTF-8"))),
+        F.array(header(SOURCE_TOPIC, F.col("topic")),
+                header(SOURCE_PARTITION, F.col("partition").cast("string")),
+                header(SOURCE_OFFSET, F.col("offset").cast("string"))),
+    )
+
+    def pick(if_rejected: Column, if_valid: Column) -> Column:
+        return F.when(rejected, if_rejected).otherwise(if_valid)
+
+    return decoded.select(
+        pick(F.lit(REJECTIONS_SID), F.col("_sid")).alias("sid"),
+        pick(F.lit(KIND_REJECT), F.lit(KIND_REQUEST)).alias("kind"),
+        pick(F.lit(None).cast("string"), F.col("_action")).alias("action"),
+        pick(F.lit(None).cast("long"), F.col("_due_ms")).alias("due_ms"),
+        pick(F.lit(settings.rejections_topic), F.col("_dest")).alias("topic"),
+        pick(F.col("key"), F.col("_key")).alias("key"),
+        pick(F.col("value"), F.col("_value")).alias("value"),
+        pick(rejection_headers, F.col("_headers")).alias("headers"),
+        delivery_id().alias("delivery_id"),
+        F.col("topic").alias("src_topic"),
+        F.col("partition").alias("src_partition"),
+        F.col("offset").alias("src_offset"),
+        F.unix_millis(F.col("timestamp")).alias("src_ts_ms"),
+    )

@@ -1,0 +1,76 @@
+"""The native (Kaspr-style) dialect: ``x-scheduler-*`` headers on the record to deliver."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ..protocol import ACTION, ACTIONS, DELIVER_AT, DELIVER_TO, PREFIX, REQUEST_HEADERS, REQUEST_ID
+from .common import DecodeSettings, destination_checks, due_checks, first_header_text, headers_named, \
+    headers_or_empty, normalize, reasons, value_size_checks
+
+
+# ISO-8601 instant with an explicit zone: Z or a numeric offset. Fractions up to nanoseconds.
+INSTANT_REGEX = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}(:?\d{2})?)$"
+ZONELESS_REGEX = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?$"
+
+
+def _due_ms(text):
+    """Epoch milliseconds of an ISO instant, rounded up so a sub-millisecond due time is never early."""
+    parsed = F.try_to_timestamp(F.when(text.rlike(INSTANT_REGEX), text))
+    fraction = F.rpad(F.regexp_extract(text, r"\.(\d+)", 1), 9, "0")
+    below_ms = F.substring(fraction, 4, 6) != F.lit("000000")
+    return F.unix_millis(parsed) + F.when(below_ms, 1).otherwise(0)
+
+
+def decode(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame:
+    action_text = first_header_text(ACTION)
+    to = first_header_text(DELIVER_TO)
+    at = first_header_text(DELIVER_AT)
+    request_id = first_header_text(REQUEST_ID)
+
+    action = F.coalesce(F.upper(F.trim(action_text)), F.lit("ADD"))
+    targeted = action.isin("ADD", "REPLACE")
+    needs_id = action.isin("REPLACE", "CANCEL")
+    due_ms = _due_ms(at)
+
+    duplicate_checks = [(F.size(headers_named(name)) > 1, F.lit(f"duplicate header {name}"))
+                        for name in REQUEST_HEADERS]
+    quoted_at = F.concat(F.lit("'"), at, F.lit("'"))
+    checks = [
+        *duplicate_checks,
+        (~action.isin(*ACTIONS),
+         F.concat(F.lit(f"unknown {ACTION} '"), action_text, F.lit("' (expected ADD, REPLACE or CANCEL)"))),
+        (needs_id & (request_id.isNull() | (request_id == "")), F.lit(f"missing {REQUEST_ID}")),
+        (~needs_id & (request_id == ""), F.lit(f"empty {REQUEST_ID}")),
+        (targeted & (to.isNull() | (F.trim(to) == "")), F.lit(f"missing {DELIVER_TO}")),
+        *[(targeted & to.isNotNull() & (F.trim(to) != "") & condition, text)
+          for condition, text in destination_checks(to, settings)],
+        (targeted & at.isNull(), F.lit(f"missing {DELIVER_AT}")),
+        (targeted & at.rlike(ZONELESS_REGEX),
+         F.concat(F.lit(f"{DELIVER_AT} "), quoted_at, F.lit(" has no time zone (add Z or an offset like +02:00)"))),
+        (targeted & at.isNotNull() & ~at.rlike(ZONELESS_REGEX) & due_ms.isNull(),
+         F.concat(F.lit(f"unparseable {DELIVER_AT} "), quoted_at,
+                  F.lit(" (expected ISO-8601 like 2026-05-24T12:30:00Z)"))),
+        *[(targeted & due_ms.isNotNull() & condition, text) for condition, text in due_checks(due_ms, settings)],
+        *[(targeted & condition, text) for condition, text in value_size_checks(settings)],
+    ]
+
+    has_id = request_id.isNotNull() & (request_id != "")
+    sid = F.when(has_id, F.concat(F.lit("id:"), F.col("topic"), F.lit("/"), request_id)).otherwise(
+        F.concat(F.lit("offset:"), F.col("topic"), F.lit("/"), F.col("partition").cast("string"), F.lit("/"),
+                 F.col("offset").cast("string")))
+    stripped_headers = F.filter(headers_or_empty(), lambda h: ~F.lower(h["key"]).startswith(PREFIX))
+
+    decoded = kafka_rows.select(
+        "*",
+        reasons(*checks).alias("_reasons"),
+        sid.alias("_sid"),
+        action.alias("_action"),
+        F.when(targeted, due_ms).alias("_due_ms"),
+        F.when(targeted, to).alias("_dest"),
+        F.col("key").alias("_key"),
+        F.col("value").alias("_value"),
+        stripped_headers.alias("_headers"),
+    )
+    return normalize(decoded, settings)

@@ -1,0 +1,55 @@
+"""Outcome counts: one summary per micro-batch (the log line) and running totals since start."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class BatchSummary:
+    batch_id: int
+    outcomes: Counter = field(default_factory=Counter)  # one per request: scheduled, replaced, ..., rejected
+    delivered: int = 0  # records written to destination topics
+    dead_lettered: int = 0  # deliveries diverted to the rejections topic (destination missing)
+    earliest_due_ms: Optional[int] = None  # of the deliveries in this batch, for the lateness figure
+    written_at_ms: int = 0
+
+    @property
+    def requests(self) -> int:
+        return sum(self.outcomes.values())
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.outcomes or self.delivered or self.dead_lettered)
+
+    def log_line(self) -> str:
+        parts = [f"batch {self.batch_id}:"]
+        if self.requests:
+            detail = ", ".join(f"{n} {name}" for name, n in sorted(self.outcomes.items()))
+            parts.append(f"{self.requests} requests ({detail});")
+        parts.append(f"{self.delivered} delivered")
+        if self.delivered and self.earliest_due_ms is not None:
+            parts.append(f"(max lateness {max(0, self.written_at_ms - self.earliest_due_ms) / 1000:.2f}s)")
+        if self.dead_lettered:
+            parts.append(f"; {self.dead_lettered} undeliverable, sent to rejections")
+        return " ".join(parts)
+
+
+class Totals:
+    """Running counts since the process started (later exported as Prometheus counters)."""
+
+    def __init__(self) -> None:
+        self.outcomes: Counter = Counter()
+        self.delivered = 0
+        self.dead_lettered = 0
+        self.batches = 0
+        self.started = time.time()
+
+    def add(self, summary: BatchSummary) -> None:
+        self.outcomes.update(summary.outcomes)
+        self.delivered += summary.delivered
+        self.dead_lettered += summary.dead_lettered
+        self.batches += 1

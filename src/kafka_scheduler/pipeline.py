@@ -1,0 +1,179 @@
+"""The scheduler job: one Structured Streaming query from the request topic to the Kafka sink.
+
+    Kafka source -> dialect decode (Spark SQL) -> transformWithState (SchedulerProcessor,
+    RocksDB, processing-time timers) -> foreachBatch RecordSink -> Kafka
+
+Offsets and state live in the checkpoint, so a restart resumes where the last
+committed batch ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from .config import Config
+from .dialects import DIALECTS, DecodeSettings
+from .jars import jar_paths
+from .metrics import BatchSummary, Totals
+from .sinks import RecordSink
+from .state_processor import OUTPUT_SCHEMA, SchedulerProcessor
+from .topics import TopicDirectory, ensure_topics, wait_for_broker
+
+log = logging.getLogger("kafka_scheduler")
+
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+GRACEFUL_STOP_TIMEOUT_S = 120.0
+
+
+def under_spark_submit() -> bool:
+    """spark-submit starts Python with a gateway already running and sets master and jars itself."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_settings(config: Config) -> dict[str, str]:
+    settings = {
+        "spark.app.name": f"kafka-scheduler:{config.app_id}",
+        "spark.sql.shuffle.partitions": str(config.partitions),
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.minBatchesToRetain": "20",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": config.driver_memory,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+    }
+    if not under_spark_submit():
+        settings["spark.master"] = config.master
+        settings["spark.jars"] = ",".join(str(p) for p in jar_paths("spark-kafka"))
+    return settings
+
+
+def build_session(config: Config):
+    # The Python workers must run the interpreter that has this package and its dependencies.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if config.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in spark_settings(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def build_stream(spark, config: Config):
+    """The streaming DataFrame of output rows (deliveries, rejections, outcome counts)."""
+    reader = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", config.bootstrap_servers)
+              .option("subscribe", config.requests_topic)
+              .option("startingOffsets", "earliest")
+              .option("includeHeaders", "true"))
+    if config.max_requests_per_batch:
+        reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
+    requests = DIALECTS["native"](reader.load(), DecodeSettings.from_config(config))
+    return requests.groupBy("sid").transformWithState(
+        statefulProcessor=SchedulerProcessor(), outputStructType=OUTPUT_SCHEMA,
+        outputMode="Update", timeMode="ProcessingTime")
+
+
+def last_committed_batch(checkpoint_dir: str) -> Optional[int]:
+    commits = Path(checkpoint_dir) / "commits"
+    ids = [int(p.name) for p in commits.glob("[0-9]*")] if commits.is_dir() else []
+    return max(ids) if ids else None
+
+
+class Scheduler:
+    """Runs the query until stopped; ``stop()`` lets the batch in flight finish first."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.stop_requested = threading.Event()
+        self.totals = Totals()
+        self.query = None
+        self._started_at = time.monotonic()
+        self._first_batch_logged = False
+
+    def stop(self) -> None:
+        self.stop_requested.set()
+
+    def _on_batch(self, summary: BatchSummary) -> None:
+        self.totals.add(summary)
+        if not self._first_batch_logged:
+            self._first_batch_logged = True
+            log.info("first batch done %.1fs after start", time.monotonic() - self._started_at)
+        if summary.busy:
+            log.info(summary.log_line())
+
+    def run(self) -> int:
+        config = self.config
+        log.info("broker: connecting to %s", config.bootstrap_servers)
+        admin = wait_for_broker(config.bootstrap_servers)
+        wanted = [config.requests_topic, config.rejections_topic, config.history_topic]
+        created = ensure_topics(admin, wanted, config.partitions)
+        log.info("topics: %s%s", ", ".join(wanted), f" (created {', '.join(created)})" if created else " (exist)")
+        resumed = last_committed_batch(config.checkpoint_dir)
+        log.info("checkpoint: %s (%s)", os.path.abspath(config.checkpoint_dir),
+                 "new" if resumed is None else f"resuming after batch {resumed}; state restores in the first batch")
+        log.info("spark: starting (%s, %d shuffle partitions)",
+                 "spark-submit" if under_spark_submit() else config.master, config.partitions)
+        spark = build_session(config)
+        sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch)
+        self.query = (build_stream(spark, config).writeStream
+                      .queryName(config.app_id)
+                      .foreachBatch(sink)
+                      .option("checkpointLocation", config.checkpoint_dir)
+                      .trigger(processingTime=config.trigger_interval)
+                      .start())
+        log.info("running: reading %s; stop with Ctrl-C or SIGTERM", config.requests_topic)
+        try:
+            return self._wait()
+        finally:
+            spark.stop()
+
+    def _wait(self) -> int:
+        query = self.query
+        while not query.awaitTermination(0.2):
+            if self.stop_requested.is_set():
+                self._stop_gracefully()
+                break
+        error = query.exception()
+        if error is not None and "StopRequested" not in str(error):
+            log.error("query failed: %s", str(error).splitlines()[0] if str(error) else error)
+            return 1
+        log.info("stopped after %d batches: %d delivered", self.totals.batches, self.totals.delivered)
+        return 0
+
+    def _stop_gracefully(self) -> None:
+        """Wait for the batch in flight to commit; a batch starting after the request writes nothing."""
+        log.info("stopping: waiting for the batch in flight")
+        deadline = time.monotonic() + GRACEFUL_STOP_TIMEOUT_S
+        while self.query.isActive and self.query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.query.stop()
+
+
+def run(config: Config) -> int:
+    scheduler = Scheduler(config)
+
+    def request_stop(signum, _frame):
+        if scheduler.stop_requested.is_set():
+            return
+        log.info("received %s", signal.Signals(signum).name)
+        scheduler.stop()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    return scheduler.run()

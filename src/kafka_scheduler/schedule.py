@@ -1,0 +1,138 @@
+"""The scheduling rules, free of Spark: what a request or a due timer does to one schedule id.
+
+The Spark state processor (``state_processor``) drives these functions through the
+``PendingStore`` interface; the unit and property tests drive them through an
+in-memory store. Keeping the rules here means the state layout can change without
+touching the semantics, and the semantics can be tested in milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable, Optional, Protocol
+
+from .protocol import DELIVERY_ID
+
+Headers = tuple[tuple[str, Optional[bytes]], ...]
+
+
+
+class Action(str, Enum):
+    ADD = "ADD"
+    REPLACE = "REPLACE"
+    CANCEL = "CANCEL"
+
+
+class Outcome(str, Enum):
+    """Exactly one per valid request (rejections are counted by the decoder)."""
+
+    SCHEDULED = "scheduled"  # nothing was pending under the id: stored (or delivered at once if due)
+    REPLACED = "replaced"  # a pending version was swapped for this one
+    REPLACE_NOOP = "replace_noop"  # identical to the pending version: nothing changes
+    CANCELLED = "cancelled"
+    CANCEL_NOOP = "cancel_noop"  # nothing pending under that id (never was, already delivered or cancelled)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One pending version of a schedule: the message and when and where it goes."""
+
+    due_ms: int
+    topic: str
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Headers
+    delivery_id: str  # stable per version: derived from the request's source offset
+
+    def same_message(self, other: "Schedule") -> bool:
+        """Strict identity of what would be delivered and when (the delivery id is not part of it)."""
+        return (self.due_ms, self.topic, self.key, self.value, self.headers) == (
+            other.due_ms, other.topic, other.key, other.value, other.headers)
+
+    def delivered_headers(self) -> Headers:
+        return self.headers + ((DELIVERY_ID, self.delivery_id.encode()),)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A valid, decoded request for one schedule id (``schedule`` is None for CANCEL)."""
+
+    action: Action
+    schedule: Optional[Schedule]
+
+
+class PendingStore(Protocol):
+    """Where the pending version of one schedule id lives, with its timer."""
+
+    def get(self) -> Optional[Schedule]: ...
+
+    def replace(self, old: Optional[Schedule], new: Optional[Schedule]) -> None:
+        """Swap the stored version ``old`` (and its timer) for ``new`` (and a timer at its due time)."""
+
+
+def apply_request(pending: Optional[Schedule], request: Request) -> tuple[Outcome, Optional[Schedule]]:
+    """One request against the pending version of its id: the outcome, and the version pending after it.
+
+    ADD and REPLACE are the same operation on an id: the latest request wins. The
+    difference the protocol draws (REPLACE needs an id) is enforced by the decoder.
+    """
+    if request.action is Action.CANCEL:
+        return (Outcome.CANCEL_NOOP, None) if pending is None else (Outcome.CANCELLED, None)
+    new = request.schedule
+    assert new is not None, "ADD and REPLACE carry a schedule"
+    if pending is None:
+        return Outcome.SCHEDULED, new
+    if pending.same_message(new):
+        return Outcome.REPLACE_NOOP, pending
+    return Outcome.REPLACED, new
+
+
+def process_requests(store: PendingStore, requests: Iterable[Request], now_ms: int
+                     ) -> tuple[list[Outcome], Optional[Schedule]]:
+    """All of one id's requests of a micro-batch, in log order, at batch time ``now_ms``.
+
+    Returns the outcome of each request and the version to deliver now, if the version
+    left pending is already due. Within a batch the requests act first and delivery
+    comes after them, so a batch holding "ADD due now" then "CANCEL" delivers nothing,
+    and two identical requests due now deliver once. The store is written at most once.
+    """
+    original = store.get()
+    pending = original
+    outcomes = []
+    for request in requests:
+        outcome, pending = apply_request(pending, request)
+        outcomes.append(outcome)
+    due_now = None
+    if pending is not None and pending.due_ms <= now_ms:
+        due_now, pending = pending, None
+    if pending is not original:
+        store.replace(original, pending)
+    return outcomes, due_now
+
+
+def fire(store: PendingStore, timer_ms: int) -> Optional[Schedule]:
+    """A timer at ``timer_ms`` expired: deliver the pending version it was armed for, if still there."""
+    pending = store.get()
+    if pending is None or pending.due_ms != timer_ms:
+        return None
+    store.replace(pending, None)
+    return pending
+
+
+class MemoryStore:
+    """A ``PendingStore`` over a dict, with the armed timers kept alongside (tests and tools)."""
+
+    def __init__(self, pending: dict[str, Schedule], timers: set[tuple[int, str]], sid: str):
+        self._pending, self._timers, self._sid = pending, timers, sid
+
+    def get(self) -> Optional[Schedule]:
+        return self._pending.get(self._sid)
+
+    def replace(self, old: Optional[Schedule], new: Optional[Schedule]) -> None:
+        if old is not None:
+            del self._pending[self._sid]
+            self._timers.discard((old.due_ms, self._sid))
+        if new is not None:
+            self._pending[self._sid] = new
+            self._timers.add((new.due_ms, self._sid))

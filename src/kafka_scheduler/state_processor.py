@@ -1,0 +1,162 @@
+"""The Spark side of the scheduling rules: a ``StatefulProcessor`` keyed by schedule id.
+
+State layout (one grouping key per schedule id, ``sid``):
+  * ``pending``: a ValueState holding the pending version (due time, destination,
+    key, value, headers, delivery id), absent when nothing is pending;
+  * one processing-time timer at the pending version's due time.
+
+All the rules live in ``schedule.py``; this module only adapts Spark's state and timers
+to its ``PendingStore`` interface and turns outcomes into output rows. Replacing the
+layout (issue: performance) means replacing this module, not the rules.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, defaultdict
+from typing import Iterable, Iterator, Optional
+
+from pyspark.sql import Row
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
+
+from .dialects.common import KIND_REJECT, REJECTIONS_SID
+from .schedule import Action, Outcome, Request, Schedule, fire, process_requests
+
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+PENDING_SCHEMA = StructType([
+    StructField("due_ms", LongType()),
+    StructField("topic", StringType()),
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("headers", HEADERS_TYPE),
+    StructField("delivery_id", StringType()),
+])
+
+# What the processor emits: records to write (deliver, reject) and per-outcome counts (outcome).
+OUTPUT_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("topic", StringType()),  # destination topic; for outcome rows, the outcome name
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("headers", HEADERS_TYPE),
+    StructField("due_ms", LongType()),
+    StructField("n", LongType()),
+])
+
+KIND_DELIVER = "deliver"
+KIND_OUTCOME = "outcome"
+OUTCOME_REJECTED = "rejected"
+
+# Internal ids (ADD without request id) are unique source offsets: nothing can be pending under them.
+INTERNAL_SID_PREFIX = "offset:"
+
+
+def _bytes(value) -> Optional[bytes]:
+    return None if value is None else bytes(value)
+
+
+def _header(h) -> tuple:
+    # Spark hands structs over as Rows or as dicts depending on the path; accept both.
+    return (h["key"], _bytes(h["value"])) if isinstance(h, dict) else (h[0], _bytes(h[1]))
+
+
+def _headers(rows) -> tuple:
+    return tuple(_header(h) for h in rows or ())
+
+
+def schedule_from_row(row) -> Schedule:
+    return Schedule(due_ms=row["due_ms"], topic=row["topic"], key=_bytes(row["key"]), value=_bytes(row["value"]),
+                    headers=_headers(row["headers"]), delivery_id=row["delivery_id"])
+
+
+def _record(kind: str, topic: str, key, value, headers, due_ms: Optional[int] = None) -> Row:
+    return Row(kind=kind, topic=topic, key=key, value=value, headers=list(headers or ()), due_ms=due_ms, n=None)
+
+
+def delivery_row(schedule: Schedule) -> Row:
+    return _record(KIND_DELIVER, schedule.topic, schedule.key, schedule.value, schedule.delivered_headers(),
+                   schedule.due_ms)
+
+
+def outcome_rows(counts: Counter) -> Iterator[Row]:
+    for outcome, n in counts.items():
+        yield Row(kind=KIND_OUTCOME, topic=str(outcome.value if isinstance(outcome, Outcome) else outcome),
+                  key=None, value=None, headers=None, due_ms=None, n=n)
+
+
+def in_log_order(rows: Iterable) -> list:
+    """Requests of one id in Kafka order: offset order within a partition; partitions merged by timestamp."""
+    by_partition = defaultdict(list)
+    for row in rows:
+        by_partition[(row["src_topic"], row["src_partition"])].append(row)
+    streams = [sorted(part, key=lambda r: r["src_offset"]) for part in by_partition.values()]
+    if len(streams) == 1:
+        return streams[0]
+    return list(heapq.merge(*streams, key=lambda r: r["src_ts_ms"]))
+
+
+class ValueStateStore:
+    """``PendingStore`` over one ValueState and the key's processing-time timers."""
+
+    def __init__(self, handle: StatefulProcessorHandle, state, known_empty: bool = False,
+                 firing_timer_ms: Optional[int] = None):
+        self._handle, self._state = handle, state
+        self._known_empty = known_empty
+        self._firing_timer_ms = firing_timer_ms  # expires by itself; deleting it is not needed
+
+    def get(self) -> Optional[Schedule]:
+        if self._known_empty:
+            return None
+        row = self._state.get()
+        if row is None:
+            return None
+        return schedule_from_row(row.asDict() if hasattr(row, "asDict") else dict(zip(PENDING_SCHEMA.names, row)))
+
+    def replace(self, old: Optional[Schedule], new: Optional[Schedule]) -> None:
+        if old is not None and old.due_ms != self._firing_timer_ms and (new is None or new.due_ms != old.due_ms):
+            self._handle.deleteTimer(old.due_ms)
+        if new is None:
+            if old is not None:
+                self._state.clear()
+            return
+        self._state.update((new.due_ms, new.topic, new.key, new.value, [tuple(h) for h in new.headers],
+                            new.delivery_id))
+        if old is None or new.due_ms != old.due_ms:
+            self._handle.registerTimer(new.due_ms)
+
+
+class SchedulerProcessor(StatefulProcessor):
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.pending = handle.getValueState("pending", PENDING_SCHEMA)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        sid = key[0]
+        if sid == REJECTIONS_SID:
+            count = 0
+            for row in rows:
+                count += 1
+                yield _record(KIND_REJECT, row["topic"], row["key"], row["value"], row["headers"])
+            yield from outcome_rows(Counter({OUTCOME_REJECTED: count}))
+            return
+
+        requests = []
+        for row in in_log_order(rows):
+            action = Action(row["action"])
+            requests.append(Request(action, None if action is Action.CANCEL else schedule_from_row(row)))
+        store = ValueStateStore(self.handle, self.pending, known_empty=sid.startswith(INTERNAL_SID_PREFIX))
+        outcomes, due_now = process_requests(store, requests, timerValues.getCurrentProcessingTimeInMs())
+        if due_now is not None:
+            yield delivery_row(due_now)
+        yield from outcome_rows(Counter(outcomes))
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
+        expiry = expiredTimerInfo.getExpiryTimeInMs()
+        due = fire(ValueStateStore(self.handle, self.pending, firing_timer_ms=expiry), expiry)
+        if due is not None:
+            yield delivery_row(due)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,267 @@
+"""Every native-protocol rule, tried from outside: requests produced by an independent Kafka
+client (confluent-kafka, raw headers) to a running `kafka-scheduler run`, deliveries read
+back from the broker.
+
+"Nothing arrives" is never shown by sleeping: a marker schedule due after the event in
+question is sent last, and once the marker has arrived nothing earlier can still come.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from kafka_scheduler.client import format_instant
+
+ADD_WAIT = 90  # seconds a test waits for a delivery before failing
+
+
+def at(seconds: float) -> str:
+    return format_instant(datetime.now(timezone.utc) + timedelta(seconds=seconds))
+
+
+def ms_of(instant: str) -> int:
+    return int(datetime.fromisoformat(instant.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def native(to=None, deliver_at=None, request_id=None, action=None, extra=()):
+    headers = list(extra)
+    if action is not None:
+        headers.append(("x-scheduler-action", action.encode()))
+    if to is not None:
+        headers.append(("x-scheduler-deliver-to", to.encode()))
+    if deliver_at is not None:
+        headers.append(("x-scheduler-deliver-at", deliver_at.encode()))
+    if request_id is not None:
+        headers.append(("x-scheduler-request-id", request_id.encode()))
+    return headers
+
+
+@pytest.fixture(scope="module")
+def scheduler(scheduler_factory):
+    return scheduler_factory(app_id="proto").start()
+
+
+@pytest.fixture
+def requests_topic(scheduler):
+    return f"{scheduler.app_id}-schedule-requests"
+
+
+def send(kafka, requests_topic, key=None, value=None, headers=None, partition=0):
+    """Requests go to one partition here so their order is the order sent."""
+    return kafka.produce(requests_topic, key=key, value=value, headers=headers, partition=partition)
+
+
+def marker_arrives(kafka, requests_topic, reader, topic, due_in=2.0):
+    """Send a marker due after everything before it, and wait for it."""
+    marker = f"marker-{uuid.uuid4().hex[:8]}".encode()
+    send(kafka, requests_topic, key=marker, value=b"m", headers=native(topic, at(due_in)))
+    reader.wait_for(lambda r: r.key == marker, timeout=ADD_WAIT, what="marker")
+
+
+def test_add_with_id_is_delivered_at_its_due_time_never_before(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    due = at(4)
+    partition, offset = send(kafka, requests_topic, b"k1", b"v1", native(topic, due, "add-1"))
+    [record] = reader.wait_for(lambda r: r.key == b"k1", timeout=ADD_WAIT, what="delivery")
+    assert record.value == b"v1"
+    assert record.timestamp_ms >= ms_of(due), "delivered before its due time"
+    assert record.header("x-scheduler-delivery-id") == f"{requests_topic}-{partition}-{offset}".encode()
+
+
+def test_add_without_id_and_without_action_header(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    due = at(3)
+    send(kafka, requests_topic, b"anon", b"x", native(topic, due))
+    [record] = reader.wait_for(lambda r: r.key == b"anon", timeout=ADD_WAIT, what="delivery")
+    assert record.timestamp_ms >= ms_of(due)
+
+
+def test_key_value_and_headers_pass_through_byte_exact_and_request_headers_are_stripped(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    key, value = b"\x00\xffkey\x80", bytes(range(256)) * 4
+    user_headers = [("trace", b"\x01\x02"), ("dup", b"a"), ("dup", b"b"), ("empty", b""), ("nullh", None)]
+    # Request headers in mixed case are request headers too, and are stripped.
+    request = native(topic, at(2), "exact-1", "add") + [("X-Scheduler-Extra", b"ignored")]
+    send(kafka, requests_topic, key, value, user_headers[:2] + request + user_headers[2:])
+    [record] = reader.wait_for(lambda r: r.key == key, timeout=ADD_WAIT, what="delivery")
+    assert record.value == value
+    assert record.headers[:-1] == user_headers
+    assert record.headers[-1][0] == "x-scheduler-delivery-id"
+
+
+def test_null_value_is_delivered_as_null_and_null_key_stays_null(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    send(kafka, requests_topic, None, None, native(topic, at(1), "tomb-1", extra=[("who", b"tombstone")]))
+    [record] = reader.wait_for(lambda r: ("who", b"tombstone") in r.headers, timeout=ADD_WAIT, what="delivery")
+    assert record.value is None and record.key is None
+
+
+def test_due_time_in_the_past_is_delivered_immediately(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    send(kafka, requests_topic, b"past", b"p", native(topic, "2001-01-01T00:00:00Z", "past-1"))
+    send(kafka, requests_topic, b"offset", b"o", native(topic, "2001-01-01T02:00:00+02:00"))
+    records = reader.wait_for(lambda r: r.key in (b"past", b"offset"), count=2, timeout=ADD_WAIT, what="deliveries")
+    assert {r.value for r in records} == {b"p", b"o"}
+
+
+def test_replace_moves_the_schedule_and_the_old_version_never_fires(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    send(kafka, requests_topic, b"r", b"old", native(topic, at(3), "rep-1"))
+    new_due = at(6)
+    send(kafka, requests_topic, b"r", b"new", native(topic, new_due, "rep-1", "REPLACE"))
+    [record] = reader.wait_for(lambda r: r.key == b"r", timeout=ADD_WAIT, what="replaced delivery")
+    assert record.value == b"new"
+    assert record.timestamp_ms >= ms_of(new_due)
+    marker_arrives(kafka, requests_topic, reader, topic)
+    assert [r.value for r in reader.poll() if r.key == b"r"] == [b"new"]
+
+
+def test_replace_with_a_past_time_delivers_now_and_the_old_one_never_fires(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    send(kafka, requests_topic, b"rp", b"old", native(topic, at(8), "rep-past"))
+    send(kafka, requests_topic, b"rp", b"new", native(topic, "2020-01-01T00:00:00Z", "rep-past", "REPLACE"))
+    reader.wait_for(lambda r: r.key == b"rp", timeout=ADD_WAIT, what="delivery")
+    marker_arrives(kafka, requests_topic, reader, topic, due_in=10)
+    assert [r.value for r in reader.poll() if r.key == b"rp"] == [b"new"]
+
+
+def test_replace_of_an_unknown_id_acts_as_add(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    send(kafka, requests_topic, b"ru", b"v", native(topic, at(2), "never-seen", "REPLACE"))
+    [record] = reader.wait_for(lambda r: r.key == b"ru", timeout=ADD_WAIT, what="delivery")
+    assert record.value == b"v"
+
+
+def test_identical_replace_is_a_noop_and_keeps_the_first_version(kafka, requests_topic, scheduler):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    due = at(5)
+    partition, offset = send(kafka, requests_topic, b"same", b"s", native(topic, due, "noop-1", extra=[("h", b"1")]))
+    send(kafka, requests_topic, b"same", b"s", native(topic, due, "noop-1", "REPLACE", extra=[("h", b"1")]))
+    [record] = reader.wait_for(lambda r: r.key == b"same", timeout=ADD_WAIT, what="delivery")
+    assert record.header("x-scheduler-delivery-id") == f"{requests_topic}-{partition}-{offset}".encode()
+    marker_arrives(kafka, requests_topic, reader, topic)
+    assert len([r for r in reader.poll() if r.key == b"same"]) == 1
+    assert "replace_noop" in scheduler.log()
+
+
+def test_add_with_a_pending_id_behaves_as_replace(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    send(kafka, requests_topic, b"aa", b"first", native(topic, at(3), "add-twice"))
+    send(kafka, requests_topic, b"aa", b"second", native(topic, at(5), "add-twice"))
+    reader.wait_for(lambda r: r.key == b"aa", timeout=ADD_WAIT, what="delivery")
+    marker_arrives(kafka, requests_topic, reader, topic)
+    assert [r.value for r in reader.poll() if r.key == b"aa"] == [b"second"]
+
+
+def test_cancel_removes_the_pending_schedule(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    send(kafka, requests_topic, b"c", b"gone", native(topic, at(3), "cancel-1"))
+    send(kafka, requests_topic, None, None, native(request_id="cancel-1", action="cancel"))
+    marker_arrives(kafka, requests_topic, reader, topic, due_in=6)
+    assert [r for r in reader.poll() if r.key == b"c"] == []
+
+
+def test_cancel_of_an_unknown_id_is_a_noop_and_not_a_rejection(kafka, requests_topic, scheduler):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    rejections = kafka.reader(f"{scheduler.app_id}-schedule-rejections")
+    _, offset = send(kafka, requests_topic, None, None, native(request_id="no-such-id", action="CANCEL"))
+    marker_arrives(kafka, requests_topic, reader, topic)
+    assert not [r for r in rejections.poll() if r.header_values("x-scheduler-source-offset") == [str(offset).encode()]
+                and r.header("x-scheduler-source-partition") == b"0"]
+    assert "cancel_noop" in scheduler.log()
+
+
+def test_latest_request_wins_within_one_batch(kafka, requests_topic):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    send(kafka, requests_topic, b"seq", b"1", native(topic, at(2), "seq-1"))
+    send(kafka, requests_topic, b"seq", b"2", native(topic, at(3), "seq-1", "REPLACE"))
+    send(kafka, requests_topic, None, None, native(request_id="seq-1", action="CANCEL"))
+    send(kafka, requests_topic, b"seq", b"3", native(topic, at(4), "seq-1"))
+    reader.wait_for(lambda r: r.key == b"seq", timeout=ADD_WAIT, what="delivery")
+    marker_arrives(kafka, requests_topic, reader, topic, due_in=5)
+    assert [r.value for r in reader.poll() if r.key == b"seq"] == [b"3"]
+
+
+def test_two_ids_in_flight_to_two_topics_do_not_mix(kafka, requests_topic):
+    topic_a, topic_b = kafka.topic(), kafka.topic()
+    reader = kafka.reader(topic_a, topic_b)
+    send(kafka, requests_topic, b"x", b"a", native(topic_a, at(2), "shared-a"))
+    send(kafka, requests_topic, b"x", b"b", native(topic_b, at(2), "shared-b"))
+    records = reader.wait_for(lambda r: r.key == b"x", count=2, timeout=ADD_WAIT, what="deliveries")
+    assert {(r.topic, r.value) for r in records} == {(topic_a, b"a"), (topic_b, b"b")}
+
+
+BAD_REQUESTS = [
+    ("missing deliver-at", lambda t: native(t, None, "bad-1"), "missing x-scheduler-deliver-at"),
+    ("missing deliver-to", lambda t: native(None, at(5), "bad-2"), "missing x-scheduler-deliver-to"),
+    ("replace without id", lambda t: native(t, at(5), None, "REPLACE"), "missing x-scheduler-request-id"),
+    ("cancel without id", lambda t: native(action="CANCEL"), "missing x-scheduler-request-id"),
+    ("unparseable time", lambda t: native(t, "next tuesday", "bad-5"), "unparseable x-scheduler-deliver-at"),
+    ("zone-less time", lambda t: native(t, "2030-01-01T00:00:00", "bad-6"), "no time zone"),
+    ("unknown action", lambda t: native(t, at(5), "bad-7", "POSTPONE"), "unknown x-scheduler-action"),
+    ("internal topic", lambda t: native("__consumer_offsets", at(5), "bad-8"), "is not allowed"),
+    ("own topic", lambda t: native("proto-schedule-requests", at(5), "bad-9"), "is not allowed"),
+    ("too far ahead", lambda t: native(t, "2400-01-01T00:00:00Z", "bad-10"), "days ahead"),
+]
+
+
+def test_invalid_requests_go_to_rejections_byte_exact_and_the_pipeline_keeps_running(kafka, requests_topic,
+                                                                                     scheduler):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    rejections = kafka.reader(f"{scheduler.app_id}-schedule-rejections")
+    sent = {}
+    for name, headers, reason in BAD_REQUESTS:
+        key = f"bad:{name}:{uuid.uuid4().hex[:6]}".encode()
+        request_headers = [("user", b"\x00keep")] + headers(topic)
+        sent[key] = (send(kafka, requests_topic, key, b"\xfe" + key, request_headers), request_headers, reason)
+    too_large = b"big-" + uuid.uuid4().hex[:6].encode()
+    sent[too_large] = (send(kafka, requests_topic, too_large, b"x" * 1_000_001, native(topic, at(5), "bad-11")),
+                       native(topic, at(5), "bad-11"), "value too large")
+
+    found = rejections.wait_for(lambda r: r.key in sent, count=len(sent), timeout=ADD_WAIT, what="rejections")
+    by_key = {r.key: r for r in found}
+    assert len(by_key) == len(sent), "each bad request is rejected exactly once"
+    for key, ((partition, offset), request_headers, reason) in sent.items():
+        record = by_key[key]
+        original = record.headers[:len(request_headers)]
+        assert [h[0] for h in original] == [h[0] for h in request_headers], key
+        if key != too_large:
+            assert record.value == b"\xfe" + key
+            assert original == request_headers
+        reasons = [v.decode() for v in record.header_values("x-scheduler-rejection-reason")]
+        assert any(reason in text for text in reasons), (key, reasons)
+        assert record.header("x-scheduler-source-topic") == requests_topic.encode()
+        assert record.header("x-scheduler-source-partition") == str(partition).encode()
+        assert record.header("x-scheduler-source-offset") == str(offset).encode()
+    marker_arrives(kafka, requests_topic, reader, topic)
+    assert [r for r in reader.poll() if r.key in sent] == [], "a rejected request was delivered"
+
+
+def test_delivery_to_a_topic_that_does_not_exist_goes_to_rejections(kafka, requests_topic, scheduler):
+    rejections = kafka.reader(f"{scheduler.app_id}-schedule-rejections")
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    key = missing.encode()
+    partition, offset = send(kafka, requests_topic, key, b"lost?", native(missing, at(1), "dl-1"))
+    [record] = rejections.wait_for(lambda r: r.key == key, timeout=ADD_WAIT, what="dead letter")
+    assert record.value == b"lost?"
+    assert b"does not exist" in record.header("x-scheduler-rejection-reason")
+    assert record.header("x-scheduler-source-offset") == str(offset).encode()
+    topic = kafka.topic()
+    marker_arrives(kafka, requests_topic, kafka.reader(topic), topic)  # still running
