@@ -87,7 +87,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def _client(args: argparse.Namespace):
     from .client import SchedulerClient
 
-    return SchedulerClient(args.bootstrap_servers, app_id=args.app_id)
+    # librdkafka's own connection chatter would break the one-line error rule; failures still surface.
+    return SchedulerClient(args.bootstrap_servers, app_id=args.app_id, producer_config={"log_level": 0})
 
 
 def _headers(pairs: Sequence[str]) -> list[tuple[str, str]]:
@@ -110,19 +111,24 @@ def _value(args: argparse.Namespace) -> Optional[bytes]:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from .client import format_instant
+    from .client import format_instant, parse_due, request_headers
 
     action = "REPLACE" if args.command == "replace" else "ADD"
+    # Everything is checked before a connection is opened, so bad input costs one line and no network.
+    due, headers, value = parse_due(args.at), _headers(args.header), _value(args)
+    request_headers(action, args.to, due, args.id, headers)
     with _client(args) as client:
-        due = client.schedule(args.to, args.at, value=_value(args), key=args.key, headers=_headers(args.header),
-                              request_id=args.id, action=action)
-    what = "replace" if action == "REPLACE" else "schedule"
+        client.schedule(args.to, due, value=value, key=args.key, headers=headers, request_id=args.id, action=action)
     ident = f" id={args.id}" if args.id else ""
-    print(f"sent {what}{ident}: deliver to {args.to} at {format_instant(due)}")
+    print(f"sent {action.lower() if action == 'REPLACE' else 'schedule'}{ident}: deliver to {args.to} "
+          f"at {format_instant(due)}")
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    from .client import request_headers
+
+    request_headers("CANCEL", request_id=args.id)
     with _client(args) as client:
         client.cancel(args.id)
     print(f"sent cancel id={args.id}")

@@ -17,7 +17,7 @@ import zlib
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Optional, Union
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from .config import REQUESTS_SUFFIX
 from .protocol import ACTION, DELIVER_AT, DELIVER_TO, PREFIX, REQUEST_ID
@@ -90,6 +90,7 @@ class SchedulerClient:
     def __init__(self, bootstrap_servers: str, app_id: str = "kafka-scheduler",
                  producer_config: Optional[dict] = None):
         self.requests_topic = app_id + REQUESTS_SUFFIX
+        self._bootstrap_servers = bootstrap_servers
         self._producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True,
                                    "linger.ms": 5, **(producer_config or {})})
         self._partitions: Optional[int] = None
@@ -99,7 +100,11 @@ class SchedulerClient:
         if request_id is None:
             return None
         if self._partitions is None:
-            topic = self._producer.list_topics(self.requests_topic, timeout=10).topics.get(self.requests_topic)
+            try:
+                metadata = self._producer.list_topics(self.requests_topic, timeout=10)
+            except KafkaException as exc:
+                raise RequestError(f"cannot read topic metadata from {self._bootstrap_servers}: {exc}") from None
+            topic = metadata.topics.get(self.requests_topic)
             if topic is None or topic.error is not None or not topic.partitions:
                 raise RequestError(f"topic {self.requests_topic} does not exist: is the scheduler app running?")
             self._partitions = len(topic.partitions)
@@ -134,7 +139,8 @@ class SchedulerClient:
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every request is acknowledged by the broker; raises if any failed."""
         if self._producer.flush(timeout) > 0:
-            raise RequestError(f"{len(self._producer)} requests not acknowledged within {timeout:.0f}s")
+            raise RequestError(f"{len(self._producer)} requests not acknowledged within {timeout:.0f}s "
+                               f"(is a broker reachable at {self._bootstrap_servers}?)")
         if self._errors:
             errors, self._errors = self._errors, []
             raise RequestError("requests failed: " + "; ".join(errors))

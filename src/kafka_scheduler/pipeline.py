@@ -16,8 +16,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
+from .checkpoint import last_committed_batch
 from .config import Config
 from .dialects import DIALECTS, DecodeSettings
 from .jars import jar_paths
@@ -87,12 +87,6 @@ def build_stream(spark, config: Config):
     return requests.groupBy("sid").transformWithState(
         statefulProcessor=SchedulerProcessor(), outputStructType=OUTPUT_SCHEMA,
         outputMode="Update", timeMode="ProcessingTime")
-
-
-def last_committed_batch(checkpoint_dir: str) -> Optional[int]:
-    commits = Path(checkpoint_dir) / "commits"
-    ids = [int(p.name) for p in commits.glob("[0-9]*")] if commits.is_dir() else []
-    return max(ids) if ids else None
 
 
 class Scheduler:

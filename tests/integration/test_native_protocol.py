@@ -9,34 +9,11 @@ question is sent last, and once the marker has arrived nothing earlier can still
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
-
 import pytest
 
-from kafka_scheduler.client import format_instant
+from .support import at, ms_of, native
 
 ADD_WAIT = 90  # seconds a test waits for a delivery before failing
-
-
-def at(seconds: float) -> str:
-    return format_instant(datetime.now(timezone.utc) + timedelta(seconds=seconds))
-
-
-def ms_of(instant: str) -> int:
-    return int(datetime.fromisoformat(instant.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-def native(to=None, deliver_at=None, request_id=None, action=None, extra=()):
-    headers = list(extra)
-    if action is not None:
-        headers.append(("x-scheduler-action", action.encode()))
-    if to is not None:
-        headers.append(("x-scheduler-deliver-to", to.encode()))
-    if deliver_at is not None:
-        headers.append(("x-scheduler-deliver-at", deliver_at.encode()))
-    if request_id is not None:
-        headers.append(("x-scheduler-request-id", request_id.encode()))
-    return headers
 
 
 @pytest.fixture(scope="module")
@@ -265,3 +242,46 @@ def test_delivery_to_a_topic_that_does_not_exist_goes_to_rejections(kafka, reque
     assert record.header("x-scheduler-source-offset") == str(offset).encode()
     topic = kafka.topic()
     marker_arrives(kafka, requests_topic, kafka.reader(topic), topic)  # still running
+
+
+def cli(scheduler, kafka, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "kafka_scheduler", *args, "--bootstrap-servers", kafka.bootstrap,
+                           "--app-id", scheduler.app_id], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_schedule_replace_and_cancel(kafka, scheduler):
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    scheduled = cli(scheduler, kafka, "schedule", "--to", topic, "--at", "+2s", "--key", "cli-k", "--value", "one",
+                    "--header", "h=1", "--id", "cli-1")
+    assert scheduled.returncode == 0, scheduled.stderr
+    assert "id=cli-1" in scheduled.stdout
+    replaced = cli(scheduler, kafka, "replace", "--to", topic, "--at", "+4s", "--key", "cli-k", "--value", "two",
+                   "--id", "cli-1")
+    assert replaced.returncode == 0, replaced.stderr
+    assert cli(scheduler, kafka, "schedule", "--to", topic, "--at", "+3s", "--key", "cli-c", "--id",
+               "cli-2").returncode == 0
+    assert cli(scheduler, kafka, "cancel", "--id", "cli-2").returncode == 0
+    [record] = reader.wait_for(lambda r: r.key == b"cli-k", timeout=ADD_WAIT, what="delivery")
+    assert record.value == b"two" and record.headers[0][0] == "x-scheduler-delivery-id"
+    marker_arrives(kafka, requests_topic=f"{scheduler.app_id}-schedule-requests", reader=reader, topic=topic)
+    assert sorted(r.value for r in reader.poll() if r.key in (b"cli-k", b"cli-c")) == [b"two"]
+
+
+def test_python_client_round_trip(kafka, scheduler):
+    from kafka_scheduler.client import SchedulerClient
+
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    with SchedulerClient(kafka.bootstrap, app_id=scheduler.app_id) as client:
+        due = client.schedule(topic, "+2s", value=b"py", key=b"py-k", headers=[("a", "b")], request_id="py-1")
+        client.schedule(topic, "+2s", value=b"gone", key=b"py-c", request_id="py-2")
+        client.cancel("py-2")
+    [record] = reader.wait_for(lambda r: r.key == b"py-k", timeout=ADD_WAIT, what="delivery")
+    assert record.value == b"py" and record.headers[0] == ("a", b"b")
+    assert record.timestamp_ms >= int(due.timestamp() * 1000)
+    marker_arrives(kafka, requests_topic=f"{scheduler.app_id}-schedule-requests", reader=reader, topic=topic)
+    assert [r for r in reader.poll() if r.key == b"py-c"] == []

@@ -1,0 +1,180 @@
+"""The ``kafka-scheduler`` command, in-process: help, and one-line errors for bad input (no Kafka needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafka_scheduler import __version__
+from kafka_scheduler.cli import main
+
+# Nothing listens here: a command that got as far as talking to Kafka could not succeed.
+NO_KAFKA = ("--bootstrap-servers", "127.0.0.1:1")
+
+
+def run(capsys, argv):
+    """Exit code, stdout and stderr of ``kafka-scheduler argv`` (argparse exits become codes)."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(err: str, command: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert err.endswith("\n")
+    assert "Traceback" not in err
+    assert "usage:" not in err
+    line = lines[0]
+    assert line.startswith(f"kafka-scheduler {command}: error: "), line
+    return line
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    for command in ("run", "broker", "demo", "schedule", "replace", "cancel"):
+        assert f"  {command} " in out, command
+    assert "KAFKA_SCHEDULER_" in out
+
+
+@pytest.mark.parametrize("command", ["run", "schedule", "replace", "cancel", "broker", "demo"])
+def test_subcommand_help(capsys, command):
+    code, out, err = run(capsys, [command, "--help"])
+    assert code == 0
+    assert out.startswith(f"usage: kafka-scheduler {command}")
+    assert err == ""
+
+
+def test_run_help_shows_env_names(capsys):
+    code, out, _ = run(capsys, ["run", "--help"])
+    assert code == 0
+    assert "--trigger-interval" in out
+    assert "KAFKA_SCHEDULER_TRIGGER_INTERVAL" in out
+
+
+def test_version(capsys):
+    code, out, _ = run(capsys, ["--version"])
+    assert code == 0
+    assert out.strip() == f"kafka-scheduler {__version__}"
+
+
+def test_no_command_prints_help_and_fails(capsys):
+    code, out, _ = run(capsys, [])
+    assert code == 2
+    assert "schedule" in out and "usage:" in out
+
+
+def test_unknown_command_is_one_line(capsys):
+    code, out, err = run(capsys, ["launch"])
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and "error" in lines[0] and "launch" in lines[0], err
+
+
+def test_schedule_without_at(capsys):
+    code, out, err = run(capsys, ["schedule", "--to", "x"])
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert "error" in lines[0] and "--at" in lines[0]
+    assert "Traceback" not in err
+
+
+def test_schedule_zoneless_at_fails_with_one_line(capsys):
+    code, out, err = run(capsys, ["schedule", "--at", "2026-01-01T00:00:00", "--to", "x", *NO_KAFKA])
+    assert code == 2
+    assert out == ""
+    line = one_line_error(err, "schedule")
+    assert "time zone" in line
+    assert "2026-01-01T00:00:00" in line
+    # the error is about the time, not about an unreachable broker
+    assert "127.0.0.1:1" not in line and "unreachable" not in line.lower()
+
+
+@pytest.mark.parametrize("at", ["tomorrow", "2026-02-30T10:00:00Z", "+5x"])
+def test_schedule_unreadable_at_fails_with_one_line(capsys, at):
+    code, out, err = run(capsys, ["schedule", "--at", at, "--to", "x", *NO_KAFKA])
+    assert code == 2
+    assert out == ""
+    line = one_line_error(err, "schedule")
+    assert "cannot read due time" in line and at in line
+
+
+def test_run_with_zero_partitions(capsys):
+    code, out, err = run(capsys, ["run", "--partitions", "0"])
+    assert code == 2
+    assert out == ""
+    line = one_line_error(err, "run")
+    assert "--partitions" in line
+
+
+def test_run_with_bad_environment_value_names_the_variable(capsys, monkeypatch):
+    monkeypatch.setenv("KAFKA_SCHEDULER_TRIGGER_INTERVAL", "soon")
+    code, _, err = run(capsys, ["run"])
+    assert code == 2
+    line = one_line_error(err, "run")
+    assert "KAFKA_SCHEDULER_TRIGGER_INTERVAL" in line
+
+
+def test_run_with_bad_app_id(capsys):
+    code, _, err = run(capsys, ["run", "--app-id", "no spaces allowed"])
+    assert code == 2
+    assert "app id" in one_line_error(err, "run")
+
+
+def test_replace_without_id(capsys):
+    code, out, err = run(capsys, ["replace", "--to", "x", "--at", "+1m", *NO_KAFKA])
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert "error" in lines[0] and "--id" in lines[0]
+
+
+def test_cancel_without_id(capsys):
+    code, _, err = run(capsys, ["cancel", *NO_KAFKA])
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 1 and "--id" in lines[0], err
+
+
+@pytest.mark.parametrize("header", ["novalue", "=value"])
+def test_schedule_with_malformed_header(capsys, header):
+    code, out, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--header", header, *NO_KAFKA])
+    assert code == 2
+    assert out == ""
+    line = one_line_error(err, "schedule")
+    assert "--header" in line and "NAME=VALUE" in line
+
+
+def test_schedule_with_reserved_header(capsys):
+    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--header", "X-Scheduler-Action=CANCEL",
+                                *NO_KAFKA])
+    assert code == 2
+    assert "reserved" in one_line_error(err, "schedule")
+
+
+def test_value_and_value_file_are_exclusive(capsys, tmp_path):
+    path = tmp_path / "v.bin"
+    path.write_bytes(b"\x00")
+    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--value", "a", "--value-file", str(path),
+                                *NO_KAFKA])
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 1 and "not allowed with" in lines[0], err
+
+
+def test_missing_value_file_is_one_line(capsys, tmp_path):
+    missing = tmp_path / "nope.bin"
+    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--value-file", str(missing), *NO_KAFKA])
+    assert code == 2
+    line = one_line_error(err, "schedule")
+    assert "--value-file" in line and str(missing) in line

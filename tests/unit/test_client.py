@@ -1,0 +1,164 @@
+"""The client's pure helpers: due-time parsing, instant formatting and request headers (no Kafka)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from kafka_scheduler.client import RequestError, format_instant, parse_due, request_headers
+
+UTC = timezone.utc
+NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("text,delta", [
+    ("+30s", timedelta(seconds=30)),
+    ("+5m", timedelta(minutes=5)),
+    ("+2h", timedelta(hours=2)),
+    ("+1d", timedelta(days=1)),
+    ("+250ms", timedelta(milliseconds=250)),
+    ("+0s", timedelta(0)),
+    ("  +90s ", timedelta(seconds=90)),
+])
+def test_relative_due_times(text, delta):
+    assert parse_due(text, now=NOW) == NOW + delta
+
+
+def test_relative_due_time_defaults_to_the_current_time():
+    before = datetime.now(UTC)
+    due = parse_due("+1h")
+    after = datetime.now(UTC)
+    assert before + timedelta(hours=1) <= due <= after + timedelta(hours=1)
+    assert due.utcoffset() == timedelta(0)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("2026-05-24T12:30:00Z", datetime(2026, 5, 24, 12, 30, tzinfo=UTC)),
+    ("2026-05-24T12:30:00z", datetime(2026, 5, 24, 12, 30, tzinfo=UTC)),
+    ("2026-05-24T12:30:00.250Z", datetime(2026, 5, 24, 12, 30, 0, 250000, tzinfo=UTC)),
+    ("2026-05-24T12:30:00+02:00", datetime(2026, 5, 24, 10, 30, tzinfo=UTC)),
+    ("2026-05-24T01:30:00+02:00", datetime(2026, 5, 23, 23, 30, tzinfo=UTC)),
+    ("2026-05-24T12:30:00-05:30", datetime(2026, 5, 24, 18, 0, tzinfo=UTC)),
+])
+def test_iso_due_times_are_converted_to_utc(text, expected):
+    due = parse_due(text, now=NOW)
+    assert due == expected
+    assert due.utcoffset() == timedelta(0)
+    assert (due.year, due.month, due.day, due.hour, due.minute) == (
+        expected.year, expected.month, expected.day, expected.hour, expected.minute)
+
+
+def test_zoneless_iso_is_rejected():
+    with pytest.raises(RequestError, match="time zone"):
+        parse_due("2026-05-24T12:30:00", now=NOW)
+
+
+@pytest.mark.parametrize("text", ["tomorrow", "", "+5x", "+s", "30s", "2026-02-30T10:00:00Z", "-5m"])
+def test_garbage_is_rejected(text):
+    with pytest.raises(RequestError):
+        parse_due(text, now=NOW)
+
+
+def test_request_error_is_a_value_error():
+    assert issubclass(RequestError, ValueError)
+
+
+def test_timedelta_is_relative_to_now():
+    assert parse_due(timedelta(minutes=3), now=NOW) == NOW + timedelta(minutes=3)
+
+
+def test_aware_datetime_is_converted_to_utc():
+    plus_two = timezone(timedelta(hours=2))
+    due = parse_due(datetime(2026, 5, 24, 12, 30, tzinfo=plus_two), now=NOW)
+    assert due == datetime(2026, 5, 24, 10, 30, tzinfo=UTC)
+    assert due.utcoffset() == timedelta(0)
+    assert due.hour == 10
+
+
+def test_naive_datetime_is_rejected():
+    with pytest.raises(RequestError, match="time zone"):
+        parse_due(datetime(2026, 5, 24, 12, 30), now=NOW)
+
+
+# ---------------------------------------------------------------- format_instant
+
+
+@pytest.mark.parametrize("instant,text", [
+    (datetime(2026, 5, 24, 12, 30, tzinfo=UTC), "2026-05-24T12:30:00.000Z"),
+    (datetime(2026, 5, 24, 12, 30, 1, 999999, tzinfo=UTC), "2026-05-24T12:30:01.999Z"),
+    (datetime(2026, 5, 24, 12, 30, 1, 5000, tzinfo=UTC), "2026-05-24T12:30:01.005Z"),
+    (datetime(2026, 5, 24, 12, 30, tzinfo=timezone(timedelta(hours=2))), "2026-05-24T10:30:00.000Z"),
+    (datetime(2026, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=3))), "2025-12-31T22:00:00.000Z"),
+    (datetime(2026, 5, 24, 12, 30, 0, 123456, tzinfo=timezone(timedelta(hours=-4))),
+     "2026-05-24T16:30:00.123Z"),
+])
+def test_format_instant(instant, text):
+    assert format_instant(instant) == text
+
+
+def test_format_then_parse_round_trips_to_the_millisecond():
+    formatted = format_instant(NOW)
+    assert formatted == "2026-03-04T05:06:07.890Z"
+    assert parse_due(formatted) == NOW.replace(microsecond=890000)
+
+
+# ---------------------------------------------------------------- request_headers
+
+
+def test_request_headers_order_and_encoding():
+    due = datetime(2026, 5, 24, 12, 30, 0, 250000, tzinfo=UTC)
+    headers = request_headers("ADD", "orders", due, "r-1",
+                              headers=[("trace", "abc"), ("raw", b"\xff\x00"), ("trace", "é"), ("none", None)])
+    assert headers == [
+        ("trace", b"abc"),
+        ("raw", b"\xff\x00"),
+        ("trace", "é".encode()),
+        ("none", None),
+        ("x-scheduler-action", b"ADD"),
+        ("x-scheduler-deliver-to", b"orders"),
+        ("x-scheduler-deliver-at", b"2026-05-24T12:30:00.250Z"),
+        ("x-scheduler-request-id", b"r-1"),
+    ]
+
+
+def test_request_headers_deliver_at_is_utc():
+    due = datetime(2026, 5, 24, 12, 30, tzinfo=timezone(timedelta(hours=2)))
+    headers = dict(request_headers("REPLACE", "orders", due, "r-2"))
+    assert headers["x-scheduler-deliver-at"] == b"2026-05-24T10:30:00.000Z"
+    assert headers["x-scheduler-action"] == b"REPLACE"
+
+
+def test_request_headers_without_optional_parts():
+    assert request_headers("ADD", "orders", datetime(2026, 5, 24, tzinfo=UTC)) == [
+        ("x-scheduler-action", b"ADD"),
+        ("x-scheduler-deliver-to", b"orders"),
+        ("x-scheduler-deliver-at", b"2026-05-24T00:00:00.000Z"),
+    ]
+
+
+def test_cancel_headers():
+    assert request_headers("CANCEL", request_id="r-9") == [
+        ("x-scheduler-action", b"CANCEL"),
+        ("x-scheduler-request-id", b"r-9"),
+    ]
+
+
+@pytest.mark.parametrize("name", ["x-scheduler-action", "X-Scheduler-Deliver-At", "X-SCHEDULER-foo",
+                                  "x-scheduler-delivery-id"])
+def test_reserved_user_header_names_are_rejected(name):
+    with pytest.raises(RequestError, match="reserved"):
+        request_headers("ADD", "orders", datetime(2026, 5, 24, tzinfo=UTC), headers=[("ok", "1"), (name, "x")])
+
+
+def test_header_names_only_resembling_the_prefix_are_fine():
+    headers = request_headers("ADD", "orders", datetime(2026, 5, 24, tzinfo=UTC),
+                              headers=[("x-schedulerish", "1"), ("my-x-scheduler-note", "2")])
+    assert headers[:2] == [("x-schedulerish", b"1"), ("my-x-scheduler-note", b"2")]
+
+
+def test_empty_request_id_is_rejected():
+    with pytest.raises(RequestError, match="empty"):
+        request_headers("ADD", "orders", datetime(2026, 5, 24, tzinfo=UTC), request_id="")
+    with pytest.raises(RequestError, match="empty"):
+        request_headers("CANCEL", request_id="")
