@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make run` and `make test`. Both install what is missing first.
-.PHONY: setup run test test-unit bench clean
+.PHONY: setup run test test-unit dist bench clean
 
 setup:
 	@scripts/setup.sh
@@ -12,6 +12,12 @@ test: setup
 
 test-unit: setup
 	.venv/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
+
+# The package as a zip for spark-submit --py-files (executors import the state processor from it).
+dist: setup
+	@mkdir -p dist && rm -f dist/kafka_scheduler.zip
+	@cd src && ../.venv/bin/python -c "import zipfile, pathlib; z = zipfile.ZipFile('../dist/kafka_scheduler.zip', 'w'); [z.write(p) for p in sorted(pathlib.Path('kafka_scheduler').rglob('*')) if '__pycache__' not in p.parts]"
+	@echo "dist/kafka_scheduler.zip; connector jars: $$(ls .cache/jars/spark-kafka/*.jar | paste -sd, -)"
 
 clean:
 	rm -rf .local checkpoints .pytest_cache

@@ -26,6 +26,7 @@ commands:
   schedule  send a request to deliver a message later
   replace   replace the pending schedule with an id
   cancel    cancel the pending schedule with an id
+  bench     run a benchmark scenario (from a repository checkout)
 
 Every `run` option can also be set as an environment variable KAFKA_SCHEDULER_<NAME>,
 e.g. KAFKA_SCHEDULER_BOOTSTRAP_SERVERS=host:9092. See README.md for the protocol.
@@ -144,6 +145,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo(args)
 
 
+# ---------------------------------------------------------------- bench
+
+
+def _bench_module():
+    """The benchmarks live in the repository's bench/ folder, next to src/."""
+    from .jars import PROJECT_ROOT
+
+    if not (PROJECT_ROOT / "bench" / "scenarios.py").exists():
+        raise CommandError("the bench/ folder is not here: benchmarks run from a checkout of the repository")
+    sys.path.insert(0, str(PROJECT_ROOT))
+    from bench import scenarios
+
+    return scenarios
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    return _bench_module().main(args)
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -221,6 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     _client_arguments(replace)
     _message_arguments(replace, id_required=True)
     replace.set_defaults(handler=cmd_schedule)
+
+    bench = commands.add_parser("bench", help="run a benchmark scenario",
+                                description="Benchmark the real job against a local broker: steady (lateness), "
+                                            "ingest (schedules/s), herd (many due at once), pending (memory), "
+                                            "restart (time to first overdue delivery). Prints the figures and "
+                                            "writes bench/results/<time>-<scenario>.json.")
+    try:
+        _bench_module().add_arguments(bench)
+    except CommandError:
+        bench.add_argument("scenario")
+    bench.set_defaults(handler=cmd_bench)
 
     cancel = commands.add_parser("cancel", help="cancel a pending schedule",
                                  description="Send a native CANCEL request for --id (an unknown id is a no-op).")

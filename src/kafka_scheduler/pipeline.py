@@ -124,7 +124,7 @@ class Scheduler:
         log.info("spark: starting (%s, %d shuffle partitions)",
                  "spark-submit" if under_spark_submit() else config.master, config.partitions)
         spark = build_session(config)
-        sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch)
+        sink = self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch)
         self.query = (build_stream(spark, config).writeStream
                       .queryName(config.app_id)
                       .foreachBatch(sink)
@@ -138,14 +138,19 @@ class Scheduler:
             spark.stop()
 
     def _wait(self) -> int:
+        from pyspark.errors import StreamingQueryException
+
         query = self.query
-        while not query.awaitTermination(0.2):
-            if self.stop_requested.is_set():
-                self._stop_gracefully()
-                break
+        try:
+            while not query.awaitTermination(0.2):
+                if self.stop_requested.is_set():
+                    self._stop_gracefully()
+                    break
+        except StreamingQueryException:
+            pass  # examined below: a batch refused because of the stop is a clean end
         error = query.exception()
-        if error is not None and "StopRequested" not in str(error):
-            log.error("query failed: %s", str(error).splitlines()[0] if str(error) else error)
+        if error is not None and self.sink.refused_batch is None:
+            log.error("query failed: %s", _summary(error))
             return 1
         log.info("stopped after %d batches: %d delivered", self.totals.batches, self.totals.delivered)
         return 0
@@ -153,10 +158,18 @@ class Scheduler:
     def _stop_gracefully(self) -> None:
         """Wait for the batch in flight to commit; a batch starting after the request writes nothing."""
         log.info("stopping: waiting for the batch in flight")
+        # A batch refused by the sink surfaces as a py4j callback error: expected here, not worth a traceback.
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
         deadline = time.monotonic() + GRACEFUL_STOP_TIMEOUT_S
         while self.query.isActive and self.query.status.get("isTriggerActive") and time.monotonic() < deadline:
             time.sleep(0.02)
         self.query.stop()
+
+
+def _summary(error: BaseException, limit: int = 600) -> str:
+    """The head of a query failure: Spark appends the whole logical plan, which helps nobody here."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def run(config: Config) -> int:

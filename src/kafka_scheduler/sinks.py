@@ -48,9 +48,11 @@ class RecordSink:
         self.topics = topics
         self.stop_requested = stop_requested
         self.on_batch = on_batch
+        self.refused_batch: Optional[int] = None  # set when a stop made it refuse a batch
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self.stop_requested.is_set():
+            self.refused_batch = batch_id
             raise StopRequested(f"stop requested before batch {batch_id}")
         batch = batch.persist()
         try:

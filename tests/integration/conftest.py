@@ -38,11 +38,12 @@ def kafka(broker):
 def scheduler_factory(broker, tmp_path_factory):
     started: list[SchedulerProcess] = []
 
-    def make(app_id: Optional[str] = None, checkpoint_dir: Optional[Path] = None, extra_args=()) -> SchedulerProcess:
+    def make(app_id: Optional[str] = None, checkpoint_dir: Optional[Path] = None, extra_args=(),
+             **kwargs) -> SchedulerProcess:
         app_id = app_id or f"app-{uuid.uuid4().hex[:8]}"
         base = tmp_path_factory.mktemp(app_id)
         process = SchedulerProcess(broker.bootstrap_servers, app_id, checkpoint_dir or base / "checkpoint",
-                                   base / "scheduler.log", extra_args)
+                                   base / "scheduler.log", extra_args, **kwargs)
         started.append(process)
         return process
 

@@ -1,0 +1,321 @@
+"""What every benchmark scenario needs: a broker, the real scheduler job, a fast producer of
+native requests, a consumer that timestamps deliveries, process memory, and the results file.
+
+Lateness is measured on the broker's clock: destination topics use LogAppendTime, so a
+delivered record's timestamp is when the broker appended it; each request carries its
+due time (epoch ms) in a user header, which the scheduler passes through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Optional
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from kafka_scheduler.broker import LocalBroker, free_port
+from kafka_scheduler.checkpoint import committed_offsets
+from kafka_scheduler.client import format_instant
+from kafka_scheduler.topics import admin_client, wait_for_broker
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "bench" / "results"
+DUE_HEADER = "bench-due-ms"
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} bench: {message}", flush=True)
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.2,
+               progress: Optional[Callable[[], str]] = None, every: float = 10.0):
+    deadline = time.monotonic() + timeout
+    next_report = time.monotonic() + every
+    while True:
+        result = condition()
+        if result:
+            return result
+        now = time.monotonic()
+        if now > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        if progress is not None and now >= next_report:
+            log(f"  waiting for {what}: {progress()}")
+            next_report = now + every
+        time.sleep(interval)
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, int(round(fraction * (len(sorted_values) - 1)))))
+    return sorted_values[index]
+
+
+# ---------------------------------------------------------------- machine and results
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kb = 0
+    try:
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    return {"cores": os.cpu_count(), "memory_gib": round(mem_kb / 1024 / 1024, 1), "cpu": cpu,
+            "os": platform.platform(), "python": platform.python_version(), "java": java[0] if java else "?"}
+
+
+def git_commit() -> str:
+    result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    return (result.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
+
+
+def write_result(scenario: str, parameters: dict, figures: dict, notes: str = "") -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS_DIR / f"{stamp}-{scenario}.json"
+    record = {"scenario": scenario, "finished_at": stamp, "git_commit": git_commit(), "machine": machine(),
+              "parameters": parameters, "figures": figures, "notes": notes}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------- processes
+
+
+def process_tree_rss(pid: int) -> dict[str, int]:
+    """Resident bytes of ``pid`` and its descendants, grouped as jvm / python-worker / python-driver / other."""
+    children: dict[int, list[int]] = {}
+    commands: dict[int, str] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            for line in (entry / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss[int(entry.name)] = int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    groups = {"jvm": 0, "python_workers": 0, "python_driver": 0, "other": 0}
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        stack.extend(children.get(current, []))
+        command = commands.get(current, "")
+        group = ("jvm" if "java" in command.split(" ")[0] else
+                 "python_driver" if current == pid else
+                 "python_workers" if "python" in command else "other")
+        groups[group] += rss.get(current, 0)
+    return groups
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+@dataclass
+class Scheduler:
+    bootstrap: str
+    app_id: str
+    workdir: Path
+    extra_args: tuple = ()
+    process: Optional[subprocess.Popen] = None
+    started_at: float = 0.0
+    peak_rss: dict = field(default_factory=dict)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.workdir / "checkpoint"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "scheduler.log"
+
+    def start(self, wait: bool = True) -> "Scheduler":
+        command = [sys.executable, "-m", "kafka_scheduler", "run", "--bootstrap-servers", self.bootstrap,
+                   "--app-id", self.app_id, "--checkpoint-dir", str(self.checkpoint), *self.extra_args]
+        self.started_at = time.time()
+        with open(self.log_path, "ab") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if wait:
+            wait_until(lambda: self.process.poll() is not None or "running: reading" in self.log(), 300,
+                       "the scheduler to start")
+            if self.process.poll() is not None:
+                raise RuntimeError(f"scheduler exited:\n{self.log()[-3000:]}")
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def sample_memory(self) -> dict[str, int]:
+        if self.process is None or self.process.poll() is not None:
+            return {}
+        sample = process_tree_rss(self.process.pid)
+        total = sum(sample.values())
+        if total > sum(self.peak_rss.values() or [0]):
+            self.peak_rss = sample
+        return sample
+
+    def committed(self, topic: str) -> int:
+        return sum(committed_offsets(self.checkpoint).get(topic, {}).values())
+
+    def stop(self, timeout: float = 300) -> int:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+class Environment:
+    """A broker (ours, on a free port, unless one is given) and helpers around it."""
+
+    def __init__(self, workdir: Path, bootstrap: Optional[str] = None):
+        self.workdir = workdir
+        self.broker = None
+        if bootstrap is None:
+            self.broker = LocalBroker(free_port(), workdir / "broker", heap="1g")
+            log("starting a local broker")
+            self.broker.start()
+            bootstrap = self.broker.bootstrap_servers
+        self.bootstrap = bootstrap
+        self.admin = wait_for_broker(bootstrap)
+
+    def close(self) -> None:
+        if self.broker is not None:
+            self.broker.stop()
+
+    def topic(self, prefix: str, partitions: int = 2, log_append_time: bool = True) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        config = {"message.timestamp.type": "LogAppendTime"} if log_append_time else {}
+        for future in self.admin.create_topics([NewTopic(name, partitions, 1, config=config)]).values():
+            future.result()
+        wait_until(lambda: name in self.admin.list_topics(timeout=10).topics, 30, f"topic {name}")
+        return name
+
+    def scheduler(self, app_id: Optional[str] = None, extra_args: tuple = ()) -> Scheduler:
+        app_id = app_id or f"bench-{uuid.uuid4().hex[:6]}"
+        workdir = self.workdir / app_id
+        workdir.mkdir(parents=True, exist_ok=True)
+        return Scheduler(self.bootstrap, app_id, workdir, extra_args)
+
+    def end_offsets(self, topic: str) -> int:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-offsets"})
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        total = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
+        consumer.close()
+        return total
+
+
+class RequestProducer:
+    """Produces native ADD requests as fast as librdkafka batches them."""
+
+    def __init__(self, bootstrap: str, requests_topic: str):
+        self.topic = requests_topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                                  "compression.type": "lz4", "acks": "all", "enable.idempotence": True,
+                                  "queue.buffering.max.messages": 1_000_000})
+        self.sent = 0
+        self.failed = 0
+
+    def _on_delivery(self, err, _msg) -> None:
+        if err is not None:
+            self.failed += 1
+
+    def add(self, destination: str, due_ms: int, request_id: Optional[str], value: bytes = b"payload") -> None:
+        headers = [(DUE_HEADER, str(due_ms).encode()), ("x-scheduler-deliver-to", destination.encode()),
+                   ("x-scheduler-deliver-at",
+                    format_instant(datetime.fromtimestamp(due_ms / 1000, timezone.utc)).encode())]
+        if request_id is not None:
+            headers.append(("x-scheduler-request-id", request_id.encode()))
+        while True:
+            try:
+                self.producer.produce(self.topic, key=request_id.encode() if request_id else None, value=value,
+                                      headers=headers, on_delivery=self._on_delivery)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.sent += 1
+        if self.sent % 10_000 == 0:
+            self.producer.poll(0)
+
+    def flush(self) -> None:
+        self.producer.flush(120)
+        if self.failed:
+            raise RuntimeError(f"{self.failed} requests were not acknowledged by the broker")
+
+
+class DeliveryReader:
+    """Consumes a destination topic; keeps (broker append time, due time) per delivery."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                                  "enable.auto.commit": False, "fetch.max.bytes": 50_000_000})
+        partitions = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        self.deliveries: list[tuple[int, int]] = []
+        self.delivery_ids: set[bytes] = set()
+        self.duplicates = 0
+
+    def poll(self, seconds: float = 0.2) -> int:
+        for message in self.consumer.consume(10_000, seconds):
+            if message.error() is not None:
+                continue
+            due = appended = None
+            delivery_id = None
+            for name, value in message.headers() or []:
+                if name == DUE_HEADER:
+                    due = int(value)
+                elif name == "x-scheduler-delivery-id":
+                    delivery_id = value
+            appended = message.timestamp()[1]
+            if delivery_id in self.delivery_ids:
+                self.duplicates += 1
+                continue
+            self.delivery_ids.add(delivery_id)
+            self.deliveries.append((appended, due))
+        return len(self.deliveries)
+
+    def lateness_figures(self) -> dict:
+        lateness = sorted((appended - due) / 1000 for appended, due in self.deliveries)
+        return {
+            "delivered": len(lateness),
+            "early": sum(1 for value in lateness if value < 0),
+            "lateness_p50_s": round(percentile(lateness, 0.50), 3),
+            "lateness_p99_s": round(percentile(lateness, 0.99), 3),
+            "lateness_max_s": round(lateness[-1], 3) if lateness else None,
+            "duplicates": self.duplicates,
+        }
+
+    def close(self) -> None:
+        self.consumer.close()
