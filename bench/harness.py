@@ -27,7 +27,7 @@ from confluent_kafka.admin import NewTopic
 from kafka_scheduler.broker import LocalBroker, free_port
 from kafka_scheduler.checkpoint import committed_offsets
 from kafka_scheduler.client import format_instant
-from kafka_scheduler.topics import admin_client, wait_for_broker
+from kafka_scheduler.topics import wait_for_broker
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"

@@ -52,6 +52,15 @@ def _trigger(text: str) -> str:
     return f"{int(float(match.group(1)) * _UNIT_MS[match.group(3).lower()])} milliseconds"
 
 
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {text!r}")
+        return text
+
+    return parse
+
+
 def _regex(text: str) -> str:
     re.compile(text)
     return text
@@ -86,6 +95,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_requests_per_batch", _positive_int, None,
            "cap on request records read per micro-batch (default: no cap)", "N"),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
+    Option("state_layout", _choice("wheel", "per-id"), "wheel",
+           "how pending schedules are kept: 'wheel' (time buckets per shard, bulk) or 'per-id' (one key per "
+           "schedule); fixed in the checkpoint at its first run", "LAYOUT"),
+    Option("shards", _positive_int, 16, "state shards of the wheel layout; fixed in the checkpoint at its first run",
+           "N"),
 )
 
 
@@ -103,6 +117,8 @@ class Config:
     history: bool = False
     max_requests_per_batch: Optional[int] = None
     driver_memory: str = "1g"
+    state_layout: str = "wheel"
+    shards: int = 16
 
     def __post_init__(self) -> None:
         if not _APP_ID.match(self.app_id):

@@ -25,6 +25,7 @@ from .metrics import BatchSummary, Totals
 from .sinks import RecordSink
 from .state_processor import OUTPUT_SCHEMA, SchedulerProcessor
 from .topics import TopicDirectory, ensure_topics, wait_for_broker
+from .wheel_processor import WheelProcessor, shard_column
 
 log = logging.getLogger("kafka_scheduler")
 
@@ -84,6 +85,10 @@ def build_stream(spark, config: Config):
     if config.max_requests_per_batch:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
     requests = DIALECTS["native"](reader.load(), DecodeSettings.from_config(config))
+    if config.state_layout == "wheel":
+        return requests.withColumn("shard", shard_column(config.shards)).groupBy("shard").transformWithStateInPandas(
+            statefulProcessor=WheelProcessor(), outputStructType=OUTPUT_SCHEMA,
+            outputMode="Update", timeMode="ProcessingTime")
     return requests.groupBy("sid").transformWithState(
         statefulProcessor=SchedulerProcessor(), outputStructType=OUTPUT_SCHEMA,
         outputMode="Update", timeMode="ProcessingTime")
@@ -121,8 +126,8 @@ class Scheduler:
         resumed = last_committed_batch(config.checkpoint_dir)
         log.info("checkpoint: %s (%s)", os.path.abspath(config.checkpoint_dir),
                  "new" if resumed is None else f"resuming after batch {resumed}; state restores in the first batch")
-        log.info("spark: starting (%s, %d shuffle partitions)",
-                 "spark-submit" if under_spark_submit() else config.master, config.partitions)
+        log.info("spark: starting (%s, %d shuffle partitions, %s state layout)",
+                 "spark-submit" if under_spark_submit() else config.master, config.partitions, config.state_layout)
         spark = build_session(config)
         sink = self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch)
         self.query = (build_stream(spark, config).writeStream

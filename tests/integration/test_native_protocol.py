@@ -16,9 +16,12 @@ from .support import at, ms_of, native
 ADD_WAIT = 90  # seconds a test waits for a delivery before failing
 
 
-@pytest.fixture(scope="module")
-def scheduler(scheduler_factory):
-    return scheduler_factory(app_id="proto").start()
+@pytest.fixture(scope="module", params=["wheel", "per-id"])
+def scheduler(request, scheduler_factory):
+    """Every rule is checked against both state layouts."""
+    process = scheduler_factory(app_id=f"proto-{request.param}", extra_args=("--state-layout", request.param))
+    yield process.start()
+    assert process.stop() == 0, process.log()[-3000:]
 
 
 @pytest.fixture
@@ -185,16 +188,16 @@ def test_two_ids_in_flight_to_two_topics_do_not_mix(kafka, requests_topic):
 
 
 BAD_REQUESTS = [
-    ("missing deliver-at", lambda t: native(t, None, "bad-1"), "missing x-scheduler-deliver-at"),
-    ("missing deliver-to", lambda t: native(None, at(5), "bad-2"), "missing x-scheduler-deliver-to"),
-    ("replace without id", lambda t: native(t, at(5), None, "REPLACE"), "missing x-scheduler-request-id"),
-    ("cancel without id", lambda t: native(action="CANCEL"), "missing x-scheduler-request-id"),
-    ("unparseable time", lambda t: native(t, "next tuesday", "bad-5"), "unparseable x-scheduler-deliver-at"),
-    ("zone-less time", lambda t: native(t, "2030-01-01T00:00:00", "bad-6"), "no time zone"),
-    ("unknown action", lambda t: native(t, at(5), "bad-7", "POSTPONE"), "unknown x-scheduler-action"),
-    ("internal topic", lambda t: native("__consumer_offsets", at(5), "bad-8"), "is not allowed"),
-    ("own topic", lambda t: native("proto-schedule-requests", at(5), "bad-9"), "is not allowed"),
-    ("too far ahead", lambda t: native(t, "2400-01-01T00:00:00Z", "bad-10"), "days ahead"),
+    ("missing deliver-at", lambda t, own: native(t, None, "bad-1"), "missing x-scheduler-deliver-at"),
+    ("missing deliver-to", lambda t, own: native(None, at(5), "bad-2"), "missing x-scheduler-deliver-to"),
+    ("replace without id", lambda t, own: native(t, at(5), None, "REPLACE"), "missing x-scheduler-request-id"),
+    ("cancel without id", lambda t, own: native(action="CANCEL"), "missing x-scheduler-request-id"),
+    ("unparseable time", lambda t, own: native(t, "next tuesday", "bad-5"), "unparseable x-scheduler-deliver-at"),
+    ("zone-less time", lambda t, own: native(t, "2030-01-01T00:00:00", "bad-6"), "no time zone"),
+    ("unknown action", lambda t, own: native(t, at(5), "bad-7", "POSTPONE"), "unknown x-scheduler-action"),
+    ("internal topic", lambda t, own: native("__consumer_offsets", at(5), "bad-8"), "is not allowed"),
+    ("own topic", lambda t, own: native(own, at(5), "bad-9"), "is not allowed"),
+    ("too far ahead", lambda t, own: native(t, "2400-01-01T00:00:00Z", "bad-10"), "days ahead"),
 ]
 
 
@@ -206,7 +209,7 @@ def test_invalid_requests_go_to_rejections_byte_exact_and_the_pipeline_keeps_run
     sent = {}
     for name, headers, reason in BAD_REQUESTS:
         key = f"bad:{name}:{uuid.uuid4().hex[:6]}".encode()
-        request_headers = [("user", b"\x00keep")] + headers(topic)
+        request_headers = [("user", b"\x00keep")] + headers(topic, requests_topic)
         sent[key] = (send(kafka, requests_topic, key, b"\xfe" + key, request_headers), request_headers, reason)
     too_large = b"big-" + uuid.uuid4().hex[:6].encode()
     sent[too_large] = (send(kafka, requests_topic, too_large, b"x" * 1_000_001, native(topic, at(5), "bad-11")),

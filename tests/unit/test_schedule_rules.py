@@ -10,12 +10,15 @@ everything pending and due is delivered.
 from __future__ import annotations
 
 import copy
+import zlib
 from dataclasses import dataclass
 from typing import Optional
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafka_scheduler import wheel
 from kafka_scheduler.schedule import Action, MemoryStore, Outcome, Request, Schedule, fire, process_requests
 from kafka_scheduler.state_processor import in_log_order
 
@@ -58,6 +61,46 @@ class Engine:
         fresh = Engine()
         fresh.pending, fresh.timers = copy.deepcopy(self.pending), set(self.timers)
         return fresh
+
+
+class WheelEngine:
+    """The bulk layout (wheel.py) driven the same way: shards, buckets, index, timers per bucket."""
+
+    SHARDS = 3
+
+    def __init__(self) -> None:
+        self.timers: set[tuple[int, int]] = set()
+        self.stores = [wheel.MemoryShardStore(shard, self.timers) for shard in range(self.SHARDS)]
+        self.outcomes: list[Outcome] = []
+
+    def shard_of(self, sid: str) -> int:
+        return zlib.crc32(sid.encode()) % self.SHARDS
+
+    def batch(self, now: int, requests: list[tuple[str, Request]]) -> list[Schedule]:
+        per_shard: dict[int, list] = {}
+        for sid, request in requests:
+            per_shard.setdefault(self.shard_of(sid), []).append((sid, request))
+        delivered = []
+        for shard, of_shard in per_shard.items():
+            counts, due_now = wheel.apply_requests(self.stores[shard], of_shard, now)
+            self.outcomes.extend(sorted(counts.elements()))
+            delivered.extend(due_now)
+        for timer in sorted(t for t in self.timers if t[0] <= now):
+            self.timers.discard(timer)
+            delivered.extend(wheel.schedules_of(wheel.fire(self.stores[timer[1]], timer[0], now)))
+        return delivered
+
+    def restart(self) -> "WheelEngine":
+        fresh = WheelEngine()
+        fresh.timers.update(self.timers)
+        for old, new in zip(self.stores, fresh.stores):
+            new.index = copy.deepcopy(old.index)
+            new.buckets = {b: wheel.BucketInfo(i.chunks, i.fired_up_to, set(i.struck)) for b, i in old.buckets.items()}
+            new.chunks = {k: v.copy() for k, v in old.chunks.items()}
+        return fresh
+
+
+ENGINES = [Engine, WheelEngine]
 
 
 # ---------------------------------------------------------------- examples
@@ -219,8 +262,8 @@ def reference_run(script) -> list[list[tuple]]:
     return out
 
 
-def engine_run(script) -> list[list[tuple]]:
-    engine = Engine()
+def engine_run(script, engine_class=Engine) -> list[list[tuple]]:
+    engine = engine_class()
     now, offset, out = 0, 0, []
     for batch, advance, restart in script:
         requests_of_batch = []
@@ -243,16 +286,18 @@ def engine_run(script) -> list[list[tuple]]:
     return out
 
 
+@pytest.mark.parametrize("engine_class", ENGINES, ids=["per-id", "wheel"])
 @settings(max_examples=400, deadline=None)
-@given(steps)
-def test_rules_match_the_reference_model(script):
-    assert engine_run(script) == reference_run(script)
+@given(script=steps)
+def test_rules_match_the_reference_model(engine_class, script):
+    assert engine_run(script, engine_class) == reference_run(script)
 
 
-@settings(max_examples=50, deadline=None)
-@given(st.integers(1, 3000), st.integers(0, 50))
-def test_herd_all_due_at_one_instant_is_delivered_in_one_batch_exactly_once(n, cancelled):
-    engine = Engine()
+@pytest.mark.parametrize("engine_class", ENGINES, ids=["per-id", "wheel"])
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 3000), cancelled=st.integers(0, 50))
+def test_herd_all_due_at_one_instant_is_delivered_in_one_batch_exactly_once(engine_class, n, cancelled):
+    engine = engine_class()
     adds = [(f"id{i}", Request(Action.ADD, sched(1000, b"h", f"t-0-{i}"))) for i in range(n)]
     engine.batch(0, adds)
     cancels = [(f"id{i}", Request(Action.CANCEL, None)) for i in range(min(cancelled, n))]

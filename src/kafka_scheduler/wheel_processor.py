@@ -1,0 +1,178 @@
+"""The Spark side of the bulk layout (``wheel.py``): a pandas ``StatefulProcessor`` keyed by shard.
+
+Requests arrive as pandas frames (Arrow batches); chunks of schedules are stored as
+Arrow IPC blobs (lz4), so the add and fire paths move schedules in bulk and make state
+calls per bucket; only requests carrying a client id touch the per-id index.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterator, Optional
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+
+from .dialects.common import KIND_REJECT, REJECTIONS_SID
+from .protocol import DELIVERY_ID
+from .schedule import Action, Request, Schedule
+from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
+from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, fire
+
+REJECTIONS_SHARD = -1
+OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
+
+_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+CHUNK_SCHEMA = pa.schema([("due_ms", pa.int64()), ("topic", pa.string()), ("key", pa.binary()),
+                          ("value", pa.binary()), ("headers", _HEADER_TYPE), ("delivery_id", pa.string())])
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+def shard_column(shards: int) -> Column:
+    """The grouping key: a stable hash of the schedule id; rejections share one key of their own."""
+    return F.when(F.col("kind") == KIND_REJECT, F.lit(REJECTIONS_SHARD)).otherwise(
+        F.pmod(F.xxhash64("sid"), F.lit(shards)).cast("int"))
+
+
+def _header_pairs(cell) -> list:
+    if cell is None:
+        return []
+    return [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in cell]
+
+
+def _bytes(value) -> Optional[bytes]:
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else bytes(value)
+
+
+def to_blob(entries: pd.DataFrame) -> bytes:
+    frame = entries[ENTRY_COLUMNS].copy()
+    frame["headers"] = [_header_pairs(h) for h in frame["headers"]]
+    table = pa.Table.from_pandas(frame, schema=CHUNK_SCHEMA, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, CHUNK_SCHEMA, options=_IPC_OPTIONS) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_blob(blob) -> pd.DataFrame:
+    return pa.ipc.open_stream(pa.py_buffer(bytes(blob))).read_all().to_pandas()
+
+
+def log_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """Kafka order: offsets ascending within a partition; partitions interleaved by timestamp.
+
+    Each row is keyed by the running maximum timestamp of its partition (in offset order),
+    which never decreases within a partition, so sorting on it keeps every partition's order.
+    """
+    frame = frame.sort_values(["src_topic", "src_partition", "src_offset"], kind="stable")
+    running = frame.groupby(["src_topic", "src_partition"], sort=False)["src_ts_ms"].cummax()
+    return frame.assign(_order=running).sort_values(
+        ["_order", "src_topic", "src_partition", "src_offset"], kind="stable")
+
+
+class MapStateShardStore:
+    """``ShardStore`` over three MapStates and the shard's timers."""
+
+    def __init__(self, processor: "WheelProcessor"):
+        self.p = processor
+
+    def index_get(self, sid):
+        value = self.p.index.getValue((sid,))
+        return None if value is None else IndexEntry(value[0], value[1], value[2], bytes(value[3]))
+
+    def index_put(self, sid, entry):
+        self.p.index.updateValue((sid,), (entry.bucket, entry.due_ms, entry.delivery_id, entry.digest))
+
+    def index_remove(self, sid):
+        self.p.index.removeKey((sid,))
+
+    def bucket_get(self, bucket):
+        value = self.p.buckets.getValue((bucket,))
+        return None if value is None else BucketInfo(value[0], value[1], set(value[2] or ()))
+
+    def bucket_put(self, bucket, info):
+        self.p.buckets.updateValue((bucket,), (info.chunks, info.fired_up_to, sorted(info.struck)))
+
+    def bucket_remove(self, bucket):
+        self.p.buckets.removeKey((bucket,))
+
+    def chunk_get(self, bucket, n):
+        value = self.p.chunks.getValue((bucket, n))
+        return from_blob(value[0]) if value is not None else pd.DataFrame(columns=ENTRY_COLUMNS)
+
+    def chunk_put(self, bucket, n, entries):
+        self.p.chunks.updateValue((bucket, n), (to_blob(entries),))
+
+    def chunk_remove(self, bucket, n):
+        self.p.chunks.removeKey((bucket, n))
+
+    def register_timer(self, ms):
+        self.p.handle.registerTimer(ms)
+
+
+def _records(kind: str, topic, key, value, headers, due_ms) -> pd.DataFrame:
+    return pd.DataFrame({"kind": kind, "topic": topic, "key": key, "value": value, "headers": headers,
+                         "due_ms": due_ms, "n": None}, columns=OUTPUT_COLUMNS)
+
+
+def _outcomes(counts: Counter) -> pd.DataFrame:
+    return pd.DataFrame([(KIND_OUTCOME, str(getattr(k, "value", k)), None, None, None, None, n)
+                         for k, n in counts.items() if n], columns=OUTPUT_COLUMNS)
+
+
+def deliveries_frame(entries: pd.DataFrame) -> pd.DataFrame:
+    headers = [[{"key": k, "value": v} for k, v in _header_pairs(h)] + [{"key": DELIVERY_ID, "value": d.encode()}]
+               for h, d in zip(entries["headers"], entries["delivery_id"])]
+    return _records(KIND_DELIVER, entries["topic"].to_numpy(), entries["key"].to_numpy(),
+                    entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy())
+
+
+def _schedules_frame(schedules: list[Schedule]) -> pd.DataFrame:
+    return pd.DataFrame([(s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id) for s in schedules],
+                        columns=ENTRY_COLUMNS)
+
+
+class WheelProcessor(StatefulProcessor):
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.index = handle.getMapState("index", "sid string",
+                                        "bucket long, due_ms long, delivery_id string, digest binary")
+        self.buckets = handle.getMapState("buckets", "bucket long", "chunks int, fired_up_to long, struck array<string>")
+        self.chunks = handle.getMapState("chunks", "bucket long, n int", "data binary")
+        self.store = MapStateShardStore(self)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        frames = [f for f in rows if len(f)]
+        if not frames:
+            return
+        frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        if int(key[0]) == REJECTIONS_SHARD:
+            yield _records(KIND_REJECT, frame["topic"].to_numpy(), frame["key"].to_numpy(),
+                           frame["value"].to_numpy(), list(frame["headers"]), None)
+            yield _outcomes(Counter({OUTCOME_REJECTED: len(frame)}))
+            return
+        requests = []
+        for row in log_order(frame).itertuples(index=False):
+            action = Action(row.action)
+            schedule = None if action is Action.CANCEL else Schedule(
+                int(row.due_ms), row.topic, _bytes(row.key), _bytes(row.value),
+                tuple((k, _bytes(v)) for k, v in _header_pairs(row.headers)), row.delivery_id)
+            requests.append((row.sid, Request(action, schedule)))
+        counts, due_now = apply_requests(self.store, requests, timerValues.getCurrentProcessingTimeInMs())
+        if due_now:
+            yield deliveries_frame(_schedules_frame(due_now))
+        yield _outcomes(counts)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
+        due = fire(self.store, expiredTimerInfo.getExpiryTimeInMs(), timerValues.getCurrentProcessingTimeInMs())
+        if len(due):
+            yield deliveries_frame(due)
+
+    def close(self) -> None:
+        pass
+
+
+__all__ = ["WheelProcessor", "shard_column", "REJECTIONS_SID", "OUTPUT_SCHEMA"]
