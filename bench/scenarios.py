@@ -68,8 +68,15 @@ def _ingest(env: Environment, scheduler, destination: str, count: int, due_ms: C
             "ingest_seconds": round(finished - started, 1)}
 
 
-def steady(env: Environment, args) -> dict:
+def _warmed_up(env: Environment, args):
+    """A started scheduler past its first (slow) batch, so figures show the steady state, not start-up."""
     scheduler = env.scheduler(extra_args=args.scheduler_args).start()
+    wait_until(lambda: "first batch done" in scheduler.log(), 300, "the first batch")
+    return scheduler
+
+
+def steady(env: Environment, args) -> dict:
+    scheduler = _warmed_up(env, args)
     destination = env.topic("steady")
     reader = DeliveryReader(env.bootstrap, destination)
     producer = RequestProducer(env.bootstrap, f"{scheduler.app_id}-schedule-requests")
@@ -97,7 +104,7 @@ def steady(env: Environment, args) -> dict:
 
 
 def ingest(env: Environment, args) -> dict:
-    scheduler = env.scheduler(extra_args=args.scheduler_args).start()
+    scheduler = _warmed_up(env, args)
     destination = env.topic("ingest")
     far = int(time.time() * 1000) + FAR_FUTURE_MS
     figures = _ingest(env, scheduler, destination, args.count, lambda i: far + i, "ingest", args.time_budget)
@@ -106,7 +113,7 @@ def ingest(env: Environment, args) -> dict:
 
 
 def herd(env: Environment, args) -> dict:
-    scheduler = env.scheduler(extra_args=args.scheduler_args).start()
+    scheduler = _warmed_up(env, args)
     destination = env.topic("herd", partitions=4)
     reader = DeliveryReader(env.bootstrap, destination)
     due = int(time.time() * 1000 + args.lead * 1000)
@@ -221,10 +228,12 @@ def run_one(name: str, args: argparse.Namespace) -> dict:
         env.close()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    parameters = {k: v for k, v in vars(scenario_args).items() if k not in ("scenario", "keep", "bootstrap_servers")}
+    log(f"{name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+    parameters = {k: v for k, v in vars(scenario_args).items()
+                  if k not in ("scenario", "keep", "bootstrap_servers", "command", "handler")
+                  and isinstance(v, (int, float, str, bool, type(None)))}
     parameters["scheduler_args"] = list(scenario_args.scheduler_args)
     path = write_result(name, parameters, figures)
-    log(f"{name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
     log(f"{name}: written to {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
     return figures
 

@@ -16,6 +16,8 @@ class BatchSummary:
     dead_lettered: int = 0  # deliveries diverted to the rejections topic (destination missing)
     earliest_due_ms: Optional[int] = None  # of the deliveries in this batch, for the lateness figure
     written_at_ms: int = 0
+    compute_s: float = 0.0  # decode, state step and summary (the batch's first Spark job)
+    write_s: float = 0.0  # the Kafka write
 
     @property
     def requests(self) -> int:
@@ -35,6 +37,7 @@ class BatchSummary:
             parts.append(f"(max lateness {max(0, self.written_at_ms - self.earliest_due_ms) / 1000:.2f}s)")
         if self.dead_lettered:
             parts.append(f"; {self.dead_lettered} undeliverable, sent to rejections")
+        parts.append(f"[state {self.compute_s:.2f}s, write {self.write_s:.2f}s]")
         return " ".join(parts)
 
 

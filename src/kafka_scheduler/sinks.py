@@ -55,14 +55,17 @@ class RecordSink:
             self.refused_batch = batch_id
             raise StopRequested(f"stop requested before batch {batch_id}")
         batch = batch.persist()
+        started = time.monotonic()
         try:
             summary = self._summarise(batch, batch_id)
+            summary.compute_s = time.monotonic() - started
             missing = self.topics.missing(self._destinations) if self._destinations else set()
             records = self._records(batch, missing)
             if summary.delivered or summary.outcomes.get("rejected"):
                 records.write.format("kafka").option("kafka.bootstrap.servers", self.config.bootstrap_servers) \
                     .options(**PRODUCER_OPTIONS).save()
             summary.written_at_ms = int(time.time() * 1000)
+            summary.write_s = time.monotonic() - started - summary.compute_s
             summary.dead_lettered = sum(self._per_topic[t] for t in missing)
             summary.delivered -= summary.dead_lettered
         finally:

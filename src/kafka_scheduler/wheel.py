@@ -34,7 +34,7 @@ import pandas as pd
 
 from .schedule import Action, Outcome, Request, Schedule
 
-BUCKET_MS = 100
+BUCKET_MS = 1000
 ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id"]
 INTERNAL_SID_PREFIX = "offset:"
 
@@ -147,10 +147,15 @@ class _Buckets:
             self.store.bucket_put(bucket, self.cache[bucket])
 
 
-def apply_requests(store: ShardStore, requests: Iterable[tuple[str, Request]], now_ms: int
-                   ) -> tuple[Counter, list[Schedule]]:
-    """One shard's requests of a micro-batch, in log order per id. Returns outcome counts and
-    the schedules to deliver now (due already, after all of the batch's requests acted)."""
+def apply_requests(store: ShardStore, requests: Iterable[tuple[str, Request]], now_ms: int,
+                   anonymous: Optional[pd.DataFrame] = None) -> tuple[Counter, list[Schedule], pd.DataFrame]:
+    """One shard's requests of a micro-batch. Returns outcome counts, the schedules to deliver now
+    (due already, after all of the batch's requests acted) and the anonymous ones due now.
+
+    ``requests`` are those with a client id, in log order per id. ``anonymous`` holds the ADDs
+    without request id (ENTRY_COLUMNS): nothing can replace or cancel them, so they skip the
+    index and are filed in bulk.
+    """
     by_sid: dict[str, list[Request]] = {}
     for sid, request in requests:
         by_sid.setdefault(sid, []).append(request)
@@ -200,10 +205,19 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[str, Request]], n
         if not internal:
             store.index_put(sid, IndexEntry(bucket, pending.due_ms, pending.delivery_id, pending_digest))
 
-    for bucket, schedules in to_store.items():
-        buckets.append(bucket, entries_frame(schedules))
+    frames = {bucket: entries_frame(schedules) for bucket, schedules in to_store.items()}
+    anonymous_due = pd.DataFrame(columns=ENTRY_COLUMNS)
+    if anonymous is not None and len(anonymous):
+        outcomes[Outcome.SCHEDULED] += len(anonymous)
+        due_mask = anonymous["due_ms"] <= now_ms
+        anonymous_due = anonymous[due_mask]
+        later = anonymous[~due_mask]
+        for bucket, group in later.groupby(later["due_ms"] // BUCKET_MS, sort=False):
+            frames[int(bucket)] = pd.concat([frames[int(bucket)], group]) if int(bucket) in frames else group
+    for bucket, frame in frames.items():
+        buckets.append(bucket, frame.reset_index(drop=True))
     buckets.flush()
-    return outcomes, due_now
+    return outcomes, due_now, anonymous_due.reset_index(drop=True)
 
 
 def fire(store: ShardStore, timer_ms: int, now_ms: int) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from .dialects.common import KIND_REJECT, REJECTIONS_SID
 from .protocol import DELIVERY_ID
 from .schedule import Action, Request, Schedule
 from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
-from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, fire
+from .wheel import ENTRY_COLUMNS, INTERNAL_SID_PREFIX, BucketInfo, IndexEntry, apply_requests, fire
 
 REJECTIONS_SHARD = -1
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
@@ -154,16 +154,21 @@ class WheelProcessor(StatefulProcessor):
                            frame["value"].to_numpy(), list(frame["headers"]), None)
             yield _outcomes(Counter({OUTCOME_REJECTED: len(frame)}))
             return
+        anonymous_mask = frame["sid"].str.startswith(INTERNAL_SID_PREFIX)
+        anonymous = frame.loc[anonymous_mask, ENTRY_COLUMNS].reset_index(drop=True)
         requests = []
-        for row in log_order(frame).itertuples(index=False):
+        for row in log_order(frame[~anonymous_mask]).itertuples(index=False):
             action = Action(row.action)
             schedule = None if action is Action.CANCEL else Schedule(
                 int(row.due_ms), row.topic, _bytes(row.key), _bytes(row.value),
                 tuple((k, _bytes(v)) for k, v in _header_pairs(row.headers)), row.delivery_id)
             requests.append((row.sid, Request(action, schedule)))
-        counts, due_now = apply_requests(self.store, requests, timerValues.getCurrentProcessingTimeInMs())
+        counts, due_now, anonymous_due = apply_requests(
+            self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous)
         if due_now:
             yield deliveries_frame(_schedules_frame(due_now))
+        if len(anonymous_due):
+            yield deliveries_frame(anonymous_due)
         yield _outcomes(counts)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:

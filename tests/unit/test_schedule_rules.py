@@ -78,13 +78,19 @@ class WheelEngine:
 
     def batch(self, now: int, requests: list[tuple[str, Request]]) -> list[Schedule]:
         per_shard: dict[int, list] = {}
+        anonymous: dict[int, list] = {}
         for sid, request in requests:
-            per_shard.setdefault(self.shard_of(sid), []).append((sid, request))
+            if sid.startswith(wheel.INTERNAL_SID_PREFIX):  # as the processor does: filed in bulk
+                anonymous.setdefault(self.shard_of(sid), []).append(request.schedule)
+            else:
+                per_shard.setdefault(self.shard_of(sid), []).append((sid, request))
         delivered = []
-        for shard, of_shard in per_shard.items():
-            counts, due_now = wheel.apply_requests(self.stores[shard], of_shard, now)
+        for shard in sorted(set(per_shard) | set(anonymous)):
+            counts, due_now, anonymous_due = wheel.apply_requests(
+                self.stores[shard], per_shard.get(shard, []), now, wheel.entries_frame(anonymous.get(shard, [])))
             self.outcomes.extend(sorted(counts.elements()))
             delivered.extend(due_now)
+            delivered.extend(wheel.schedules_of(anonymous_due))
         for timer in sorted(t for t in self.timers if t[0] <= now):
             self.timers.discard(timer)
             delivered.extend(wheel.schedules_of(wheel.fire(self.stores[timer[1]], timer[0], now)))
@@ -226,14 +232,14 @@ class Op:
 
 
 requests = st.one_of(
-    st.builds(Op, st.sampled_from(["ADD", "REPLACE"]), st.sampled_from(IDS), st.integers(-50, 400),
+    st.builds(Op, st.sampled_from(["ADD", "REPLACE"]), st.sampled_from(IDS), st.integers(-50, 3000),
               st.sampled_from([b"", b"x", b"y", b"\x00\xff"])),
     st.builds(Op, st.just("CANCEL"), st.sampled_from(IDS)),
-    st.builds(Op, st.just("ADD_NO_ID"), st.none(), st.integers(-50, 400), st.sampled_from([b"x", b"y"])),
+    st.builds(Op, st.just("ADD_NO_ID"), st.none(), st.integers(-50, 3000), st.sampled_from([b"x", b"y"])),
 )
 # A step: a batch of requests, how far the clock advances after it (including big jumps), and maybe a restart.
 steps = st.lists(
-    st.tuples(st.lists(requests, max_size=6), st.sampled_from([0, 1, 7, 50, 100, 333, 5000]), st.booleans()),
+    st.tuples(st.lists(requests, max_size=6), st.sampled_from([0, 1, 7, 50, 100, 333, 999, 1000, 5000]), st.booleans()),
     min_size=1, max_size=25)
 
 
