@@ -61,6 +61,10 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def _duration_ms(text: str) -> int:
+    return int(_trigger(text).split()[0])
+
+
 def _regex(text: str) -> str:
     re.compile(text)
     return text
@@ -95,6 +99,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_requests_per_batch", _positive_int, None,
            "cap on request records read per micro-batch (default: no cap)", "N"),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
+    Option("lookahead", _duration_ms, 0,
+           "prepare deliveries due within this window in the current batch and write each at its due time "
+           "(lower lateness; a replace or cancel must then arrive this much before the due time)", "DURATION"),
     Option("state_layout", _choice("wheel", "per-id"), "wheel",
            "how pending schedules are kept: 'wheel' (time buckets per shard, bulk) or 'per-id' (one key per "
            "schedule); fixed in the checkpoint at its first run", "LAYOUT"),
@@ -117,6 +124,7 @@ class Config:
     history: bool = False
     max_requests_per_batch: Optional[int] = None
     driver_memory: str = "1g"
+    lookahead: int = 0  # milliseconds
     state_layout: str = "wheel"
     shards: int = 16
 

@@ -87,10 +87,10 @@ def build_stream(spark, config: Config):
     requests = DIALECTS["native"](reader.load(), DecodeSettings.from_config(config))
     if config.state_layout == "wheel":
         return requests.withColumn("shard", shard_column(config.shards)).groupBy("shard").transformWithStateInPandas(
-            statefulProcessor=WheelProcessor(), outputStructType=OUTPUT_SCHEMA,
+            statefulProcessor=WheelProcessor(config.lookahead), outputStructType=OUTPUT_SCHEMA,
             outputMode="Update", timeMode="ProcessingTime")
     return requests.groupBy("sid").transformWithState(
-        statefulProcessor=SchedulerProcessor(), outputStructType=OUTPUT_SCHEMA,
+        statefulProcessor=SchedulerProcessor(config.lookahead), outputStructType=OUTPUT_SCHEMA,
         outputMode="Update", timeMode="ProcessingTime")
 
 

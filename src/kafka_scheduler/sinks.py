@@ -37,6 +37,10 @@ PRODUCER_OPTIONS = {
 }
 
 
+# With a lookahead, held deliveries go out in slices this wide, each once its last due time has passed.
+HOLD_SLICE_MS = 50
+
+
 class StopRequested(Exception):
     """Raised at the start of a batch once a stop was asked for: the batch writes nothing and is not committed."""
 
@@ -60,10 +64,8 @@ class RecordSink:
             summary = self._summarise(batch, batch_id)
             summary.compute_s = time.monotonic() - started
             missing = self.topics.missing(self._destinations) if self._destinations else set()
-            records = self._records(batch, missing)
             if summary.delivered or summary.outcomes.get("rejected"):
-                records.write.format("kafka").option("kafka.bootstrap.servers", self.config.bootstrap_servers) \
-                    .options(**PRODUCER_OPTIONS).save()
+                self._write(self._records(batch, missing))
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
             summary.dead_lettered = sum(self._per_topic[t] for t in missing)
@@ -72,6 +74,27 @@ class RecordSink:
             batch.unpersist()
         if self.on_batch is not None:
             self.on_batch(summary)
+
+    def _save(self, records: DataFrame) -> None:
+        records.select("topic", "key", "value", "headers").write.format("kafka") \
+            .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS).save()
+
+    def _write(self, records: DataFrame) -> None:
+        """Everything due now at once; with a lookahead, the rest in slices, each at its due time."""
+        now_ms = int(time.time() * 1000)
+        if not self.config.lookahead:
+            self._save(records)
+            return
+        held = F.col("due_ms").isNotNull() & (F.col("due_ms") > now_ms)
+        self._save(records.filter(~held))
+        slice_of = F.ceil(F.col("due_ms") / F.lit(HOLD_SLICE_MS)).cast("long")
+        slices = sorted(row[0] for row in records.filter(held).select(slice_of).distinct().collect())
+        for number in slices:
+            end_ms = number * HOLD_SLICE_MS
+            pause = end_ms / 1000 - time.time()
+            if pause > 0:
+                time.sleep(pause)
+            self._save(records.filter(held & (slice_of == number)))
 
     def _summarise(self, batch: DataFrame, batch_id: int) -> BatchSummary:
         rows = batch.groupBy("kind", "topic").agg(
@@ -91,15 +114,17 @@ class RecordSink:
         return summary
 
     def _records(self, batch: DataFrame, missing: set[str]) -> DataFrame:
+        """Deliveries, rejections, dead letters and history rows; ``due_ms`` kept for the hold."""
         records = batch.filter(F.col("kind") != KIND_OUTCOME)
         if missing:
             records = self._dead_letter(records, missing)
-        columns = ["topic", "key", "value", "headers"]
+        columns = ["topic", "key", "value", "headers", "due_ms"]
         if self.config.history:
             history = records.filter(F.col("kind") == KIND_DELIVER).select(
                 F.lit(self.config.history_topic).alias("topic"), "key", "value",
                 F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
-                                            header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"))
+                                            header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
+                "due_ms")
             return records.select(*columns).unionByName(history)
         return records.select(*columns)
 
@@ -121,5 +146,5 @@ class RecordSink:
             F.when(undeliverable, F.lit(self.config.rejections_topic)).otherwise(F.col("topic")).alias("topic"),
             "key", "value",
             F.when(undeliverable, F.concat("headers", extra)).otherwise(F.col("headers")).alias("headers"),
-            "due_ms",
+            F.when(undeliverable, F.lit(None)).otherwise(F.col("due_ms")).alias("due_ms"),
         )

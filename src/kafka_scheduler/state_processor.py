@@ -101,8 +101,9 @@ class ValueStateStore:
     """``PendingStore`` over one ValueState and the key's processing-time timers."""
 
     def __init__(self, handle: StatefulProcessorHandle, state, known_empty: bool = False,
-                 firing_timer_ms: Optional[int] = None):
+                 firing_timer_ms: Optional[int] = None, lookahead_ms: int = 0):
         self._handle, self._state = handle, state
+        self._lookahead_ms = lookahead_ms  # timers are armed this much before the due time
         self._known_empty = known_empty
         self._firing_timer_ms = firing_timer_ms  # expires by itself; deleting it is not needed
 
@@ -116,7 +117,7 @@ class ValueStateStore:
 
     def replace(self, old: Optional[Schedule], new: Optional[Schedule]) -> None:
         if old is not None and old.due_ms != self._firing_timer_ms and (new is None or new.due_ms != old.due_ms):
-            self._handle.deleteTimer(old.due_ms)
+            self._handle.deleteTimer(old.due_ms - self._lookahead_ms)
         if new is None:
             if old is not None:
                 self._state.clear()
@@ -124,10 +125,15 @@ class ValueStateStore:
         self._state.update((new.due_ms, new.topic, new.key, new.value, [tuple(h) for h in new.headers],
                             new.delivery_id))
         if old is None or new.due_ms != old.due_ms:
-            self._handle.registerTimer(new.due_ms)
+            self._handle.registerTimer(new.due_ms - self._lookahead_ms)
 
 
 class SchedulerProcessor(StatefulProcessor):
+    """``lookahead_ms`` as in ``WheelProcessor``: the rules see the batch time shifted by it."""
+
+    def __init__(self, lookahead_ms: int = 0):
+        self.lookahead_ms = lookahead_ms
+
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.pending = handle.getValueState("pending", PENDING_SCHEMA)
@@ -146,15 +152,18 @@ class SchedulerProcessor(StatefulProcessor):
         for row in in_log_order(rows):
             action = Action(row["action"])
             requests.append(Request(action, None if action is Action.CANCEL else schedule_from_row(row)))
-        store = ValueStateStore(self.handle, self.pending, known_empty=sid.startswith(INTERNAL_SID_PREFIX))
-        outcomes, due_now = process_requests(store, requests, timerValues.getCurrentProcessingTimeInMs())
+        store = ValueStateStore(self.handle, self.pending, known_empty=sid.startswith(INTERNAL_SID_PREFIX),
+                                lookahead_ms=self.lookahead_ms)
+        outcomes, due_now = process_requests(store, requests,
+                                             timerValues.getCurrentProcessingTimeInMs() + self.lookahead_ms)
         if due_now is not None:
             yield delivery_row(due_now)
         yield from outcome_rows(Counter(outcomes))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
-        expiry = expiredTimerInfo.getExpiryTimeInMs()
-        due = fire(ValueStateStore(self.handle, self.pending, firing_timer_ms=expiry), expiry)
+        due_ms = expiredTimerInfo.getExpiryTimeInMs() + self.lookahead_ms
+        due = fire(ValueStateStore(self.handle, self.pending, firing_timer_ms=due_ms, lookahead_ms=self.lookahead_ms),
+                   due_ms)
         if due is not None:
             yield delivery_row(due)
 

@@ -74,7 +74,7 @@ def log_order(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 class MapStateShardStore:
-    """``ShardStore`` over three MapStates and the shard's timers."""
+    """``ShardStore`` over three MapStates and the shard's timers (armed ``lookahead`` early)."""
 
     def __init__(self, processor: "WheelProcessor"):
         self.p = processor
@@ -110,7 +110,7 @@ class MapStateShardStore:
         self.p.chunks.removeKey((bucket, n))
 
     def register_timer(self, ms):
-        self.p.handle.registerTimer(ms)
+        self.p.handle.registerTimer(ms - self.p.lookahead_ms)
 
 
 def _records(kind: str, topic, key, value, headers, due_ms) -> pd.DataFrame:
@@ -136,6 +136,12 @@ def _schedules_frame(schedules: list[Schedule]) -> pd.DataFrame:
 
 
 class WheelProcessor(StatefulProcessor):
+    """``lookahead_ms``: schedules due up to this far after the batch time are emitted in the batch;
+    the sink holds each until its due time. The rules see the batch time shifted by it."""
+
+    def __init__(self, lookahead_ms: int = 0):
+        self.lookahead_ms = lookahead_ms
+
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.index = handle.getMapState("index", "sid string",
@@ -164,7 +170,7 @@ class WheelProcessor(StatefulProcessor):
                 tuple((k, _bytes(v)) for k, v in _header_pairs(row.headers)), row.delivery_id)
             requests.append((row.sid, Request(action, schedule)))
         counts, due_now, anonymous_due = apply_requests(
-            self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous)
+            self.store, requests, timerValues.getCurrentProcessingTimeInMs() + self.lookahead_ms, anonymous)
         if due_now:
             yield deliveries_frame(_schedules_frame(due_now))
         if len(anonymous_due):
@@ -172,7 +178,8 @@ class WheelProcessor(StatefulProcessor):
         yield _outcomes(counts)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        due = fire(self.store, expiredTimerInfo.getExpiryTimeInMs(), timerValues.getCurrentProcessingTimeInMs())
+        due = fire(self.store, expiredTimerInfo.getExpiryTimeInMs() + self.lookahead_ms,
+                   timerValues.getCurrentProcessingTimeInMs() + self.lookahead_ms)
         if len(due):
             yield deliveries_frame(due)
 
