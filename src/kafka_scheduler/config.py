@@ -96,8 +96,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_value_bytes", _positive_int, 1_000_000, "largest accepted request value, in bytes", "BYTES"),
     Option("max_ahead_days", _positive_int, 36_525, "how far ahead a due time may be (default 100 years)", "DAYS"),
     Option("history", _bool, False, "write one record per delivery to <app-id>-schedule-history", "BOOL"),
-    Option("max_requests_per_batch", _positive_int, None,
-           "cap on request records read per micro-batch (default: no cap)", "N"),
+    Option("max_requests_per_batch", _positive_int, 500_000,
+           "cap on request records read per micro-batch: bounds memory and batch time when catching up", "N"),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
     Option("lookahead", _duration_ms, 0,
            "prepare deliveries due within this window in the current batch and write each at its due time "
@@ -105,7 +105,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("state_layout", _choice("wheel", "per-id"), "wheel",
            "how pending schedules are kept: 'wheel' (time buckets per shard, bulk) or 'per-id' (one key per "
            "schedule); fixed in the checkpoint at its first run", "LAYOUT"),
-    Option("shards", _positive_int, 16, "state shards of the wheel layout; fixed in the checkpoint at its first run",
+    Option("shards", _positive_int, None,
+           "state shards of the wheel layout (default: twice --partitions); fixed in the checkpoint at its first run",
            "N"),
 )
 
@@ -122,17 +123,20 @@ class Config:
     max_value_bytes: int = 1_000_000
     max_ahead_days: int = 36_525
     history: bool = False
-    max_requests_per_batch: Optional[int] = None
+    max_requests_per_batch: Optional[int] = 500_000
     driver_memory: str = "1g"
     lookahead: int = 0  # milliseconds
     state_layout: str = "wheel"
-    shards: int = 16
+    shards: Optional[int] = None  # None: twice the partitions
 
     def __post_init__(self) -> None:
         if not _APP_ID.match(self.app_id):
             raise ConfigError(f"app id {self.app_id!r} must be 1-200 characters of letters, digits, '.', '_', '-'")
         if self.checkpoint_dir is None:
             object.__setattr__(self, "checkpoint_dir", os.path.join("checkpoints", self.app_id))
+        if self.shards is None:
+            # Few shards keep per-batch overhead low; two per shuffle partition keep both busy.
+            object.__setattr__(self, "shards", 2 * self.partitions)
 
     @property
     def requests_topic(self) -> str:

@@ -27,7 +27,8 @@ def test_defaults_with_no_flags_and_no_environment():
     assert config.allowed_destinations is None
     assert config.max_value_bytes == 1_000_000
     assert config.max_ahead_days == 36_525
-    assert config.max_requests_per_batch is None
+    assert config.max_requests_per_batch == 500_000
+    assert config.lookahead == 0 and config.state_layout == "wheel" and config.shards == 4
 
 
 def test_resolve_without_namespace_uses_environment():
