@@ -44,8 +44,9 @@ class CommandError(Exception):
     pass
 
 
-def _setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+def _setup_logging() -> None:
+    level = os.environ.get("KAFKA_SCHEDULER_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=getattr(logging, level, logging.INFO), stream=sys.stderr,
                         format="%(asctime)s %(levelname)-5s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
