@@ -208,7 +208,7 @@ TARGETS = {
 
 # What `make bench` (scenario "all") runs: every target, with and without the tuning that matters.
 PLAN = [
-    ("steady", {"scheduler_args": ("--lookahead=2s",)}),
+    ("steady", {"scheduler_args": ("--lookahead=1500ms",)}),
     ("steady", {}),
     ("ingest", {}),
     ("ingest", {"no_ids": True}),
