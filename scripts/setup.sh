@@ -43,7 +43,12 @@ fetch_jars() {  # bundle, extra maven flags
     if [ "$(cat "$dest/.pom-sha" 2>/dev/null)" != "$want" ]; then
         say "fetching $bundle jars from Maven Central"
         rm -rf "$dest"
-        mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DoutputDirectory="$PWD/$dest" "$@"
+        mkdir -p .cache
+        if ! mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DoutputDirectory="$PWD/$dest" "$@" \
+                > ".cache/mvn-$bundle.log" 2>&1; then
+            cat ".cache/mvn-$bundle.log"
+            exit 1
+        fi
         echo "$want" > "$dest/.pom-sha"
     fi
 }
