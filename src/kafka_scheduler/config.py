@@ -45,11 +45,15 @@ _UNIT_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "second": 1
             "m": 60_000, "minute": 60_000, "minutes": 60_000}
 
 
-def _trigger(text: str) -> str:
+def _duration_ms(text: str) -> int:
     match = _TRIGGER.match(text)
     if not match:
         raise ValueError(f"expected a duration such as '0s', '250ms' or '1 second', got {text!r}")
-    return f"{int(float(match.group(1)) * _UNIT_MS[match.group(3).lower()])} milliseconds"
+    return int(float(match.group(1)) * _UNIT_MS[match.group(3).lower()])
+
+
+def _trigger(text: str) -> str:
+    return f"{_duration_ms(text)} milliseconds"
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
@@ -59,10 +63,6 @@ def _choice(*allowed: str) -> Callable[[str], str]:
         return text
 
     return parse
-
-
-def _duration_ms(text: str) -> int:
-    return int(_trigger(text).split()[0])
 
 
 def _regex(text: str) -> str:

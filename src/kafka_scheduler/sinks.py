@@ -61,14 +61,14 @@ class RecordSink:
         batch = batch.persist()
         started = time.monotonic()
         try:
-            summary = self._summarise(batch, batch_id)
+            summary, per_topic = self._summarise(batch, batch_id)
             summary.compute_s = time.monotonic() - started
-            missing = self.topics.missing(self._destinations) if self._destinations else set()
+            missing = self.topics.missing(set(per_topic)) if per_topic else set()
             if summary.delivered or summary.outcomes.get("rejected"):
                 self._write(self._records(batch, missing))
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
-            summary.dead_lettered = sum(self._per_topic[t] for t in missing)
+            summary.dead_lettered = sum(per_topic[t] for t in missing)
             summary.delivered -= summary.dead_lettered
         finally:
             batch.unpersist()
@@ -96,22 +96,22 @@ class RecordSink:
                 time.sleep(pause)
             self._save(records.filter(held & (slice_of == number)))
 
-    def _summarise(self, batch: DataFrame, batch_id: int) -> BatchSummary:
+    def _summarise(self, batch: DataFrame, batch_id: int) -> tuple[BatchSummary, Counter]:
+        """Outcome counts, and deliveries per destination topic, in one Spark job."""
         rows = batch.groupBy("kind", "topic").agg(
             F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"), F.min("due_ms").alias("earliest_due")
         ).collect()
         summary = BatchSummary(batch_id)
-        self._per_topic: Counter = Counter()
+        per_topic: Counter = Counter()
         for row in rows:
             if row["kind"] == KIND_OUTCOME:
                 summary.outcomes[row["topic"]] += row["n"]
             elif row["kind"] == KIND_DELIVER:
                 summary.delivered += row["records"]
-                self._per_topic[row["topic"]] += row["records"]
+                per_topic[row["topic"]] += row["records"]
                 if summary.earliest_due_ms is None or row["earliest_due"] < summary.earliest_due_ms:
                     summary.earliest_due_ms = row["earliest_due"]
-        self._destinations = set(self._per_topic)
-        return summary
+        return summary, per_topic
 
     def _records(self, batch: DataFrame, missing: set[str]) -> DataFrame:
         """Deliveries, rejections, dead letters and history rows; ``due_ms`` kept for the hold."""

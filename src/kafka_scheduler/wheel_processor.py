@@ -16,7 +16,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from .dialects.common import KIND_REJECT, REJECTIONS_SID
+from .dialects.common import KIND_REJECT
 from .protocol import DELIVERY_ID
 from .schedule import Action, Request, Schedule
 from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
@@ -186,5 +186,3 @@ class WheelProcessor(StatefulProcessor):
     def close(self) -> None:
         pass
 
-
-__all__ = ["WheelProcessor", "shard_column", "REJECTIONS_SID", "OUTPUT_SCHEMA"]
