@@ -16,6 +16,18 @@ from .protocol import DELIVERY_ID
 
 Headers = tuple[tuple[str, Optional[bytes]], ...]
 
+# Schedule ids are bytes end to end (ids of the coming dialects are Kafka keys: any bytes), scoped
+# by input topic: b"id:<topic>/<request id bytes>". Topic names cannot contain "/", so the
+# form is unambiguous. An ADD without request id gets b"offset:<topic>/<partition>/<offset>":
+# nothing can refer to it. Rejections share one grouping key of their own.
+CLIENT_SID_PREFIX = b"id:"
+INTERNAL_SID_PREFIX = b"offset:"
+REJECTIONS_SID = b"\x00rejections"
+
+
+def is_internal(sid: bytes) -> bool:
+    return sid[:len(INTERNAL_SID_PREFIX)] == INTERNAL_SID_PREFIX
+
 
 
 class Action(str, Enum):
@@ -68,7 +80,10 @@ class PendingStore(Protocol):
     def get(self) -> Optional[Schedule]: ...
 
     def replace(self, old: Optional[Schedule], new: Optional[Schedule]) -> None:
-        """Swap the stored version ``old`` (and its timer) for ``new`` (and a timer at its due time)."""
+        """Swap the stored version ``old`` (and its timer) for ``new`` (and a timer for its due time)."""
+
+    def rearm(self, pending: Schedule) -> None:
+        """Make sure a timer for the pending version's due time is set (after a stale timer fired)."""
 
 
 def apply_request(pending: Optional[Schedule], request: Request) -> tuple[Outcome, Optional[Schedule]]:
@@ -90,7 +105,8 @@ def apply_request(pending: Optional[Schedule], request: Request) -> tuple[Outcom
 
 def process_requests(store: PendingStore, requests: Iterable[Request], now_ms: int
                      ) -> tuple[list[Outcome], Optional[Schedule]]:
-    """All of one id's requests of a micro-batch, in log order, at batch time ``now_ms``.
+    """All of one id's requests of a micro-batch, in log order, at rule time ``now_ms`` (the batch
+    time plus the lookahead).
 
     Returns the outcome of each request and the version to deliver now, if the version
     left pending is already due. Within a batch the requests act first and delivery
@@ -111,20 +127,29 @@ def process_requests(store: PendingStore, requests: Iterable[Request], now_ms: i
     return outcomes, due_now
 
 
-def fire(store: PendingStore, timer_ms: int) -> Optional[Schedule]:
-    """A timer at ``timer_ms`` expired: deliver the pending version it was armed for, if still there."""
+def fire(store: PendingStore, rule_ms: int) -> Optional[Schedule]:
+    """A timer of the id expired: deliver the pending version if it is due by ``rule_ms``.
+
+    The timer is not trusted to name the version: it may be left over from a replaced version,
+    or have been set with another lookahead. A pending version not yet due gets its timer again.
+    """
     pending = store.get()
-    if pending is None or pending.due_ms != timer_ms:
+    if pending is None:
+        return None
+    if pending.due_ms > rule_ms:
+        store.rearm(pending)
         return None
     store.replace(pending, None)
     return pending
 
 
 class MemoryStore:
-    """A ``PendingStore`` over a dict, with the armed timers kept alongside (tests and tools)."""
+    """A ``PendingStore`` over a dict, with the armed timers kept alongside (tests and tools).
 
-    def __init__(self, pending: dict[str, Schedule], timers: set[tuple[int, str]], sid: str):
-        self._pending, self._timers, self._sid = pending, timers, sid
+    Timers are (instant, id) pairs set ``lookahead_ms`` before the due time, as in Spark."""
+
+    def __init__(self, pending: dict, timers: set, sid, lookahead_ms: int = 0):
+        self._pending, self._timers, self._sid, self._lookahead_ms = pending, timers, sid, lookahead_ms
 
     def get(self) -> Optional[Schedule]:
         return self._pending.get(self._sid)
@@ -132,7 +157,10 @@ class MemoryStore:
     def replace(self, old: Optional[Schedule], new: Optional[Schedule]) -> None:
         if old is not None:
             del self._pending[self._sid]
-            self._timers.discard((old.due_ms, self._sid))
+            self._timers.discard((old.due_ms - self._lookahead_ms, self._sid))
         if new is not None:
             self._pending[self._sid] = new
-            self._timers.add((new.due_ms, self._sid))
+            self.rearm(new)
+
+    def rearm(self, pending: Schedule) -> None:
+        self._timers.add((pending.due_ms - self._lookahead_ms, self._sid))

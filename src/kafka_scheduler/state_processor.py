@@ -20,8 +20,8 @@ from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
 
-from .dialects.common import KIND_REJECT, REJECTIONS_SID
-from .schedule import Action, Outcome, Request, Schedule, fire, process_requests
+from .dialects.common import KIND_REJECT
+from .schedule import REJECTIONS_SID, Action, Outcome, Request, Schedule, fire, is_internal, process_requests
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -48,9 +48,6 @@ OUTPUT_SCHEMA = StructType([
 KIND_DELIVER = "deliver"
 KIND_OUTCOME = "outcome"
 OUTCOME_REJECTED = "rejected"
-
-# Internal ids (ADD without request id) are unique source offsets: nothing can be pending under them.
-INTERNAL_SID_PREFIX = "offset:"
 
 
 def _bytes(value) -> Optional[bytes]:
@@ -98,14 +95,18 @@ def in_log_order(rows: Iterable) -> list:
 
 
 class ValueStateStore:
-    """``PendingStore`` over one ValueState and the key's processing-time timers."""
+    """``PendingStore`` over one ValueState and the key's processing-time timers.
 
-    def __init__(self, handle: StatefulProcessorHandle, state, known_empty: bool = False,
-                 firing_timer_ms: Optional[int] = None, lookahead_ms: int = 0):
+    Timers are set ``lookahead_ms`` before the due time. One set under another lookahead (an
+    earlier run) is not deleted by ``replace``: it fires later, finds nothing due, and re-arms.
+    """
+
+    def __init__(self, handle: StatefulProcessorHandle, state, known_empty: bool = False, firing: bool = False,
+                 lookahead_ms: int = 0):
         self._handle, self._state = handle, state
-        self._lookahead_ms = lookahead_ms  # timers are armed this much before the due time
+        self._lookahead_ms = lookahead_ms
         self._known_empty = known_empty
-        self._firing_timer_ms = firing_timer_ms  # expires by itself; deleting it is not needed
+        self._firing = firing  # the firing timer expires by itself; deleting it is not needed
 
     def get(self) -> Optional[Schedule]:
         if self._known_empty:
@@ -116,7 +117,7 @@ class ValueStateStore:
         return schedule_from_row(row.asDict() if hasattr(row, "asDict") else dict(zip(PENDING_SCHEMA.names, row)))
 
     def replace(self, old: Optional[Schedule], new: Optional[Schedule]) -> None:
-        if old is not None and old.due_ms != self._firing_timer_ms and (new is None or new.due_ms != old.due_ms):
+        if old is not None and not self._firing and (new is None or new.due_ms != old.due_ms):
             self._handle.deleteTimer(old.due_ms - self._lookahead_ms)
         if new is None:
             if old is not None:
@@ -125,7 +126,10 @@ class ValueStateStore:
         self._state.update((new.due_ms, new.topic, new.key, new.value, [tuple(h) for h in new.headers],
                             new.delivery_id))
         if old is None or new.due_ms != old.due_ms:
-            self._handle.registerTimer(new.due_ms - self._lookahead_ms)
+            self.rearm(new)
+
+    def rearm(self, pending: Schedule) -> None:
+        self._handle.registerTimer(pending.due_ms - self._lookahead_ms)
 
 
 class SchedulerProcessor(StatefulProcessor):
@@ -139,7 +143,7 @@ class SchedulerProcessor(StatefulProcessor):
         self.pending = handle.getValueState("pending", PENDING_SCHEMA)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
-        sid = key[0]
+        sid = bytes(key[0])
         if sid == REJECTIONS_SID:
             count = 0
             for row in rows:
@@ -152,7 +156,7 @@ class SchedulerProcessor(StatefulProcessor):
         for row in in_log_order(rows):
             action = Action(row["action"])
             requests.append(Request(action, None if action is Action.CANCEL else schedule_from_row(row)))
-        store = ValueStateStore(self.handle, self.pending, known_empty=sid.startswith(INTERNAL_SID_PREFIX),
+        store = ValueStateStore(self.handle, self.pending, known_empty=is_internal(sid),
                                 lookahead_ms=self.lookahead_ms)
         outcomes, due_now = process_requests(store, requests,
                                              timerValues.getCurrentProcessingTimeInMs() + self.lookahead_ms)
@@ -161,9 +165,8 @@ class SchedulerProcessor(StatefulProcessor):
         yield from outcome_rows(Counter(outcomes))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
-        due_ms = expiredTimerInfo.getExpiryTimeInMs() + self.lookahead_ms
-        due = fire(ValueStateStore(self.handle, self.pending, firing_timer_ms=due_ms, lookahead_ms=self.lookahead_ms),
-                   due_ms)
+        store = ValueStateStore(self.handle, self.pending, firing=True, lookahead_ms=self.lookahead_ms)
+        due = fire(store, timerValues.getCurrentProcessingTimeInMs() + self.lookahead_ms)
         if due is not None:
             yield delivery_row(due)
 

@@ -4,22 +4,35 @@ One grouping key per *shard* (a hash of the schedule id), so one handler call pe
 per micro-batch sees all of that shard's requests, and state calls are made per bucket,
 not per schedule, wherever the rules allow:
 
-  * ``buckets``: due time // BUCKET_MS -> how many chunks, how far it has fired, and the
-    delivery ids struck out of it (replaced or cancelled versions: lazy deletion);
-  * ``chunks``: (bucket, n) -> a chunk of schedules, written once, as one Arrow blob;
+  * ``buckets``: due time // BUCKET_MS -> a ``BucketInfo``: which chunks and strike lists
+    it holds, its live timer, and the record of its partial fires;
+  * ``chunks``: (bucket, n) -> a chunk of schedules, written once, as one Arrow blob of at
+    most about ``SEAL_BYTES`` (small chunks are merged, so a bucket filled by many batches
+    keeps a few dozen chunks, not one per batch);
+  * ``strikes``: (bucket, n) -> delivery ids struck out of the bucket by a replace or
+    cancel (lazy deletion: chunks are not rewritten), one list per batch, merged the same
+    way, so a strike costs in proportion to the batch's strikes, not the bucket's;
   * ``index``: client schedule id -> where its pending version is (bucket, due time,
-    delivery id) and a digest of it, for replace, cancel and the identical-replace no-op.
-    Schedules without a client id (ADD without request id) never touch the index.
-  * a processing-time timer at the start of each bucket that holds schedules.
+    delivery id, the shard sequence number it was filed at) and a digest of it, for
+    replace, cancel and the identical-replace no-op. ADDs without request id never touch it;
+  * ``armed``: timer instant -> the buckets armed at it, so a timer names its buckets
+    whatever ``--lookahead`` was when it was set;
+  * ``seq``: a per-shard counter, advanced by every handler call that changes the shard.
 
-An index entry may outlive its schedule (cleaning it at delivery would cost one state
-call per schedule on the fire path): it is *stale* once its bucket has fired past its
-due time, and a stale entry counts as "nothing pending". Stale entries are removed when
-the id is used again. The rules themselves are those of ``schedule.py``: latest request
-per id wins, requests of a batch act before the batch's deliveries.
+Staleness without the clock. An index entry may outlive its schedule (cleaning it at
+delivery would cost one state call per schedule on the fire path). Whether its version is
+still pending is decided from sequence numbers, never from the clock alone, because the
+batch time (shifted by the lookahead) may go backwards between batches:
+  * a bucket that was emptied and removed may be created again: its ``created_seq`` is then
+    newer than the entry, so the entry is stale;
+  * a fire that leaves schedules behind records (its seq, its rule time) in the bucket; an
+    entry filed before that fire, with a due time at or before that rule time, was
+    delivered by it.
+A struck version never needs checking: the request that struck it rewrote or removed the
+id's index entry in the same call.
 
 This module is Spark-free: ``ShardStore`` is implemented over dicts here (tests) and over
-MapState in ``wheel_processor.py``.
+Spark state in ``wheel_processor.py``.
 """
 
 from __future__ import annotations
@@ -28,15 +41,20 @@ import hashlib
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Protocol
+from typing import Callable, Iterable, Iterator, Optional, Protocol
 
+import numpy as np
 import pandas as pd
 
-from .schedule import Action, Outcome, Request, Schedule
+from .schedule import Action, Outcome, Request, Schedule, is_internal
 
 BUCKET_MS = 1000
-ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id"]
-INTERNAL_SID_PREFIX = "offset:"
+# A chunk (or strike list) at least half this big is final: never merged again. Bounds every
+# state value the layout writes (one schedule bigger than this is a chunk of its own).
+SEAL_BYTES = 4 * 1024 * 1024
+SEAL_STRIKES = 65_536
+ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id", "entry_bytes"]
+ENTRY_OVERHEAD_BYTES = 32
 
 
 def bucket_of(due_ms: int) -> int:
@@ -62,10 +80,17 @@ def digest(schedule: Schedule) -> bytes:
     part(schedule.topic.encode())
     part(schedule.key)
     part(schedule.value)
+    h.update(struct.pack(">I", len(schedule.headers)))
     for name, value in schedule.headers:
         part(name.encode())
         part(value)
     return h.digest()
+
+
+def entry_bytes(schedule: Schedule) -> int:
+    """Rough stored size, to bound chunks (the decoder computes the same in Spark SQL)."""
+    return (ENTRY_OVERHEAD_BYTES + len(schedule.key or b"") + len(schedule.value or b"")
+            + sum(len(name.encode()) + len(value or b"") for name, value in schedule.headers))
 
 
 @dataclass(frozen=True)
@@ -74,32 +99,57 @@ class IndexEntry:
     due_ms: int
     delivery_id: str
     digest: bytes
+    seq: int  # the shard's sequence number when this version was filed
 
 
 @dataclass
 class BucketInfo:
-    chunks: int = 0
-    fired_up_to: int = -1  # every schedule of the bucket due at or before this was delivered
-    struck: set = field(default_factory=set)  # delivery ids replaced or cancelled while in the bucket
+    created_seq: int
+    timer_ms: int  # the one live timer of the bucket (any other timer naming it is stale)
+    next_n: int = 0  # numbers chunks and strike lists; never reused within the bucket
+    chunks: list = field(default_factory=list)  # [(n, bytes)] of the live schedule chunks
+    strikes: list = field(default_factory=list)  # [(n, count)] of the strike lists
+    fires: list = field(default_factory=list)  # [(seq, rule time)] of partial fires, see ``delivered_by``
+
+    def copy(self) -> "BucketInfo":
+        return BucketInfo(self.created_seq, self.timer_ms, self.next_n, list(self.chunks), list(self.strikes),
+                          list(self.fires))
+
+
+def delivered_by(fires: list, entry: IndexEntry) -> bool:
+    """Whether a fire after the entry was filed delivered it (its due time was reached)."""
+    return any(seq > entry.seq and rule_ms >= entry.due_ms for seq, rule_ms in fires)
+
+
+def record_fire(fires: list, seq: int, rule_ms: int) -> list:
+    """Add a fire, keeping only those no later fire with a later rule time makes redundant."""
+    return [(s, t) for s, t in fires if t > rule_ms] + [(seq, rule_ms)]
 
 
 class ShardStore(Protocol):
     """The state of one shard."""
 
-    def index_get(self, sid: str) -> Optional[IndexEntry]: ...
-    def index_put(self, sid: str, entry: IndexEntry) -> None: ...
-    def index_remove(self, sid: str) -> None: ...
+    def next_seq(self) -> int: ...
+    def index_get(self, sid: bytes) -> Optional[IndexEntry]: ...
+    def index_put(self, sid: bytes, entry: IndexEntry) -> None: ...
+    def index_remove(self, sid: bytes) -> None: ...
     def bucket_get(self, bucket: int) -> Optional[BucketInfo]: ...
     def bucket_put(self, bucket: int, info: BucketInfo) -> None: ...
     def bucket_remove(self, bucket: int) -> None: ...
     def chunk_get(self, bucket: int, n: int) -> pd.DataFrame: ...
     def chunk_put(self, bucket: int, n: int, entries: pd.DataFrame) -> None: ...
     def chunk_remove(self, bucket: int, n: int) -> None: ...
-    def register_timer(self, ms: int) -> None: ...
+    def strikes_get(self, bucket: int, n: int) -> list: ...
+    def strikes_put(self, bucket: int, n: int, delivery_ids: list) -> None: ...
+    def strikes_remove(self, bucket: int, n: int) -> None: ...
+    def armed_get(self, timer_ms: int) -> list: ...
+    def armed_put(self, timer_ms: int, buckets: list) -> None: ...
+    def armed_remove(self, timer_ms: int) -> None: ...
+    def register_timer(self, timer_ms: int) -> None: ...
 
 
 def entries_frame(schedules: Iterable[Schedule]) -> pd.DataFrame:
-    rows = [(s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id) for s in schedules]
+    rows = [(s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id, entry_bytes(s)) for s in schedules]
     return pd.DataFrame(rows, columns=ENTRY_COLUMNS)
 
 
@@ -108,13 +158,61 @@ def schedules_of(frame: pd.DataFrame) -> list[Schedule]:
             for r in frame.itertuples(index=False)]
 
 
-class _Buckets:
-    """Bucket metadata read at most once and written at most once per batch."""
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame(columns=ENTRY_COLUMNS)
 
-    def __init__(self, store: ShardStore):
-        self.store = store
+
+def split_by_bytes(frame: pd.DataFrame, limit: int = SEAL_BYTES) -> list[pd.DataFrame]:
+    """Consecutive slices of about ``limit`` bytes: a row goes to the slice in which it starts, so a
+    slice exceeds ``limit`` by at most its last row."""
+    if not len(frame):
+        return []
+    sizes = frame["entry_bytes"].to_numpy(dtype=np.int64)
+    starts = np.cumsum(sizes) - sizes
+    slice_of = starts // limit
+    cuts = [0, *(np.flatnonzero(np.diff(slice_of)) + 1).tolist(), len(sizes)]
+    if len(cuts) == 2:
+        return [frame.reset_index(drop=True)]
+    return [frame.iloc[a:b].reset_index(drop=True) for a, b in zip(cuts, cuts[1:])]
+
+
+def merge_small(parts: list, seal: int, merge: Callable[[tuple, tuple], tuple]) -> list:
+    """Keep the unsealed parts (weight below seal/2) of a list geometric: while the newest two
+    are within a factor of two of each other, merge them. Each item is then rewritten
+    O(log) times before it is sealed, and at most O(log seal) parts stay unsealed."""
+    while True:
+        small = [p for p in parts if p[1] < seal // 2]
+        if len(small) < 2 or small[-2][1] > 2 * small[-1][1]:
+            return parts
+        older, newer = small[-2], small[-1]
+        merged = merge(older, newer)
+        parts = [p for p in parts if p is not older and p is not newer] + [merged]
+
+
+def step(pending, pending_digest: Optional[bytes], request: Request):
+    """One request against the id's pending version (an IndexEntry while unchanged, else a Schedule):
+    its outcome, and the pending version and digest after it. Latest request wins."""
+    if request.action is Action.CANCEL:
+        return (Outcome.CANCEL_NOOP if pending is None else Outcome.CANCELLED), None, None
+    new_digest = digest(request.schedule)
+    if pending is None:
+        return Outcome.SCHEDULED, request.schedule, new_digest
+    if pending_digest == new_digest:
+        return Outcome.REPLACE_NOOP, pending, pending_digest
+    return Outcome.REPLACED, request.schedule, new_digest
+
+
+class _Shard:
+    """One handler call's view of the shard: bucket metadata and armed timers read at most once,
+    written at most once; chunks and strike lists written as they are made."""
+
+    def __init__(self, store: ShardStore, seq: int, lookahead_ms: int):
+        self.store, self.seq, self.lookahead_ms = store, seq, lookahead_ms
         self.cache: dict[int, Optional[BucketInfo]] = {}
         self.dirty: set[int] = set()
+        self.removed: set[int] = set()
+        self.armed: dict[int, list] = {}
+        self.struck: dict[int, list] = {}
 
     def get(self, bucket: int) -> Optional[BucketInfo]:
         if bucket not in self.cache:
@@ -124,123 +222,189 @@ class _Buckets:
     def holds(self, entry: IndexEntry) -> bool:
         """Whether the version an index entry points at is still pending."""
         info = self.get(entry.bucket)
-        return info is not None and entry.due_ms > info.fired_up_to and entry.delivery_id not in info.struck
+        return info is not None and info.created_seq <= entry.seq and not delivered_by(info.fires, entry)
 
     def strike(self, entry: IndexEntry) -> None:
-        self.get(entry.bucket).struck.add(entry.delivery_id)
-        self.dirty.add(entry.bucket)
+        self.struck.setdefault(entry.bucket, []).append(entry.delivery_id)
 
-    def append(self, bucket: int, entries: pd.DataFrame) -> None:
+    def arm(self, bucket: int, info: BucketInfo, timer_ms: int) -> None:
+        info.timer_ms = timer_ms
+        if timer_ms not in self.armed:
+            self.armed[timer_ms] = list(self.store.armed_get(timer_ms))
+            self.store.register_timer(timer_ms)
+        self.armed[timer_ms].append(bucket)
+
+    def file(self, bucket: int, entries: pd.DataFrame) -> None:
+        """Add schedules (none of them due yet) to a bucket, creating or re-arming it as needed."""
         info = self.get(bucket)
+        timer_ms = int(entries["due_ms"].min()) - self.lookahead_ms
         if info is None:
-            info = self.cache[bucket] = BucketInfo()
-            self.store.register_timer(bucket_start(bucket))
-        elif info.fired_up_to >= 0:
-            # Partly fired: its timer waits for the earliest schedule left, maybe later than these.
-            self.store.register_timer(int(entries["due_ms"].min()))
-        self.store.chunk_put(bucket, info.chunks, entries)
-        info.chunks += 1
+            info = self.cache[bucket] = BucketInfo(created_seq=self.seq, timer_ms=timer_ms)
+            self.arm(bucket, info, timer_ms)
+        elif timer_ms < info.timer_ms:
+            self.arm(bucket, info, timer_ms)
+        self.write_chunks(bucket, info, entries)
+
+    def write_chunks(self, bucket: int, info: BucketInfo, entries: pd.DataFrame) -> None:
+        for piece in split_by_bytes(entries):
+            info.chunks.append(self._put_chunk(bucket, info, piece))
+        info.chunks = merge_small(info.chunks, SEAL_BYTES, lambda a, b: self._merge_chunks(bucket, info, a, b))
         self.dirty.add(bucket)
 
+    def _put_chunk(self, bucket: int, info: BucketInfo, piece: pd.DataFrame) -> tuple:
+        n, info.next_n = info.next_n, info.next_n + 1
+        self.store.chunk_put(bucket, n, piece)
+        return n, int(piece["entry_bytes"].sum())
+
+    def _merge_chunks(self, bucket: int, info: BucketInfo, older: tuple, newer: tuple) -> tuple:
+        frames = [self.store.chunk_get(bucket, older[0]), self.store.chunk_get(bucket, newer[0])]
+        self.store.chunk_remove(bucket, older[0])
+        self.store.chunk_remove(bucket, newer[0])
+        return self._put_chunk(bucket, info, pd.concat(frames, ignore_index=True))
+
+    def _put_strikes(self, bucket: int, info: BucketInfo, ids: list) -> tuple:
+        n, info.next_n = info.next_n, info.next_n + 1
+        self.store.strikes_put(bucket, n, ids)
+        return n, len(ids)
+
+    def _merge_strikes(self, bucket: int, info: BucketInfo, older: tuple, newer: tuple) -> tuple:
+        ids = list(self.store.strikes_get(bucket, older[0])) + list(self.store.strikes_get(bucket, newer[0]))
+        self.store.strikes_remove(bucket, older[0])
+        self.store.strikes_remove(bucket, newer[0])
+        return self._put_strikes(bucket, info, ids)
+
     def flush(self) -> None:
-        for bucket in self.dirty:
+        for bucket, ids in self.struck.items():
+            info = self.get(bucket)
+            info.strikes.append(self._put_strikes(bucket, info, ids))
+            info.strikes = merge_small(info.strikes, SEAL_STRIKES,
+                                       lambda a, b, bucket=bucket, info=info: self._merge_strikes(bucket, info, a, b))
+            self.dirty.add(bucket)
+        for bucket in self.dirty - self.removed:
             self.store.bucket_put(bucket, self.cache[bucket])
+        for timer_ms, buckets in self.armed.items():
+            self.store.armed_put(timer_ms, buckets)
 
 
-def apply_requests(store: ShardStore, requests: Iterable[tuple[str, Request]], now_ms: int,
-                   anonymous: Optional[pd.DataFrame] = None) -> tuple[Counter, list[Schedule], pd.DataFrame]:
-    """One shard's requests of a micro-batch. Returns outcome counts, the schedules to deliver now
-    (due already, after all of the batch's requests acted) and the anonymous ones due now.
+def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]], now_ms: int,
+                   anonymous: Optional[pd.DataFrame] = None, lookahead_ms: int = 0
+                   ) -> tuple[Counter, list[Schedule], pd.DataFrame]:
+    """One shard's requests of a micro-batch at batch time ``now_ms``. Returns outcome counts, the
+    schedules to deliver now (due by ``now_ms + lookahead_ms`` once all of the batch's requests
+    acted) and the anonymous ones due now.
 
     ``requests`` are those with a client id, in log order per id. ``anonymous`` holds the ADDs
     without request id (ENTRY_COLUMNS): nothing can replace or cancel them, so they skip the
     index and are filed in bulk.
     """
-    by_sid: dict[str, list[Request]] = {}
+    by_sid: dict[bytes, list[Request]] = {}
     for sid, request in requests:
         by_sid.setdefault(sid, []).append(request)
+    has_anonymous = anonymous is not None and len(anonymous) > 0
+    if not by_sid and not has_anonymous:
+        return Counter(), [], _empty()
 
-    buckets = _Buckets(store)
+    rule_ms = now_ms + lookahead_ms
+    shard = _Shard(store, store.next_seq(), lookahead_ms)
     outcomes: Counter = Counter()
     due_now: list[Schedule] = []
-    to_store: dict[int, list[Schedule]] = {}
+    to_file: dict[int, list[Schedule]] = {}
     for sid, of_sid in by_sid.items():
-        internal = sid.startswith(INTERNAL_SID_PREFIX)
-        current = None if internal else store.index_get(sid)
-        had_entry = current is not None
-        if current is not None and not buckets.holds(current):
-            current = None  # stale: delivered (or struck) already
-        pending: Optional[object] = current  # the IndexEntry while unchanged, else the new Schedule
-        pending_digest = current.digest if current is not None else None
+        internal = is_internal(sid)
+        entry = None if internal else store.index_get(sid)
+        current = entry if entry is not None and shard.holds(entry) else None
+        pending, pending_digest = current, (current.digest if current is not None else None)
         for request in of_sid:
-            if request.action is Action.CANCEL:
-                outcomes[Outcome.CANCEL_NOOP if pending is None else Outcome.CANCELLED] += 1
-                pending, pending_digest = None, None
-                continue
-            new_digest = digest(request.schedule)
-            if pending is None:
-                outcomes[Outcome.SCHEDULED] += 1
-                pending, pending_digest = request.schedule, new_digest
-            elif pending_digest == new_digest:
-                outcomes[Outcome.REPLACE_NOOP] += 1
-            else:
-                outcomes[Outcome.REPLACED] += 1
-                pending, pending_digest = request.schedule, new_digest
+            outcome, pending, pending_digest = step(pending, pending_digest, request)
+            outcomes[outcome] += 1
 
         if pending is current:
-            if current is None and had_entry:
+            if current is None and entry is not None:
                 store.index_remove(sid)  # tidy a stale entry while we are here
             continue
         if current is not None:
-            buckets.strike(current)
-        if pending is not None and pending.due_ms <= now_ms:
+            shard.strike(current)
+        if pending is not None and pending.due_ms <= rule_ms:
             due_now.append(pending)
             pending = None
         if pending is None:
-            if had_entry:
+            if entry is not None:
                 store.index_remove(sid)
             continue
         bucket = bucket_of(pending.due_ms)
-        to_store.setdefault(bucket, []).append(pending)
+        to_file.setdefault(bucket, []).append(pending)
         if not internal:
-            store.index_put(sid, IndexEntry(bucket, pending.due_ms, pending.delivery_id, pending_digest))
+            store.index_put(sid, IndexEntry(bucket, pending.due_ms, pending.delivery_id, pending_digest, shard.seq))
 
-    frames = {bucket: entries_frame(schedules) for bucket, schedules in to_store.items()}
-    anonymous_due = pd.DataFrame(columns=ENTRY_COLUMNS)
-    if anonymous is not None and len(anonymous):
+    frames = {bucket: entries_frame(schedules) for bucket, schedules in to_file.items()}
+    anonymous_due = _empty()
+    if has_anonymous:
         outcomes[Outcome.SCHEDULED] += len(anonymous)
-        due_mask = anonymous["due_ms"] <= now_ms
+        due_mask = anonymous["due_ms"] <= rule_ms
         anonymous_due = anonymous[due_mask]
         later = anonymous[~due_mask]
         for bucket, group in later.groupby(later["due_ms"] // BUCKET_MS, sort=False):
-            frames[int(bucket)] = pd.concat([frames[int(bucket)], group]) if int(bucket) in frames else group
+            bucket = int(bucket)
+            frames[bucket] = pd.concat([frames[bucket], group]) if bucket in frames else group
     for bucket, frame in frames.items():
-        buckets.append(bucket, frame.reset_index(drop=True))
-    buckets.flush()
+        shard.file(bucket, frame.reset_index(drop=True))
+    shard.flush()
     return outcomes, due_now, anonymous_due.reset_index(drop=True)
 
 
-def fire(store: ShardStore, timer_ms: int, now_ms: int) -> pd.DataFrame:
-    """A bucket's timer expired: deliver what in it is due (not struck), keep the rest with a new timer."""
-    bucket = bucket_of(timer_ms)
-    info = store.bucket_get(bucket)
-    if info is None:
-        return pd.DataFrame(columns=ENTRY_COLUMNS)
-    frames = [store.chunk_get(bucket, n) for n in range(info.chunks)]
-    for n in range(info.chunks):
-        store.chunk_remove(bucket, n)
-    entries = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ENTRY_COLUMNS)
-    if info.struck and len(entries):
-        entries = entries[~entries["delivery_id"].isin(info.struck)]
-    due_mask = entries["due_ms"] <= now_ms
-    due, rest = entries[due_mask], entries[~due_mask]
-    if len(rest):
-        store.chunk_put(bucket, 0, rest.reset_index(drop=True))
-        store.bucket_put(bucket, BucketInfo(chunks=1, fired_up_to=now_ms))
-        store.register_timer(int(rest["due_ms"].min()))
-    else:
-        store.bucket_remove(bucket)
-    return due.reset_index(drop=True)
+def fire(store: ShardStore, timer_ms: int, now_ms: int, lookahead_ms: int = 0) -> Iterator[pd.DataFrame]:
+    """A timer expired at batch time ``now_ms``: for each bucket it is the live timer of, deliver what is
+    due by ``now_ms + lookahead_ms`` and not struck (one frame per chunk, so a huge bucket flows out in
+    bounded pieces), and keep the rest in new chunks with a new timer."""
+    buckets = store.armed_get(timer_ms)
+    if not buckets:
+        return
+    store.armed_remove(timer_ms)
+    rule_ms = now_ms + lookahead_ms
+    shard: Optional[_Shard] = None
+    for bucket in sorted(set(buckets)):
+        info = store.bucket_get(bucket)
+        if info is None or info.timer_ms != timer_ms:
+            continue  # emptied, or re-armed earlier since: this timer is stale for it
+        if shard is None:
+            shard = _Shard(store, store.next_seq(), lookahead_ms)
+        shard.cache[bucket] = info
+        struck: set = set()
+        for n, _ in info.strikes:
+            struck.update(store.strikes_get(bucket, n))
+            store.strikes_remove(bucket, n)
+        old_chunks, info.chunks, info.strikes = info.chunks, [], []
+        rest: list[pd.DataFrame] = []
+        rest_bytes = 0
+        earliest_rest: Optional[int] = None
+        for n, _ in old_chunks:
+            frame = store.chunk_get(bucket, n)
+            store.chunk_remove(bucket, n)
+            if struck:
+                frame = frame[~frame["delivery_id"].isin(struck)]
+            due_mask = frame["due_ms"] <= rule_ms
+            if due_mask.any():
+                yield frame[due_mask].reset_index(drop=True)
+            later = frame[~due_mask]
+            if len(later):
+                rest.append(later)
+                rest_bytes += int(later["entry_bytes"].sum())
+                low = int(later["due_ms"].min())
+                earliest_rest = low if earliest_rest is None else min(earliest_rest, low)
+                if rest_bytes >= SEAL_BYTES:
+                    shard.write_chunks(bucket, info, pd.concat(rest, ignore_index=True))
+                    rest, rest_bytes = [], 0
+        if rest:
+            shard.write_chunks(bucket, info, pd.concat(rest, ignore_index=True))
+        if earliest_rest is None:
+            store.bucket_remove(bucket)
+            shard.removed.add(bucket)
+            continue
+        info.fires = record_fire(info.fires, shard.seq, rule_ms)
+        shard.arm(bucket, info, earliest_rest - lookahead_ms)
+        shard.dirty.add(bucket)
+    if shard is not None:
+        shard.flush()
 
 
 class MemoryShardStore:
@@ -248,10 +412,17 @@ class MemoryShardStore:
 
     def __init__(self, shard: int = 0, timers: Optional[set] = None):
         self.shard = shard
-        self.index: dict[str, IndexEntry] = {}
+        self.seq = 0
+        self.index: dict[bytes, IndexEntry] = {}
         self.buckets: dict[int, BucketInfo] = {}
         self.chunks: dict[tuple[int, int], pd.DataFrame] = {}
+        self.strikes: dict[tuple[int, int], list] = {}
+        self.armed: dict[int, list] = {}
         self.timers = timers if timers is not None else set()
+
+    def next_seq(self):
+        self.seq += 1
+        return self.seq
 
     def index_get(self, sid):
         return self.index.get(sid)
@@ -265,10 +436,10 @@ class MemoryShardStore:
     def bucket_get(self, bucket):
         info = self.buckets.get(bucket)
         # A copy, as a state store would hand back: changes count only once written.
-        return None if info is None else BucketInfo(info.chunks, info.fired_up_to, set(info.struck))
+        return None if info is None else info.copy()
 
     def bucket_put(self, bucket, info):
-        self.buckets[bucket] = BucketInfo(info.chunks, info.fired_up_to, set(info.struck))
+        self.buckets[bucket] = info.copy()
 
     def bucket_remove(self, bucket):
         self.buckets.pop(bucket, None)
@@ -282,5 +453,23 @@ class MemoryShardStore:
     def chunk_remove(self, bucket, n):
         self.chunks.pop((bucket, n), None)
 
-    def register_timer(self, ms):
-        self.timers.add((ms, self.shard))
+    def strikes_get(self, bucket, n):
+        return list(self.strikes[(bucket, n)])
+
+    def strikes_put(self, bucket, n, delivery_ids):
+        self.strikes[(bucket, n)] = list(delivery_ids)
+
+    def strikes_remove(self, bucket, n):
+        self.strikes.pop((bucket, n), None)
+
+    def armed_get(self, timer_ms):
+        return list(self.armed.get(timer_ms, ()))
+
+    def armed_put(self, timer_ms, buckets):
+        self.armed[timer_ms] = list(buckets)
+
+    def armed_remove(self, timer_ms):
+        self.armed.pop(timer_ms, None)
+
+    def register_timer(self, timer_ms):
+        self.timers.add((timer_ms, self.shard))

@@ -18,16 +18,17 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from .dialects.common import KIND_REJECT
 from .protocol import DELIVERY_ID
-from .schedule import Action, Request, Schedule
+from .schedule import Action, Request, Schedule, is_internal
 from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
-from .wheel import ENTRY_COLUMNS, INTERNAL_SID_PREFIX, BucketInfo, IndexEntry, apply_requests, fire
+from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, entries_frame, fire
 
 REJECTIONS_SHARD = -1
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
 
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 CHUNK_SCHEMA = pa.schema([("due_ms", pa.int64()), ("topic", pa.string()), ("key", pa.binary()),
-                          ("value", pa.binary()), ("headers", _HEADER_TYPE), ("delivery_id", pa.string())])
+                          ("value", pa.binary()), ("headers", _HEADER_TYPE), ("delivery_id", pa.string()),
+                          ("entry_bytes", pa.int64())])
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
@@ -73,28 +74,42 @@ def log_order(frame: pd.DataFrame) -> pd.DataFrame:
         ["_order", "src_topic", "src_partition", "src_offset"], kind="stable")
 
 
+def _pairs(cells) -> list:
+    return [(int(c[0]), int(c[1])) for c in cells or ()]
+
+
 class MapStateShardStore:
-    """``ShardStore`` over three MapStates and the shard's timers (armed ``lookahead`` early)."""
+    """``ShardStore`` over the processor's state variables and the shard's timers."""
 
     def __init__(self, processor: "WheelProcessor"):
         self.p = processor
 
+    def next_seq(self):
+        value = self.p.seq.get()
+        seq = (int(value[0]) if value is not None else 0) + 1
+        self.p.seq.update((seq,))
+        return seq
+
     def index_get(self, sid):
         value = self.p.index.getValue((sid,))
-        return None if value is None else IndexEntry(value[0], value[1], value[2], bytes(value[3]))
+        return None if value is None else IndexEntry(value[0], value[1], value[2], bytes(value[3]), value[4])
 
     def index_put(self, sid, entry):
-        self.p.index.updateValue((sid,), (entry.bucket, entry.due_ms, entry.delivery_id, entry.digest))
+        self.p.index.updateValue((sid,), (entry.bucket, entry.due_ms, entry.delivery_id, entry.digest, entry.seq))
 
     def index_remove(self, sid):
         self.p.index.removeKey((sid,))
 
     def bucket_get(self, bucket):
         value = self.p.buckets.getValue((bucket,))
-        return None if value is None else BucketInfo(value[0], value[1], set(value[2] or ()))
+        if value is None:
+            return None
+        return BucketInfo(int(value[0]), int(value[1]), int(value[2]), _pairs(value[3]), _pairs(value[4]),
+                          _pairs(value[5]))
 
     def bucket_put(self, bucket, info):
-        self.p.buckets.updateValue((bucket,), (info.chunks, info.fired_up_to, sorted(info.struck)))
+        self.p.buckets.updateValue((bucket,), (info.created_seq, info.timer_ms, info.next_n, info.chunks,
+                                               info.strikes, info.fires))
 
     def bucket_remove(self, bucket):
         self.p.buckets.removeKey((bucket,))
@@ -109,8 +124,28 @@ class MapStateShardStore:
     def chunk_remove(self, bucket, n):
         self.p.chunks.removeKey((bucket, n))
 
-    def register_timer(self, ms):
-        self.p.handle.registerTimer(ms - self.p.lookahead_ms)
+    def strikes_get(self, bucket, n):
+        value = self.p.strikes.getValue((bucket, n))
+        return list(value[0] or ()) if value is not None else []
+
+    def strikes_put(self, bucket, n, delivery_ids):
+        self.p.strikes.updateValue((bucket, n), (list(delivery_ids),))
+
+    def strikes_remove(self, bucket, n):
+        self.p.strikes.removeKey((bucket, n))
+
+    def armed_get(self, timer_ms):
+        value = self.p.armed.getValue((timer_ms,))
+        return [int(b) for b in value[0] or ()] if value is not None else []
+
+    def armed_put(self, timer_ms, buckets):
+        self.p.armed.updateValue((timer_ms,), (list(buckets),))
+
+    def armed_remove(self, timer_ms):
+        self.p.armed.removeKey((timer_ms,))
+
+    def register_timer(self, timer_ms):
+        self.p.handle.registerTimer(timer_ms)
 
 
 def _records(kind: str, topic, key, value, headers, due_ms) -> pd.DataFrame:
@@ -130,11 +165,6 @@ def deliveries_frame(entries: pd.DataFrame) -> pd.DataFrame:
                     entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy())
 
 
-def _schedules_frame(schedules: list[Schedule]) -> pd.DataFrame:
-    return pd.DataFrame([(s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id) for s in schedules],
-                        columns=ENTRY_COLUMNS)
-
-
 class WheelProcessor(StatefulProcessor):
     """``lookahead_ms``: schedules due up to this far after the batch time are emitted in the batch;
     the sink holds each until its due time. The rules see the batch time shifted by it."""
@@ -144,10 +174,16 @@ class WheelProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.index = handle.getMapState("index", "sid string",
-                                        "bucket long, due_ms long, delivery_id string, digest binary")
-        self.buckets = handle.getMapState("buckets", "bucket long", "chunks int, fired_up_to long, struck array<string>")
+        self.seq = handle.getValueState("seq", "seq long")
+        self.index = handle.getMapState("index", "sid binary",
+                                        "bucket long, due_ms long, delivery_id string, digest binary, seq long")
+        self.buckets = handle.getMapState(
+            "buckets", "bucket long",
+            "created_seq long, timer_ms long, next_n int, chunks array<struct<n:long,bytes:long>>, "
+            "strikes array<struct<n:long,count:long>>, fires array<struct<seq:long,rule_ms:long>>")
         self.chunks = handle.getMapState("chunks", "bucket long, n int", "data binary")
+        self.strikes = handle.getMapState("strikes", "bucket long, n int", "delivery_ids array<string>")
+        self.armed = handle.getMapState("armed", "timer_ms long", "buckets array<long>")
         self.store = MapStateShardStore(self)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
@@ -160,7 +196,8 @@ class WheelProcessor(StatefulProcessor):
                            frame["value"].to_numpy(), list(frame["headers"]), None)
             yield _outcomes(Counter({OUTCOME_REJECTED: len(frame)}))
             return
-        anonymous_mask = frame["sid"].str.startswith(INTERNAL_SID_PREFIX)
+        frame = frame.assign(sid=[bytes(sid) for sid in frame["sid"]])
+        anonymous_mask = frame["sid"].map(is_internal).astype(bool)
         anonymous = frame.loc[anonymous_mask, ENTRY_COLUMNS].reset_index(drop=True)
         requests = []
         for row in log_order(frame[~anonymous_mask]).itertuples(index=False):
@@ -170,19 +207,17 @@ class WheelProcessor(StatefulProcessor):
                 tuple((k, _bytes(v)) for k, v in _header_pairs(row.headers)), row.delivery_id)
             requests.append((row.sid, Request(action, schedule)))
         counts, due_now, anonymous_due = apply_requests(
-            self.store, requests, timerValues.getCurrentProcessingTimeInMs() + self.lookahead_ms, anonymous)
+            self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous, self.lookahead_ms)
         if due_now:
-            yield deliveries_frame(_schedules_frame(due_now))
+            yield deliveries_frame(entries_frame(due_now))
         if len(anonymous_due):
             yield deliveries_frame(anonymous_due)
         yield _outcomes(counts)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        due = fire(self.store, expiredTimerInfo.getExpiryTimeInMs() + self.lookahead_ms,
-                   timerValues.getCurrentProcessingTimeInMs() + self.lookahead_ms)
-        if len(due):
+        for due in fire(self.store, expiredTimerInfo.getExpiryTimeInMs(), timerValues.getCurrentProcessingTimeInMs(),
+                        self.lookahead_ms):
             yield deliveries_frame(due)
 
     def close(self) -> None:
         pass
-

@@ -12,9 +12,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kafka_scheduler.dialects import common
 from kafka_scheduler.dialects.common import NORMALIZED_COLUMNS, DecodeSettings
 from kafka_scheduler.dialects.native import decode
+from kafka_scheduler.schedule import REJECTIONS_SID, Schedule
+from kafka_scheduler.wheel import entry_bytes
 
 KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
                 "timestampType int, headers array<struct<key:string,value:binary>>")
@@ -94,6 +95,9 @@ SUB_MS = case(22, [h(TO, "orders"), h(AT_H, "2030-06-01T10:00:00.1239Z")])
 NULL_VALUE = case(23, [h(TO, "orders"), h(AT_H, AT), h(ID, "r-23")], value=None)
 VALUE_AT_LIMIT = case(24, [h(TO, "orders"), h(AT_H, AT)], value=b"x" * 100)
 WHOLE_SECOND = case(25, [h(TO, "orders"), h(AT_H, "2030-06-01T10:00:00Z")])
+# Ids are bytes: any bytes, invalid UTF-8 included, are a valid id, kept exactly.
+BINARY_ID = case(26, [h(TO, "orders"), h(AT_H, AT), h(ID, b"\xff\xfe\x00\x80")])
+CANCEL_BINARY_ID = case(27, [h(ACT, "CANCEL"), h(ID, b"\xc3(")], key=None, value=None)
 
 # ---------------------------------------------------------------- rejections (single error each)
 
@@ -113,6 +117,10 @@ TOO_FAR = case(52, [h(TO, "orders"), h(AT_H, "2300-01-01T00:00:00Z")])
 TOO_LARGE = case(53, [h(TO, "orders"), h(AT_H, AT)], value=b"x" * 101)
 DUPLICATE_AT = case(54, [h(TO, "orders"), h(AT_H, AT), h("X-Scheduler-Deliver-At", AT)])
 TO_OWN_REJECTIONS = case(55, [h(TO, REJECTIONS), h(AT_H, AT)])
+GARBAGE_ACTION = case(56, [h(ACT, b"\xff\xfeADD"), h(TO, "orders"), h(AT_H, AT)])
+GARBAGE_TO = case(57, [h(TO, b"ord\xffers"), h(AT_H, AT)])
+GARBAGE_AT = case(58, [h(TO, "orders"), h(AT_H, b"2030-06-01T10:00:00Z\xff")])
+EMPTY_ID = case(59, [h(TO, "orders"), h(AT_H, AT), h(ID, b"")])
 
 # ---------------------------------------------------------------- rejections (several errors)
 
@@ -185,7 +193,7 @@ def expect_rejection(row, offset, *fragments):
     """A rejection carrying exactly one reason per fragment, each containing that fragment."""
     key, value, headers, partition = CASES[offset]
     assert row["kind"] == "reject", row
-    assert row["sid"] == common.REJECTIONS_SID
+    assert row["sid"] == REJECTIONS_SID
     assert row["topic"] == REJECTIONS
     assert row["due_ms"] is None
     assert blob(row["key"]) == key
@@ -212,7 +220,7 @@ def expect_rejection(row, offset, *fragments):
 def test_valid_add_with_id_is_decoded_exactly(decoded):
     row = decoded[VALID_ADD]
     assert row == {
-        "sid": f"id:{REQUESTS}/r-1",
+        "sid": f"id:{REQUESTS}/r-1".encode(),
         "kind": "request",
         "action": "ADD",
         "due_ms": ms("2030-01-02T03:04:05.678Z"),
@@ -225,6 +233,7 @@ def test_valid_add_with_id_is_decoded_exactly(decoded):
         "src_partition": 3,
         "src_offset": VALID_ADD,
         "src_ts_ms": ts_ms_of(VALID_ADD),
+        "entry_bytes": row["entry_bytes"],
     }
     assert row["due_ms"] == 1893553445678
     assert blob(row["key"]) == ODD_KEY
@@ -233,11 +242,19 @@ def test_valid_add_with_id_is_decoded_exactly(decoded):
     # null values included
     assert headers_of(row) == [("trace", b"\x01\xff"), ("trace", b"\x02"), ("nullh", None),
                                ("Content-Type", b"application/octet-stream")]
+    # The decoder's size estimate is the one the Spark-free layer computes.
+    assert row["entry_bytes"] == entry_bytes(Schedule(row["due_ms"], "orders", ODD_KEY, ODD_VALUE,
+                                                      tuple(headers_of(row)), row["delivery_id"]))
+
+
+def test_binary_request_ids_are_valid_ids_kept_byte_exact(decoded):
+    expect_request(decoded[BINARY_ID], "ADD", sid=REQUESTS.encode().join([b"id:", b"/\xff\xfe\x00\x80"]))
+    expect_request(decoded[CANCEL_BINARY_ID], "CANCEL", sid=REQUESTS.encode().join([b"id:", b"/\xc3("]))
 
 
 def test_add_without_id_gets_an_offset_sid(decoded):
     row = decoded[ADD_NO_ID]
-    expect_request(row, "ADD", sid=f"offset:{REQUESTS}/0/{ADD_NO_ID}")
+    expect_request(row, "ADD", sid=f"offset:{REQUESTS}/0/{ADD_NO_ID}".encode())
     assert row["topic"] == "orders"
     assert row["due_ms"] == ms(AT)
     assert headers_of(row) == []
@@ -246,14 +263,14 @@ def test_add_without_id_gets_an_offset_sid(decoded):
 
 def test_missing_action_defaults_to_add(decoded):
     row = decoded[NO_ACTION]
-    expect_request(row, "ADD", sid=f"id:{REQUESTS}/r-12")
+    expect_request(row, "ADD", sid=f"id:{REQUESTS}/r-12".encode())
     assert (row["topic"], row["due_ms"]) == ("orders", ms(AT))
 
 
 @pytest.mark.parametrize("offset,rid", [(REPLACE_LOWER, "r-13"), (REPLACE_UPPER, "r-14")])
 def test_replace_any_case(decoded, offset, rid):
     row = decoded[offset]
-    expect_request(row, "REPLACE", sid=f"id:{REQUESTS}/{rid}")
+    expect_request(row, "REPLACE", sid=f"id:{REQUESTS}/{rid}".encode())
     assert (row["topic"], row["due_ms"]) == ("orders", ms(AT))
     assert blob(row["key"]) == b"k" and blob(row["value"]) == b"v"
     assert headers_of(row) == []
@@ -262,7 +279,7 @@ def test_replace_any_case(decoded, offset, rid):
 @pytest.mark.parametrize("offset,rid", [(CANCEL_PADDED, "r-15"), (CANCEL_UPPER, "r-16")])
 def test_cancel_any_case_and_padding(decoded, offset, rid):
     row = decoded[offset]
-    expect_request(row, "CANCEL", sid=f"id:{REQUESTS}/{rid}")
+    expect_request(row, "CANCEL", sid=f"id:{REQUESTS}/{rid}".encode())
     assert row["due_ms"] is None
     assert row["delivery_id"] == f"{REQUESTS}-0-{offset}"
 
@@ -292,7 +309,7 @@ def test_fractional_due_time_rounds_up(decoded, offset, utc):
 
 def test_null_value_stays_null(decoded):
     row = decoded[NULL_VALUE]
-    expect_request(row, "ADD", sid=f"id:{REQUESTS}/r-23")
+    expect_request(row, "ADD", sid=f"id:{REQUESTS}/r-23".encode())
     assert row["value"] is None
     assert blob(row["key"]) == b"k"
 
@@ -323,9 +340,13 @@ def test_value_at_the_limit_is_accepted(decoded):
     (TOO_FAR, "days ahead"),
     (TOO_LARGE, "too large"),
     (DUPLICATE_AT, "duplicate header"),
+    (GARBAGE_ACTION, "unknown x-scheduler-action"),
+    (GARBAGE_TO, "invalid destination topic name"),
+    (GARBAGE_AT, "unparseable"),
+    (EMPTY_ID, "empty x-scheduler-request-id"),
 ], ids=["missing-at", "missing-to", "replace-no-id", "cancel-no-id", "tomorrow", "feb-30", "zoneless",
         "unknown-action", "internal-topic", "own-history", "own-requests", "own-rejections", "bad-name",
-        "too-far", "too-large", "duplicate-at"])
+        "too-far", "too-large", "duplicate-at", "garbage-action", "garbage-to", "garbage-at", "empty-id"])
 def test_single_error_rejection(decoded, offset, fragment):
     expect_rejection(decoded[offset], offset, fragment)
 
@@ -337,6 +358,12 @@ def test_rejection_reasons_name_the_input(decoded):
     assert "'__consumer_offsets'" in reasons_of(decoded[TO_INTERNAL])[0]
     assert "101" in reasons_of(decoded[TOO_LARGE])[0]
     assert "x-scheduler-deliver-at" in reasons_of(decoded[DUPLICATE_AT])[0]
+
+
+def test_reasons_quoting_invalid_utf8_input_are_valid_utf8(decoded):
+    # The invalid bytes show as U+FFFD; the reason header itself is always readable text.
+    assert "'\ufffd\ufffdADD'" in reasons_of(decoded[GARBAGE_ACTION])[0]
+    assert "'ord\ufffders'" in reasons_of(decoded[GARBAGE_TO])[0]
 
 
 def test_two_errors_give_two_reason_headers(decoded):
@@ -356,7 +383,7 @@ def test_every_case_has_exactly_one_outcome(decoded):
     kinds = {offset: row["kind"] for offset, row in decoded.items()}
     assert set(kinds.values()) == {"request", "reject"}
     assert all(row["action"] is None for row in decoded.values() if row["kind"] == "reject")
-    assert all(row["sid"] != common.REJECTIONS_SID for row in decoded.values() if row["kind"] == "request")
+    assert all(row["sid"] != REJECTIONS_SID for row in decoded.values() if row["kind"] == "request")
 
 
 # ---------------------------------------------------------------- allow-list

@@ -16,17 +16,17 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from ..schedule import CLIENT_SID_PREFIX, INTERNAL_SID_PREFIX, REJECTIONS_SID
+from ..wheel import ENTRY_OVERHEAD_BYTES
 
 HEADER_TYPE = "array<struct<key:string,value:binary>>"
 
 KIND_REQUEST = "request"
 KIND_REJECT = "reject"
-# Rejections need no state, so they all share one grouping key (one cheap group per batch).
-REJECTIONS_SID = "\u0000rejections"
 
 
 NORMALIZED_COLUMNS = (
-    "sid",  # schedule id, scoped per source topic
+    "sid",  # schedule id, binary, scoped per source topic (schedule.py: CLIENT_SID_PREFIX, ...)
     "kind",  # request | reject
     "action",  # ADD | REPLACE | CANCEL (requests only)
     "due_ms",  # due time, epoch milliseconds, rounded up
@@ -39,6 +39,7 @@ NORMALIZED_COLUMNS = (
     "src_partition",
     "src_offset",
     "src_ts_ms",
+    "entry_bytes",  # rough stored size of the schedule, to bound state chunks (wheel.entry_bytes)
 )
 
 # Kafka topic names: 1-249 of these characters, and not '.' or '..'.
@@ -71,8 +72,37 @@ def headers_named(name: str) -> Column:
     return F.filter(headers_or_empty(), lambda h: F.lower(h["key"]) == name)
 
 
+def binary(data: bytes) -> Column:
+    return F.unhex(F.lit(data.hex()))
+
+
+def first_header_bytes(name: str) -> Column:
+    return F.try_element_at(headers_named(name), F.lit(1))["value"]
+
+
 def first_header_text(name: str) -> Column:
-    return F.try_element_at(headers_named(name), F.lit(1))["value"].cast("string")
+    """The header's value as text. Invalid UTF-8 becomes U+FFFD: such a value fails every check
+    on text (names, instants, actions) and is rejected, and the reason stays readable."""
+    return F.make_valid_utf8(first_header_bytes(name).cast("string"))
+
+
+def client_sid(request_id: Column) -> Column:
+    """A client id (bytes, any bytes) scoped to the record's topic."""
+    return F.concat(binary(CLIENT_SID_PREFIX), F.encode(F.concat(F.col("topic"), F.lit("/")), "UTF-8"),
+                    request_id.cast("binary"))
+
+
+def internal_sid() -> Column:
+    return F.concat(binary(INTERNAL_SID_PREFIX), F.encode(F.concat_ws(
+        "/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")), "UTF-8"))
+
+
+def entry_bytes(key: Column, value: Column, headers: Column) -> Column:
+    """Same estimate as ``wheel.entry_bytes``."""
+    header_bytes = F.aggregate(headers, F.lit(0).cast("long"), lambda total, h: total + F.octet_length(h["key"])
+                               + F.coalesce(F.length(h["value"]), F.lit(0)))
+    return (F.lit(ENTRY_OVERHEAD_BYTES).cast("long") + F.coalesce(F.length(key), F.lit(0))
+            + F.coalesce(F.length(value), F.lit(0)) + header_bytes)
 
 
 def header(key: str, value: Column) -> Column:
@@ -120,7 +150,7 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
     """Turn a dialect's decoded frame into NORMALIZED_COLUMNS.
 
     ``decoded`` has the Kafka source columns plus: ``_reasons`` (array<string>),
-    ``_sid``, ``_action``, ``_due_ms``, ``_dest``, ``_key``, ``_value``, ``_headers``
+    ``_sid`` (binary), ``_action``, ``_due_ms``, ``_dest``, ``_key``, ``_value``, ``_headers``
     (the record to deliver, for valid requests).
     """
     rejected = F.size("_reasons") > 0
@@ -136,7 +166,7 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
         return F.when(rejected, if_rejected).otherwise(if_valid)
 
     return decoded.select(
-        pick(F.lit(REJECTIONS_SID), F.col("_sid")).alias("sid"),
+        pick(binary(REJECTIONS_SID), F.col("_sid")).alias("sid"),
         pick(F.lit(KIND_REJECT), F.lit(KIND_REQUEST)).alias("kind"),
         pick(F.lit(None).cast("string"), F.col("_action")).alias("action"),
         pick(F.lit(None).cast("long"), F.col("_due_ms")).alias("due_ms"),
@@ -149,4 +179,6 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
         F.col("partition").alias("src_partition"),
         F.col("offset").alias("src_offset"),
         F.unix_millis(F.col("timestamp")).alias("src_ts_ms"),
+        pick(F.lit(None).cast("long"), entry_bytes(F.col("_key"), F.col("_value"), F.col("_headers"))
+             ).alias("entry_bytes"),
     )

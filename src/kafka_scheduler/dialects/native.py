@@ -6,8 +6,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ..protocol import ACTION, ACTIONS, DELIVER_AT, DELIVER_TO, PREFIX, REQUEST_HEADERS, REQUEST_ID
-from .common import DecodeSettings, destination_checks, due_checks, first_header_text, headers_named, \
-    headers_or_empty, normalize, reasons, value_size_checks
+from .common import DecodeSettings, client_sid, destination_checks, due_checks, first_header_bytes, \
+    first_header_text, headers_named, headers_or_empty, internal_sid, normalize, reasons, value_size_checks
 
 
 # ISO-8601 instant with an explicit zone: Z or a numeric offset. Fractions up to nanoseconds.
@@ -27,7 +27,7 @@ def decode(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame:
     action_text = first_header_text(ACTION)
     to = first_header_text(DELIVER_TO)
     at = first_header_text(DELIVER_AT)
-    request_id = first_header_text(REQUEST_ID)
+    request_id = first_header_bytes(REQUEST_ID)  # any bytes: ids are compared as bytes
 
     action = F.coalesce(F.upper(F.trim(action_text)), F.lit("ADD"))
     targeted = action.isin("ADD", "REPLACE")
@@ -41,8 +41,8 @@ def decode(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame:
         *duplicate_checks,
         (~action.isin(*ACTIONS),
          F.concat(F.lit(f"unknown {ACTION} '"), action_text, F.lit("' (expected ADD, REPLACE or CANCEL)"))),
-        (needs_id & (request_id.isNull() | (request_id == "")), F.lit(f"missing {REQUEST_ID}")),
-        (~needs_id & (request_id == ""), F.lit(f"empty {REQUEST_ID}")),
+        (needs_id & (F.coalesce(F.length(request_id), F.lit(0)) == 0), F.lit(f"missing {REQUEST_ID}")),
+        (~needs_id & (F.length(request_id) == 0), F.lit(f"empty {REQUEST_ID}")),
         (targeted & (to.isNull() | (F.trim(to) == "")), F.lit(f"missing {DELIVER_TO}")),
         *[(targeted & to.isNotNull() & (F.trim(to) != "") & condition, text)
           for condition, text in destination_checks(to, settings)],
@@ -56,10 +56,8 @@ def decode(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame:
         *[(targeted & condition, text) for condition, text in value_size_checks(settings)],
     ]
 
-    has_id = request_id.isNotNull() & (request_id != "")
-    sid = F.when(has_id, F.concat(F.lit("id:"), F.col("topic"), F.lit("/"), request_id)).otherwise(
-        F.concat(F.lit("offset:"), F.col("topic"), F.lit("/"), F.col("partition").cast("string"), F.lit("/"),
-                 F.col("offset").cast("string")))
+    has_id = F.coalesce(F.length(request_id), F.lit(0)) > 0
+    sid = F.when(has_id, client_sid(request_id)).otherwise(internal_sid())
     stripped_headers = F.filter(headers_or_empty(), lambda h: ~F.lower(h["key"]).startswith(PREFIX))
 
     decoded = kafka_rows.select(
