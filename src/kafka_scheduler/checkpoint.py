@@ -189,8 +189,9 @@ def settle_state_settings(config: Config, bucket_ms: int, files: Optional[Checkp
     recorded = _decode(raw, file_name)
     if recorded["state_format"] != STATE_FORMAT:
         raise ConfigError(
-            f"checkpoint {files.where} holds state format {recorded['state_format']} ({file_name}), this version "
-            f"reads format {STATE_FORMAT} only: run the version that wrote it, or use a new --checkpoint-dir")
+            f"checkpoint {files.where} holds state format {recorded['state_format']} (per its {STATE_FILE}), but "
+            f"this version reads format {STATE_FORMAT} only: run the version that wrote it, or use a new "
+            f"--checkpoint-dir")
 
     notices: list[str] = []
     settled: dict[str, Any] = {}
@@ -200,16 +201,15 @@ def settle_state_settings(config: Config, bucket_ms: int, files: Optional[Checkp
         settled["shards"] = _settle_one(config, "shards", recorded["shards"], files.where, notices)
         if recorded["bucket_ms"] != bucket_ms:
             raise ConfigError(
-                f"checkpoint {files.where} holds wheel buckets of {recorded['bucket_ms']} ms, this version uses "
+                f"checkpoint {files.where} holds wheel buckets of {recorded['bucket_ms']} ms, but this version uses "
                 f"{bucket_ms} ms and cannot read that state: run the version that wrote it, or use a new "
                 f"--checkpoint-dir")
     elif config.given_by("shards") and config.shards != recorded["shards"]:
         notices.append(f"{config.given_by('shards')} is ignored: the checkpoint's per-id state layout has no shards")
     if recorded["partitions"] != config.partitions:
         notices.append(
-            f"checkpoint {files.where} keeps the {recorded['partitions']} shuffle partitions of its first run "
-            f"(Spark restores them from the checkpoint); partitions {config.partitions} now only sets the "
-            f"partition count of topics the scheduler creates")
+            f"Spark keeps the {recorded['partitions']} shuffle partitions of the checkpoint's first run; "
+            f"{_shown(config, 'partitions')} now only sets the partition count of topics the scheduler creates")
     return replace(config, **settled), notices
 
 
@@ -220,13 +220,20 @@ def _settle_one(config: Config, name: str, recorded: Any, where: str, notices: l
         return current
     laid_out = f"in {recorded} shards" if name == "shards" else f"in the {recorded} layout"
     if source is not None:
-        shown = f"{source}={current}" if source.startswith(ENV_PREFIX) else f"{source} {current}"
         raise ConfigError(
-            f"{shown} does not match checkpoint {where}, whose state was laid out {laid_out} at its first run: "
-            f"omit {source} to keep {recorded}, or use a new --checkpoint-dir")
-    notices.append(f"state laid out {laid_out}, as recorded in checkpoint {where} at its first run "
+            f"{_shown(config, name)} does not match checkpoint {where}, whose state was laid out {laid_out} at its "
+            f"first run: omit {source} to keep {recorded}, or use a new --checkpoint-dir")
+    notices.append(f"state laid out {laid_out}, as recorded at the checkpoint's first run "
                    f"(the current settings alone would give {current})")
     return recorded
+
+
+def _shown(config: Config, name: str) -> str:
+    """An option's value as it was set: '--shards 6', 'KAFKA_SCHEDULER_SHARDS=6' or 'the default --shards 4'."""
+    source, value = config.given_by(name), getattr(config, name)
+    if source is None:
+        return f"the default --{name.replace('_', '-')} {value}"
+    return f"{source}={value}" if source.startswith(ENV_PREFIX) else f"{source} {value}"
 
 
 def _encode(config: Config, bucket_ms: int, now: Optional[datetime]) -> bytes:

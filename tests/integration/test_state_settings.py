@@ -73,7 +73,7 @@ def test_restart_with_other_partitions_keeps_the_shards_so_replace_and_cancel_st
     assert replaced.timestamp_ms >= ms_of(new_due)
     log = restarted.log()
     assert "wheel state layout, 4 shards" in log, log[-3000:]
-    assert "keeps the 2 shuffle partitions of its first run" in log
+    assert "Spark keeps the 2 shuffle partitions of the checkpoint's first run; --partitions 3 now only" in log
     assert restarted.stop() == 0, restarted.log()[-2000:]
 
 

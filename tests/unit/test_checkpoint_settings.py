@@ -79,8 +79,8 @@ def test_recorded_values_are_honoured_when_not_given(tmp_path):
     before = (tmp_path / STATE_FILE).read_bytes()
     config, notices = settle(tmp_path, "--partitions", "3")
     assert (config.state_layout, config.shards, config.partitions) == ("wheel", 4, 3)
-    assert any("state laid out in 4 shards, as recorded in checkpoint" in n and "would give 6" in n
-               for n in notices), notices
+    assert "state laid out in 4 shards, as recorded at the checkpoint's first run (the current settings alone " \
+           "would give 6)" in notices
     assert (tmp_path / STATE_FILE).read_bytes() == before, "a resumed checkpoint's record is never rewritten"
 
 
@@ -131,9 +131,12 @@ def test_a_changed_partition_count_moves_no_shards_and_is_a_notice(tmp_path):
     first_run(tmp_path, "--partitions", "2")
     config, notices = settle(tmp_path, "--partitions", "5")
     assert config.shards == 4 and config.partitions == 5
-    [partitions_notice] = [n for n in notices if "shuffle partitions" in n]
-    assert "keeps the 2 shuffle partitions of its first run" in partitions_notice
-    assert "partitions 5 now only sets the partition count of topics" in partitions_notice
+    assert notices[-1] == ("Spark keeps the 2 shuffle partitions of the checkpoint's first run; --partitions 5 now "
+                           "only sets the partition count of topics the scheduler creates")
+    _, notices = settle(tmp_path, environ={"KAFKA_SCHEDULER_PARTITIONS": "2", "KAFKA_SCHEDULER_SHARDS": "4"})
+    assert notices == []
+    _, notices = settle(tmp_path, "--shards", "4", environ={"KAFKA_SCHEDULER_PARTITIONS": "7"})
+    assert [n for n in notices if "KAFKA_SCHEDULER_PARTITIONS=7 now only sets" in n], notices
 
 
 def test_checkpoint_with_commits_but_no_settings_file_is_refused_as_legacy(tmp_path):
@@ -178,7 +181,7 @@ def test_another_state_format_is_refused(tmp_path, state_format):
 
 def test_another_bucket_width_is_refused_for_the_wheel(tmp_path):
     first_run(tmp_path)
-    with pytest.raises(ConfigError, match="holds wheel buckets of 1000 ms, this version uses 500 ms"):
+    with pytest.raises(ConfigError, match="holds wheel buckets of 1000 ms, but this version uses 500 ms"):
         settle(tmp_path, bucket_ms=500)
 
 
