@@ -35,7 +35,7 @@ def first_run(scheduler_factory, broker):
     kafka = Kafka(broker.bootstrap_servers)
     scheduler = scheduler_factory(app_id=APP_ID, extra_args=("--partitions", "2")).start()
     topic = kafka.topic()
-    old_due = at(35)
+    old_due = at(40)
     sent_up_to = 0
     for request_id in (REPLACED, CANCELLED):
         _, offset = kafka.produce(REQUESTS, key=request_id.encode(), value=b"old",
@@ -44,6 +44,8 @@ def first_run(scheduler_factory, broker):
     wait_until(lambda: committed_offsets(scheduler.checkpoint_dir).get(REQUESTS, {}).get(0, 0) >= sent_up_to, 60,
                "the scheduler to commit the schedules")
     assert scheduler.stop() == 0, scheduler.log()[-2000:]
+    # The old versions must still be pending when the scheduler stops, or there is nothing left to replace.
+    assert time.time() * 1000 < ms_of(old_due), "the first run took too long: the old versions fell due"
     return scheduler, topic, old_due
 
 
