@@ -1,14 +1,33 @@
-"""Reading a query checkpoint from outside the query: progress and committed request offsets."""
+"""Reading a query checkpoint from outside the query: progress, committed request offsets, and the
+settings that shape its state (``kafka-scheduler-state.json``, recorded at the first run)."""
 
 from __future__ import annotations
 
 import json
+import os
+import uuid
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Protocol
+from urllib.parse import unquote, urlsplit
+
+from .config import ENV_PREFIX, Config, ConfigError
+
+
+def is_local(checkpoint_dir: str | Path) -> bool:
+    """A plain path or a ``file:`` URI on this machine; anything else (hdfs://, s3a://, ...) needs Hadoop."""
+    parts = urlsplit(str(checkpoint_dir))
+    return parts.scheme == "" or (parts.scheme == "file" and parts.netloc in ("", "localhost"))
+
+
+def local_path(checkpoint_dir: str | Path) -> Path:
+    parts = urlsplit(str(checkpoint_dir))
+    return Path(unquote(parts.path)) if parts.scheme == "file" else Path(checkpoint_dir)
 
 
 def last_committed_batch(checkpoint_dir: str | Path) -> Optional[int]:
-    commits = Path(checkpoint_dir) / "commits"
+    commits = local_path(checkpoint_dir) / "commits"
     ids = [int(p.name) for p in commits.glob("[0-9]*") if p.name.isdigit()] if commits.is_dir() else []
     return max(ids) if ids else None
 
@@ -18,10 +37,238 @@ def committed_offsets(checkpoint_dir: str | Path) -> dict[str, dict[int, int]]:
     batch = last_committed_batch(checkpoint_dir)
     if batch is None:
         return {}
-    lines = (Path(checkpoint_dir) / "offsets" / str(batch)).read_text().splitlines()
+    lines = (local_path(checkpoint_dir) / "offsets" / str(batch)).read_text().splitlines()
     offsets: dict[str, dict[int, int]] = {}
     for line in lines[2:]:  # "v1", batch metadata, then one JSON line per source
         if line.startswith("{"):
             for topic, partitions in json.loads(line).items():
                 offsets.setdefault(topic, {}).update({int(p): int(o) for p, o in partitions.items()})
     return offsets
+
+
+# ---------------------------------------------------------------- settings recorded in the checkpoint
+
+STATE_FILE = "kafka-scheduler-state.json"
+# The version of the state schema this code writes and reads. 2: the first format with a settings file.
+STATE_FORMAT = 2
+_LAYOUTS = ("wheel", "per-id")
+
+
+class CheckpointFiles(Protocol):
+    where: str  # the checkpoint folder, as messages name it
+
+    def has_commit(self) -> bool: ...
+
+    def read(self, name: str) -> Optional[bytes]: ...
+
+    def write(self, name: str, data: bytes) -> None: ...
+
+
+class LocalFiles:
+    """A checkpoint on this machine, read and written by Python."""
+
+    def __init__(self, checkpoint_dir: str | Path):
+        self.root = local_path(checkpoint_dir)
+        self.where = os.path.abspath(self.root)
+
+    def has_commit(self) -> bool:
+        return last_committed_batch(self.root) is not None
+
+    def read(self, name: str) -> Optional[bytes]:
+        try:
+            return (self.root / name).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError(f"cannot read {self.root / name}: {exc.strerror}") from None
+
+    def write(self, name: str, data: bytes) -> None:
+        temporary = self.root / f".{name}.{uuid.uuid4().hex}.tmp"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with open(temporary, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, self.root / name)
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            raise ConfigError(f"cannot write {self.root / name}: {exc.strerror}") from None
+
+
+class HadoopFiles:
+    """A checkpoint on a Hadoop filesystem (hdfs://, s3a://, ...), through the Spark session's JVM: the same
+    filesystem and credentials Spark itself uses for the checkpoint."""
+
+    def __init__(self, spark, checkpoint_dir: str | Path):
+        self._path = spark._jvm.org.apache.hadoop.fs.Path
+        self.root = self._path(str(checkpoint_dir))
+        self.where = str(checkpoint_dir)
+        try:
+            self.fs = self.root.getFileSystem(spark._jsc.hadoopConfiguration())
+            self.where = self.fs.makeQualified(self.root).toString()
+        except Exception as exc:  # py4j's Java exception
+            raise ConfigError(f"cannot open checkpoint {self.where}: {_java_summary(exc)}") from None
+
+    def has_commit(self) -> bool:
+        commits = self._path(self.root, "commits")
+        try:
+            return self.fs.exists(commits) and any(
+                status.getPath().getName().isdigit() for status in self.fs.listStatus(commits))
+        except Exception as exc:
+            raise ConfigError(f"cannot list {self.where}/commits: {_java_summary(exc)}") from None
+
+    def read(self, name: str) -> Optional[bytes]:
+        path = self._path(self.root, name)
+        try:
+            if not self.fs.exists(path):
+                return None
+            stream = self.fs.open(path)
+            try:
+                return bytes(stream.readAllBytes())
+            finally:
+                stream.close()
+        except Exception as exc:
+            raise ConfigError(f"cannot read {self.where}/{name}: {_java_summary(exc)}") from None
+
+    def write(self, name: str, data: bytes) -> None:
+        temporary = self._path(self.root, f".{name}.{uuid.uuid4().hex}.tmp")
+        target = self._path(self.root, name)
+        try:
+            self.fs.mkdirs(self.root)
+            out = self.fs.create(temporary, True)
+            try:
+                out.write(bytearray(data))
+            finally:
+                out.close()
+            # FileSystem.rename does not replace an existing file on HDFS. The file is only ever rewritten while no
+            # batch is committed, and then a missing file is simply written again, so deleting first is safe.
+            self.fs.delete(target, False)
+            if not self.fs.rename(temporary, target):
+                raise ConfigError(f"cannot write {self.where}/{name}: renaming the temporary file failed")
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"cannot write {self.where}/{name}: {_java_summary(exc)}") from None
+
+
+def _java_summary(exc: Exception) -> str:
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    return " ".join(text.split())[:300]
+
+
+def checkpoint_files(config: Config, spark=None) -> CheckpointFiles:
+    if spark is None:
+        if not is_local(config.checkpoint_dir):
+            raise ValueError(f"{config.checkpoint_dir} is not a local path: a Spark session is needed to reach it")
+        return LocalFiles(config.checkpoint_dir)
+    return HadoopFiles(spark, config.checkpoint_dir)
+
+
+def settle_state_settings(config: Config, bucket_ms: int, files: Optional[CheckpointFiles] = None,
+                          now: Optional[datetime] = None) -> tuple[Config, list[str]]:
+    """The config to run with on this checkpoint, and notices worth logging; ConfigError if it must not run.
+
+    Settings that shape the state are recorded at the first run. Later starts take the recorded values of those
+    not given explicitly, and refuse explicit values that differ: state written one way cannot be read another
+    (with other shards, REPLACE and CANCEL would miss the index entries of the ids they name).
+    """
+    files = files or checkpoint_files(config)
+    file_name = f"{files.where.rstrip('/')}/{STATE_FILE}"
+    if not files.has_commit():
+        # Spark redoes batch 0 from empty state, so an earlier start that committed nothing binds nothing.
+        files.write(STATE_FILE, _encode(config, bucket_ms, now))
+        return config, []
+    raw = files.read(STATE_FILE)
+    if raw is None:
+        raise ConfigError(
+            f"checkpoint {files.where} has committed batches but no {STATE_FILE}: it was written by an earlier "
+            f"kafka-scheduler whose state format this version cannot read; its pending schedules can only be "
+            f"drained with the version that wrote it, or use a new --checkpoint-dir")
+    recorded = _decode(raw, file_name)
+    if recorded["state_format"] != STATE_FORMAT:
+        raise ConfigError(
+            f"checkpoint {files.where} holds state format {recorded['state_format']} (per its {STATE_FILE}), but "
+            f"this version reads format {STATE_FORMAT} only: run the version that wrote it, or use a new "
+            f"--checkpoint-dir")
+
+    notices: list[str] = []
+    settled: dict[str, Any] = {}
+    layout = _settle_one(config, "state_layout", recorded["state_layout"], files.where, notices)
+    settled["state_layout"] = layout
+    if layout == "wheel":
+        settled["shards"] = _settle_one(config, "shards", recorded["shards"], files.where, notices)
+        if recorded["bucket_ms"] != bucket_ms:
+            raise ConfigError(
+                f"checkpoint {files.where} holds wheel buckets of {recorded['bucket_ms']} ms, but this version uses "
+                f"{bucket_ms} ms and cannot read that state: run the version that wrote it, or use a new "
+                f"--checkpoint-dir")
+    elif config.given_by("shards") and config.shards != recorded["shards"]:
+        notices.append(f"{config.given_by('shards')} is ignored: the checkpoint's per-id state layout has no shards")
+    if recorded["partitions"] != config.partitions:
+        notices.append(
+            f"Spark keeps the {recorded['partitions']} shuffle partitions of the checkpoint's first run; "
+            f"{_shown(config, 'partitions')} now only sets the partition count of topics the scheduler creates")
+    return replace(config, **settled), notices
+
+
+def _settle_one(config: Config, name: str, recorded: Any, where: str, notices: list[str]) -> Any:
+    source = config.given_by(name)
+    current = getattr(config, name)
+    if current == recorded:
+        return current
+    laid_out = f"in {recorded} shards" if name == "shards" else f"in the {recorded} layout"
+    if source is not None:
+        raise ConfigError(
+            f"{_shown(config, name)} does not match checkpoint {where}, whose state was laid out {laid_out} at its "
+            f"first run: omit {source} to keep {recorded}, or use a new --checkpoint-dir")
+    notices.append(f"state laid out {laid_out}, as recorded at the checkpoint's first run "
+                   f"(the current settings alone would give {current})")
+    return recorded
+
+
+def _shown(config: Config, name: str) -> str:
+    """An option's value as it was set: '--shards 6', 'KAFKA_SCHEDULER_SHARDS=6' or 'the default --shards 4'."""
+    source, value = config.given_by(name), getattr(config, name)
+    if source is None:
+        return f"the default --{name.replace('_', '-')} {value}"
+    return f"{source}={value}" if source.startswith(ENV_PREFIX) else f"{source} {value}"
+
+
+def _encode(config: Config, bucket_ms: int, now: Optional[datetime]) -> bytes:
+    now = now or datetime.now(timezone.utc)
+    record = {"state_format": STATE_FORMAT, "state_layout": config.state_layout, "shards": config.shards,
+              "bucket_ms": bucket_ms, "partitions": config.partitions,
+              "created_at": now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return (json.dumps(record, indent=2) + "\n").encode()
+
+
+def _decode(raw: bytes, file_name: str) -> dict[str, Any]:
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        raise ConfigError(f"{file_name} is not valid JSON ({reason}): it records the state settings of the "
+                          f"checkpoint's first run; restore it, or use a new --checkpoint-dir") from None
+    if not isinstance(record, dict) or not _is_int(record.get("state_format")):
+        raise ConfigError(f"{file_name} is not a kafka-scheduler state file (no integer state_format): restore it, "
+                          f"or use a new --checkpoint-dir")
+    if record["state_format"] != STATE_FORMAT:
+        return record  # another format's fields are not this version's to judge
+    problems = [name for name, valid in (("state_layout", record.get("state_layout") in _LAYOUTS),
+                                         ("shards", _is_positive_int(record.get("shards"))),
+                                         ("bucket_ms", _is_positive_int(record.get("bucket_ms"))),
+                                         ("partitions", _is_positive_int(record.get("partitions")))) if not valid]
+    if problems:
+        raise ConfigError(f"{file_name} is damaged (missing or invalid {', '.join(problems)}): restore it, or use a "
+                          f"new --checkpoint-dir")
+    return record
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_positive_int(value: Any) -> bool:
+    return _is_int(value) and value > 0

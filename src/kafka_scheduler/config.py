@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional
 
 ENV_PREFIX = "KAFKA_SCHEDULER_"
@@ -128,6 +128,9 @@ class Config:
     lookahead: int = 0  # milliseconds
     state_layout: str = "wheel"
     shards: Optional[int] = None  # None: twice the partitions
+    # (option name, "--flag" or "KAFKA_SCHEDULER_<NAME>") of each option set explicitly: settings recorded in the
+    # checkpoint may replace a default, never an explicit choice (checkpoint.settle_state_settings).
+    given: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if not _APP_ID.match(self.app_id):
@@ -154,8 +157,12 @@ class Config:
     def own_topics(self) -> tuple[str, str, str]:
         return self.requests_topic, self.rejections_topic, self.history_topic
 
+    def given_by(self, name: str) -> Optional[str]:
+        """The flag or variable that set option ``name``, or None if it has its default."""
+        return dict(self.given).get(name)
+
     def describe(self) -> str:
-        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self) if f.name != "given")
 
 
 def env_name(option: Option) -> str:
@@ -177,6 +184,7 @@ def resolve(args: Optional[argparse.Namespace] = None, environ: Optional[dict[st
     """Build a Config from parsed flags, then the environment, then defaults."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
+    given: list[tuple[str, str]] = []
     for option in OPTIONS:
         raw = getattr(args, option.name, None) if args is not None else None
         source = "--" + option.name.replace("_", "-")
@@ -189,4 +197,5 @@ def resolve(args: Optional[argparse.Namespace] = None, environ: Optional[dict[st
             values[option.name] = option.parse(raw)
         except (ValueError, re.error) as exc:
             raise ConfigError(f"{source}: {exc}") from None
-    return Config(**values)
+        given.append((option.name, source))
+    return Config(**values, given=tuple(given))

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from .checkpoint import last_committed_batch
+from .checkpoint import checkpoint_files, is_local, last_committed_batch, settle_state_settings
 from .config import Config
 from .dialects import DIALECTS, DecodeSettings
 from .jars import jar_paths
@@ -25,6 +25,7 @@ from .metrics import BatchSummary, Totals
 from .sinks import RecordSink
 from .state_processor import OUTPUT_SCHEMA, SchedulerProcessor
 from .topics import TopicDirectory, ensure_topics, wait_for_broker
+from .wheel import BUCKET_MS
 from .wheel_processor import WheelProcessor, shard_column
 
 log = logging.getLogger("kafka_scheduler")
@@ -123,6 +124,11 @@ class Scheduler:
             log.debug("batch %s timings (ms): %s", progress["batchId"], progress["durationMs"])
 
     def run(self) -> int:
+        # A local checkpoint is checked before anything starts, so a refused start costs no Spark start-up. Under
+        # spark-submit a plain path is on the cluster's default filesystem, which only Spark's Hadoop reaches.
+        settle_first = is_local(self.config.checkpoint_dir) and not under_spark_submit()
+        if settle_first:
+            self._settle_state_settings()
         config = self.config
         log.info("broker: connecting to %s", config.bootstrap_servers)
         admin = wait_for_broker(config.bootstrap_servers)
@@ -132,9 +138,18 @@ class Scheduler:
         resumed = last_committed_batch(config.checkpoint_dir)
         log.info("checkpoint: %s (%s)", os.path.abspath(config.checkpoint_dir),
                  "new" if resumed is None else f"resuming after batch {resumed}; state restores in the first batch")
-        log.info("spark: starting (%s, %d shuffle partitions, %s state layout)",
-                 "spark-submit" if under_spark_submit() else config.master, config.partitions, config.state_layout)
+        log.info("spark: starting (%s, %d shuffle partitions, %s)",
+                 "spark-submit" if under_spark_submit() else config.master, config.partitions,
+                 _state_text(config) if settle_first else "state settings checked once Spark is up")
         spark = build_session(config)
+        if not settle_first:
+            try:
+                self._settle_state_settings(spark)
+            except BaseException:
+                spark.stop()
+                raise
+            config = self.config
+            log.info("checkpoint: %s", _state_text(config))
         sink = self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch)
         self.query = (build_stream(spark, config).writeStream
                       .queryName(config.app_id)
@@ -147,6 +162,12 @@ class Scheduler:
             return self._wait()
         finally:
             spark.stop()
+
+    def _settle_state_settings(self, spark=None) -> None:
+        """Take the state settings recorded in the checkpoint, or raise ConfigError (the CLI exits 2 with it)."""
+        self.config, notices = settle_state_settings(self.config, BUCKET_MS, checkpoint_files(self.config, spark))
+        for notice in notices:
+            log.info("checkpoint: %s", notice)
 
     def _wait(self) -> int:
         from pyspark.errors import StreamingQueryException
@@ -175,6 +196,11 @@ class Scheduler:
         while self.query.isActive and self.query.status.get("isTriggerActive") and time.monotonic() < deadline:
             time.sleep(0.02)
         self.query.stop()
+
+
+def _state_text(config: Config) -> str:
+    return f"wheel state layout, {config.shards} shards" if config.state_layout == "wheel" else \
+        f"{config.state_layout} state layout"
 
 
 def _summary(error: BaseException, limit: int = 600) -> str:

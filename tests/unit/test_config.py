@@ -185,3 +185,24 @@ def test_describe_lists_every_setting():
     for option in OPTIONS:
         assert option.name + "=" in text
     assert "app_id=billing" in text
+
+
+def test_resolve_records_which_options_were_given_and_where():
+    config = resolve(parse("--partitions", "3", "--shards", "5"),
+                     environ={"KAFKA_SCHEDULER_STATE_LAYOUT": "per-id", "KAFKA_SCHEDULER_SHARDS": "9"})
+    assert config.given_by("partitions") == "--partitions"
+    assert config.given_by("shards") == "--shards"  # the flag wins, and is what gets named
+    assert config.given_by("state_layout") == "KAFKA_SCHEDULER_STATE_LAYOUT"
+    assert config.given_by("app_id") is None
+    assert resolve(parse(), environ={}).given == ()
+
+
+def test_shards_default_to_twice_the_partitions_unless_given():
+    assert resolve(parse("--partitions", "3"), environ={}).shards == 6
+    assert resolve(parse("--partitions", "3", "--shards", "5"), environ={}).shards == 5
+
+
+def test_how_an_option_was_given_changes_neither_equality_nor_describe():
+    given = resolve(parse("--app-id", "billing"), environ={})
+    assert given == Config(app_id="billing")
+    assert "given" not in given.describe()

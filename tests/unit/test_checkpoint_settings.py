@@ -1,0 +1,274 @@
+"""The settings that shape the state, recorded in the checkpoint at its first run and honoured or refused later.
+
+Local checkpoints need no Spark; one test goes through Hadoop's FileSystem on a local SparkSession, as the
+scheduler does for hdfs:// or s3a:// checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from kafka_scheduler.checkpoint import (STATE_FILE, STATE_FORMAT, HadoopFiles, LocalFiles, is_local,
+                                        settle_state_settings)
+from kafka_scheduler.config import ConfigError, add_arguments, resolve
+
+BUCKET_MS = 1000
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def config_of(checkpoint: Path | str, *argv: str, environ: dict | None = None):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return resolve(parser.parse_args(["--checkpoint-dir", str(checkpoint), *argv]), environ=environ or {})
+
+
+def settle(checkpoint, *argv, environ=None, bucket_ms=BUCKET_MS):
+    return settle_state_settings(config_of(checkpoint, *argv, environ=environ), bucket_ms, now=NOW)
+
+
+def commit(checkpoint: Path, batch: int = 0) -> None:
+    """What Spark leaves once a batch has committed (the settings check only looks at commits/<n>)."""
+    for folder in ("offsets", "commits"):
+        (checkpoint / folder).mkdir(parents=True, exist_ok=True)
+        (checkpoint / folder / str(batch)).write_text("v1\n{}\n")
+
+
+def recorded(checkpoint: Path) -> dict:
+    return json.loads((checkpoint / STATE_FILE).read_text())
+
+
+def first_run(checkpoint: Path, *argv: str) -> dict:
+    """A checkpoint whose first run used ``argv`` and committed a batch."""
+    settle(checkpoint, *argv)
+    commit(checkpoint)
+    return recorded(checkpoint)
+
+
+def test_new_checkpoint_records_the_settings(tmp_path):
+    checkpoint = tmp_path / "new" / "ckpt"
+    config, notices = settle(checkpoint, "--partitions", "3")
+    assert notices == []
+    assert (config.state_layout, config.shards, config.partitions) == ("wheel", 6, 3)
+    assert recorded(checkpoint) == {"state_format": STATE_FORMAT, "state_layout": "wheel", "shards": 6,
+                                    "bucket_ms": 1000, "partitions": 3, "created_at": "2026-03-01T12:00:00Z"}
+    assert STATE_FORMAT == 2
+    assert sorted(p.name for p in checkpoint.iterdir()) == [STATE_FILE], "temporary file left behind"
+
+
+def test_checkpoint_without_a_committed_batch_is_rewritten(tmp_path):
+    # A first run that stopped before committing anything: Spark redoes batch 0 from empty state.
+    settle(tmp_path, "--shards", "8", "--state-layout", "per-id")
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("v1\n{}\n")
+    (tmp_path / "commits").mkdir()
+    config, notices = settle(tmp_path, "--shards", "5")
+    assert notices == [] and (config.state_layout, config.shards) == ("wheel", 5)
+    assert (recorded(tmp_path)["state_layout"], recorded(tmp_path)["shards"]) == ("wheel", 5)
+
+
+def test_recorded_values_are_honoured_when_not_given(tmp_path):
+    first_run(tmp_path, "--partitions", "2")
+    before = (tmp_path / STATE_FILE).read_bytes()
+    config, notices = settle(tmp_path, "--partitions", "3")
+    assert (config.state_layout, config.shards, config.partitions) == ("wheel", 4, 3)
+    assert "state laid out in 4 shards, as recorded at the checkpoint's first run (the current settings alone " \
+           "would give 6)" in notices
+    assert (tmp_path / STATE_FILE).read_bytes() == before, "a resumed checkpoint's record is never rewritten"
+
+
+def test_recorded_layout_is_honoured_when_not_given(tmp_path):
+    first_run(tmp_path, "--state-layout", "per-id")
+    config, notices = settle(tmp_path)
+    assert config.state_layout == "per-id"
+    assert any("per-id layout" in n for n in notices), notices
+
+
+def test_explicit_values_equal_to_the_recorded_ones_run_silently(tmp_path):
+    first_run(tmp_path, "--shards", "7")
+    config, notices = settle(tmp_path, "--shards", "7", "--state-layout", "wheel")
+    assert (config.shards, notices) == (7, [])
+
+
+def test_explicit_shards_that_differ_are_refused_naming_the_flag_and_both_values(tmp_path):
+    first_run(tmp_path, "--partitions", "2")
+    before = (tmp_path / STATE_FILE).read_bytes()
+    with pytest.raises(ConfigError) as error:
+        settle(tmp_path, "--shards", "6")
+    message = str(error.value)
+    assert message == (f"--shards 6 does not match checkpoint {tmp_path}, whose state was laid out in 4 shards at "
+                       f"its first run: omit --shards to keep 4, or use a new --checkpoint-dir")
+    assert (tmp_path / STATE_FILE).read_bytes() == before
+
+
+def test_explicit_layout_that_differs_is_refused(tmp_path):
+    first_run(tmp_path)
+    with pytest.raises(ConfigError) as error:
+        settle(tmp_path, "--state-layout", "per-id")
+    assert str(error.value) == (f"--state-layout per-id does not match checkpoint {tmp_path}, whose state was laid "
+                                f"out in the wheel layout at its first run: omit --state-layout to keep wheel, or "
+                                f"use a new --checkpoint-dir")
+
+
+def test_environment_value_that_differs_is_refused_naming_the_variable(tmp_path):
+    first_run(tmp_path)
+    with pytest.raises(ConfigError) as error:
+        settle(tmp_path, environ={"KAFKA_SCHEDULER_SHARDS": "6"})
+    message = str(error.value)
+    assert message.startswith("KAFKA_SCHEDULER_SHARDS=6 does not match checkpoint"), message
+    assert "4 shards" in message and "omit KAFKA_SCHEDULER_SHARDS" in message
+    assert "--shards" not in message
+
+
+def test_a_changed_partition_count_moves_no_shards_and_is_a_notice(tmp_path):
+    first_run(tmp_path, "--partitions", "2")
+    config, notices = settle(tmp_path, "--partitions", "5")
+    assert config.shards == 4 and config.partitions == 5
+    assert notices[-1] == ("Spark keeps the 2 shuffle partitions of the checkpoint's first run; --partitions 5 now "
+                           "only sets the partition count of topics the scheduler creates")
+    _, notices = settle(tmp_path, environ={"KAFKA_SCHEDULER_PARTITIONS": "2", "KAFKA_SCHEDULER_SHARDS": "4"})
+    assert notices == []
+    _, notices = settle(tmp_path, "--shards", "4", environ={"KAFKA_SCHEDULER_PARTITIONS": "7"})
+    assert [n for n in notices if "KAFKA_SCHEDULER_PARTITIONS=7 now only sets" in n], notices
+
+
+def test_checkpoint_with_commits_but_no_settings_file_is_refused_as_legacy(tmp_path):
+    commit(tmp_path, 3)
+    with pytest.raises(ConfigError) as error:
+        settle(tmp_path)
+    message = str(error.value)
+    assert message == (f"checkpoint {tmp_path} has committed batches but no {STATE_FILE}: it was written by an "
+                       f"earlier kafka-scheduler whose state format this version cannot read; its pending schedules "
+                       f"can only be drained with the version that wrote it, or use a new --checkpoint-dir")
+    assert not (tmp_path / STATE_FILE).exists()
+
+
+@pytest.mark.parametrize("content,expected", [
+    (b'{"state_format": 2, "state_lay', "is not valid JSON"),
+    (b"\xff\xfe\x00", "is not valid JSON (not UTF-8)"),
+    (b'["state_format", 2]', "is not a kafka-scheduler state file"),
+    (b'{"shards": 4}', "is not a kafka-scheduler state file"),
+    (b'{"state_format": "2"}', "is not a kafka-scheduler state file"),
+    (b'{"state_format": 2, "state_layout": "ring", "shards": 0, "bucket_ms": 1000, "partitions": 2}',
+     "is damaged (missing or invalid state_layout, shards)"),
+])
+def test_unreadable_or_foreign_settings_file_is_refused_naming_it(tmp_path, content, expected):
+    commit(tmp_path)
+    (tmp_path / STATE_FILE).write_bytes(content)
+    with pytest.raises(ConfigError) as error:
+        settle(tmp_path)
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path}/{STATE_FILE} {expected}"), message
+    assert message.endswith("or use a new --checkpoint-dir")
+
+
+@pytest.mark.parametrize("state_format", [STATE_FORMAT + 1, 1])
+def test_another_state_format_is_refused(tmp_path, state_format):
+    first_run(tmp_path)
+    (tmp_path / STATE_FILE).write_text(json.dumps({"state_format": state_format, "layout": "future"}))
+    with pytest.raises(ConfigError) as error:
+        settle(tmp_path)
+    assert str(error.value).startswith(f"checkpoint {tmp_path} holds state format {state_format} "), str(error.value)
+    assert f"reads format {STATE_FORMAT} only" in str(error.value)
+
+
+def test_another_bucket_width_is_refused_for_the_wheel(tmp_path):
+    first_run(tmp_path)
+    with pytest.raises(ConfigError, match="holds wheel buckets of 1000 ms, but this version uses 500 ms"):
+        settle(tmp_path, bucket_ms=500)
+
+
+def test_per_id_state_has_no_buckets_or_shards_to_check(tmp_path):
+    first_run(tmp_path, "--state-layout", "per-id")
+    config, notices = settle(tmp_path, "--shards", "9", bucket_ms=500)
+    assert config.state_layout == "per-id"
+    assert any("--shards is ignored" in n for n in notices), notices
+
+
+def test_file_uri_is_a_local_checkpoint(tmp_path):
+    uri = "file://" + str(tmp_path / "with space").replace(" ", "%20")
+    config, _ = settle(uri)
+    assert recorded(tmp_path / "with space")["shards"] == config.shards
+
+
+@pytest.mark.parametrize("path,local", [
+    ("checkpoints/app", True), ("/data/ckpt", True), ("file:///data/ckpt", True), ("file:/data/ckpt", True),
+    ("file://localhost/data/ckpt", True), ("hdfs:///checkpoints/app", False), ("s3a://bucket/ckpt", False),
+    ("file://otherhost/ckpt", False),
+])
+def test_which_checkpoints_python_reads(path, local):
+    assert is_local(path) is local
+
+
+def test_local_files_name_the_absolute_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert LocalFiles("relative/ckpt").where == os.path.join(str(tmp_path), "relative", "ckpt")
+
+
+# ---------------------------------------------------------------- the run command, end to end without Kafka
+
+
+@pytest.fixture
+def keep_signal_handlers():
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def test_run_refuses_before_connecting_to_kafka_with_one_line(tmp_path, capsys, keep_signal_handlers):
+    from kafka_scheduler.cli import main
+
+    first_run(tmp_path)
+    # Nothing listens on port 1: reaching Kafka would hang in the broker wait, not fail at once.
+    code = main(["run", "--bootstrap-servers", "127.0.0.1:1", "--checkpoint-dir", str(tmp_path),
+                 "--shards", "6"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (f"kafka-scheduler run: error: --shards 6 does not match checkpoint {tmp_path}, whose state was "
+                   f"laid out in 4 shards at its first run: omit --shards to keep 4, or use a new "
+                   f"--checkpoint-dir\n")
+
+
+# ---------------------------------------------------------------- through Hadoop's FileSystem
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    already_running = SparkSession.getActiveSession() is not None
+    session = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate())
+    yield session
+    if not already_running:
+        session.stop()
+
+
+def test_hadoop_filesystem_records_honours_and_refuses(spark, tmp_path):
+    uri = tmp_path.as_uri()  # file:///...: Hadoop's local filesystem stands in for hdfs:// or s3a://
+    files = HadoopFiles(spark, uri)
+    assert files.where.startswith("file:") and files.where.rstrip("/").endswith(str(tmp_path))
+    assert not files.has_commit() and files.read(STATE_FILE) is None
+
+    config, notices = settle_state_settings(config_of(uri, "--partitions", "2"), BUCKET_MS, files, now=NOW)
+    assert notices == [] and recorded(tmp_path)["shards"] == 4
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    # Rewritten while nothing is committed (a rename onto an existing file).
+    settle_state_settings(config_of(uri, "--shards", "5"), BUCKET_MS, files, now=NOW)
+    assert json.loads(files.read(STATE_FILE))["shards"] == 5
+
+    commit(tmp_path)
+    assert files.has_commit()
+    config, notices = settle_state_settings(config_of(uri, "--partitions", "4"), BUCKET_MS, files, now=NOW)
+    assert config.shards == 5
+    with pytest.raises(ConfigError, match="--shards 3 does not match checkpoint file:.*laid out in 5 shards"):
+        settle_state_settings(config_of(uri, "--shards", "3"), BUCKET_MS, files, now=NOW)
