@@ -91,12 +91,16 @@ def git_commit() -> str:
     return (result.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
 
 
-def write_result(scenario: str, parameters: dict, figures: dict, notes: str = "") -> Path:
+def write_result(scenario: str, parameters: dict, figures: dict, notes: str = "",
+                 details: Optional[dict] = None) -> Path:
+    """``details``: raw series (e.g. one time per wave) kept in the file but too long to print."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS_DIR / f"{stamp}-{scenario}.json"
     record = {"scenario": scenario, "finished_at": stamp, "git_commit": git_commit(), "machine": machine(),
               "parameters": parameters, "figures": figures, "notes": notes}
+    if details:
+        record["details"] = details
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
 
@@ -238,7 +242,11 @@ class Environment:
 
 
 class RequestProducer:
-    """Produces native ADD requests as fast as librdkafka batches them."""
+    """Produces native requests (ADD, REPLACE, CANCEL) as fast as librdkafka batches them.
+
+    Every request of an id is keyed by the id, so librdkafka's default partitioner (a hash of
+    the key) sends them all to one partition and the scheduler reads them in the order sent.
+    """
 
     def __init__(self, bootstrap: str, requests_topic: str):
         self.topic = requests_topic
@@ -252,22 +260,39 @@ class RequestProducer:
         if err is not None:
             self.failed += 1
 
-    def add(self, destination: str, due_ms: int, request_id: Optional[str], value: bytes = b"payload") -> None:
-        headers = [(DUE_HEADER, str(due_ms).encode()), ("x-scheduler-deliver-to", destination.encode()),
-                   ("x-scheduler-deliver-at",
-                    format_instant(datetime.fromtimestamp(due_ms / 1000, timezone.utc)).encode())]
-        if request_id is not None:
-            headers.append(("x-scheduler-request-id", request_id.encode()))
+    @staticmethod
+    def _message_headers(destination: str, due_ms: int) -> list:
+        deliver_at = format_instant(datetime.fromtimestamp(due_ms / 1000, timezone.utc))
+        return [(DUE_HEADER, str(due_ms).encode()), ("x-scheduler-deliver-to", destination.encode()),
+                ("x-scheduler-deliver-at", deliver_at.encode())]
+
+    def _produce(self, key: Optional[bytes], value: Optional[bytes], headers: list) -> None:
         while True:
             try:
-                self.producer.produce(self.topic, key=request_id.encode() if request_id else None, value=value,
-                                      headers=headers, on_delivery=self._on_delivery)
+                self.producer.produce(self.topic, key=key, value=value, headers=headers, on_delivery=self._on_delivery)
                 break
             except BufferError:
                 self.producer.poll(0.05)
         self.sent += 1
         if self.sent % 10_000 == 0:
             self.producer.poll(0)
+
+    def add(self, destination: str, due_ms: int, request_id: Optional[str], value: bytes = b"payload") -> None:
+        # No action header: ADD is the default, and the existing scenarios' figures were taken without it.
+        headers = self._message_headers(destination, due_ms)
+        if request_id is not None:
+            headers.append(("x-scheduler-request-id", request_id.encode()))
+        self._produce(request_id.encode() if request_id else None, value, headers)
+
+    def replace(self, destination: str, due_ms: int, request_id: str, value: bytes) -> None:
+        headers = self._message_headers(destination, due_ms)
+        headers += [("x-scheduler-action", b"REPLACE"), ("x-scheduler-request-id", request_id.encode())]
+        self._produce(request_id.encode(), value, headers)
+
+    def cancel(self, request_id: str) -> None:
+        # The key is not delivered (nothing is); it is there to route the cancel to the id's partition.
+        self._produce(request_id.encode(), None,
+                      [("x-scheduler-action", b"CANCEL"), ("x-scheduler-request-id", request_id.encode())])
 
     def flush(self) -> None:
         self.producer.flush(120)
@@ -276,9 +301,10 @@ class RequestProducer:
 
 
 class DeliveryReader:
-    """Consumes a destination topic; keeps (broker append time, due time) per delivery."""
+    """Consumes a destination topic; keeps (broker append time, due time) per delivery, and with
+    ``keep_values`` the value delivered under each key (the bench keys every request by its id)."""
 
-    def __init__(self, bootstrap: str, topic: str):
+    def __init__(self, bootstrap: str, topic: str, keep_values: bool = False):
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
                                   "enable.auto.commit": False, "fetch.max.bytes": 50_000_000})
         partitions = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -286,6 +312,9 @@ class DeliveryReader:
         self.deliveries: list[tuple[int, int]] = []
         self.delivery_ids: set[bytes] = set()
         self.duplicates = 0
+        self.values: Optional[dict[bytes, bytes]] = {} if keep_values else None
+        # Keys delivered again under another delivery id: two versions of one schedule both fired.
+        self.keys_delivered_twice: set[bytes] = set()
 
     def poll(self, seconds: float = 0.2) -> int:
         for message in self.consumer.consume(10_000, seconds):
@@ -304,6 +333,11 @@ class DeliveryReader:
                 continue
             self.delivery_ids.add(delivery_id)
             self.deliveries.append((appended, due))
+            if self.values is not None:
+                key = message.key()
+                if key in self.values:
+                    self.keys_delivered_twice.add(key)
+                self.values[key] = message.value()
         return len(self.deliveries)
 
     def lateness_figures(self) -> dict:

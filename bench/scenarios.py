@@ -6,19 +6,38 @@ prints its figures and appends a JSON result to bench/results/.
     kafka-scheduler bench herd --count 1000000
     kafka-scheduler bench pending --count 10000000
     kafka-scheduler bench restart --count 1000000
-    make bench            # all five with the issue's target sizes
+    kafka-scheduler bench strikes --count 1000000 --strikes 500000 --wave 5000 [--deliver]
+    make bench            # all six with the issue's target sizes
+
+strikes: a replace or cancel of a pending schedule strikes its old version out of its time
+bucket (lazy deletion). Phase 1 files --count schedules with request ids, all due at one
+instant, so they share one bucket per shard; phase 2 sends --strikes requests on distinct
+pending ids, cancels and replaces alternating (a replace keeps the due instant and the
+destination with a new value, so it strikes and refiles in the same bucket), in waves of
+--wave, each sent once the previous one is committed, so the strikes spread over many
+batches while the bucket's struck set grows. Figures: strikes/s overall, over the first
+and last 10% of waves and their ratio (about 1 if a strike costs the same however many
+came before), per decile, and the scheduler's state time per batch from its log. By
+default the bucket is due a month ahead, so nothing fires; --deliver makes it due --lead
+seconds after the start (by default enough for both phases), waits for it and checks the
+deliveries: count - cancels of them, replaced ids with their new value, no cancelled id,
+none early, no duplicates.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from .harness import DeliveryReader, Environment, RequestProducer, directory_bytes, log, wait_until, write_result
+from kafka_scheduler.checkpoint import last_committed_batch
+
+from .harness import (DeliveryReader, Environment, RequestProducer, directory_bytes, log, percentile, wait_until,
+                      write_result)
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
@@ -195,7 +214,205 @@ def restart(env: Environment, args) -> dict:
     return figures
 
 
-SCENARIOS = {"steady": steady, "ingest": ingest, "herd": herd, "pending": pending, "restart": restart}
+STRIKES_PER_S_PLANNED = 400  # strikes --deliver: the slowest strike rate its default --lead allows for
+STRUCK_VALUE = b"replaced"  # the REPLACEs' value; the ADDs carry RequestProducer's default, b"payload"
+_BATCH_LINE = re.compile(r"batch (\d+): (\d+) requests \(([^)]*)\);.*\[state ([\d.]+)s, write ([\d.]+)s\]")
+
+
+def _strike_plan(count: int, strikes: int):
+    """(request id, "cancel" | "replace") for each strike, in sending order: ids spread evenly over the
+    pending ones (every one distinct since strikes <= count), cancels and replaces alternating."""
+    for j in range(strikes):
+        yield f"strikes-{j * count // strikes}", ("cancel" if j % 2 == 0 else "replace")
+
+
+def _rate_groups(waves: list[tuple[int, float]], groups: int) -> list[Optional[float]]:
+    """Requests per second of ``waves`` cut into ``groups`` consecutive slices of (nearly) equal length."""
+    rates = []
+    for g in range(groups):
+        part = waves[g * len(waves) // groups:(g + 1) * len(waves) // groups]
+        seconds = sum(t for _, t in part)
+        rates.append(round(sum(n for n, _ in part) / seconds) if part and seconds > 0 else None)
+    return rates
+
+
+def _logged_strike_batches(log_text: str, after_batch: int) -> list[tuple[dict, float]]:
+    """(outcome counts, state seconds) of the batches after ``after_batch`` that cancelled or replaced
+    something, from the scheduler's per-batch log line (see metrics.BatchSummary.log_line)."""
+    batches = []
+    for match in _BATCH_LINE.finditer(log_text):
+        if int(match.group(1)) <= after_batch:
+            continue
+        outcomes = {}
+        for part in match.group(3).split(","):
+            n, _, name = part.strip().partition(" ")
+            outcomes[name] = int(n)
+        if outcomes.keys() & {"cancelled", "replaced", "cancel_noop", "replace_noop"}:
+            batches.append((outcomes, float(match.group(4))))
+    return batches
+
+
+def strikes(env: Environment, args) -> dict:
+    """One bucket of ``count`` schedules, then ``strikes`` cancels/replaces of them in committed waves:
+    does a strike cost more as the bucket's struck set grows?"""
+    scheduler = _warmed_up(env, args)
+    destination = env.topic("strikes", partitions=4)
+    requests = f"{scheduler.app_id}-schedule-requests"
+    started = time.time()
+    # A whole second, so the schedules are in one bucket whatever BUCKET_MS divides it into.
+    if args.deliver:
+        due = (int((started + args.lead) * 1000) // 1000 + 1) * 1000
+        log(f"strikes: all due {args.lead:.0f}s after the start of ingest; the strikes must be committed by then")
+    else:
+        due = (int(started * 1000) + FAR_FUTURE_MS) // 1000 * 1000
+
+    def before_due() -> float:
+        """Seconds left until the bucket falls due (minus a margin for the commit to land), or the budget."""
+        return (due / 1000 - 1 - time.time()) if args.deliver else args.time_budget
+
+    try:
+        ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: due, "strikes",
+                                 min(args.time_budget, before_due()))
+    except TimeoutError as exc:
+        if args.deliver and time.time() >= due / 1000 - 1:
+            raise RuntimeError(f"{exc}: the bucket fell due first; give a longer --lead than {args.lead:.0f}s") from exc
+        raise
+    log(f"phase 1 done: {args.count:,} pending in one bucket; phase 2: {args.strikes:,} strikes "
+        f"in waves of {args.wave:,}, each sent once the previous one is committed")
+
+    phase2_after_batch = last_committed_batch(scheduler.checkpoint) or -1
+    base = scheduler.committed(requests)
+    producer = RequestProducer(env.bootstrap, requests)
+    plan = list(_strike_plan(args.count, args.strikes))
+    cancels = sum(1 for _, action in plan if action == "cancel")
+    total_waves = -(-len(plan) // args.wave)
+    waves: list[tuple[int, float]] = []  # (requests, seconds from sending the first to its commit)
+    phase_started = time.time()
+    deadline = phase_started + args.time_budget
+    next_report = phase_started + 10
+    sent = 0
+    error = None
+    for number, start in enumerate(range(0, len(plan), args.wave), 1):
+        wave = plan[start:start + args.wave]
+        wave_started = time.time()
+        for request_id, action in wave:
+            if action == "cancel":
+                producer.cancel(request_id)
+            else:
+                producer.replace(destination, due, request_id, STRUCK_VALUE)
+        producer.flush()
+        sent += len(wave)
+        try:
+            wait_until(lambda: scheduler.committed(requests) - base >= sent,
+                       min(deadline - time.time(), before_due()), f"wave {number} of {total_waves} to be committed",
+                       interval=0.05,
+                       progress=lambda: f"{scheduler.committed(requests) - base:,} of {sent:,} committed")
+        except TimeoutError as exc:
+            # Keep the waves measured so far: a slowdown that outlasts the budget is a result too.
+            error = (f"{exc} (the bucket fell due first: give a longer --lead than {args.lead:.0f}s)"
+                     if args.deliver and time.time() >= due / 1000 - 1 else str(exc))
+            log(f"  {error}; the figures cover the {len(waves)} waves committed before")
+            break
+        waves.append((len(wave), time.time() - wave_started))
+        if time.time() >= next_report:
+            done_s = time.time() - phase_started
+            log(f"  wave {number} of {total_waves}: {sent:,} of {len(plan):,} strikes committed, "
+                f"{sent / done_s:,.0f}/s so far, last wave {waves[-1][1]:.2f}s ({len(wave) / waves[-1][1]:,.0f}/s)")
+            next_report = time.time() + 10
+    phase_seconds = time.time() - phase_started
+    committed = sum(n for n, _ in waves)
+    log(f"phase 2 {'stopped' if error else 'done'}: {committed:,} strikes committed in {phase_seconds:.1f}s")
+
+    edge = max(1, round(len(waves) / 10))  # the first and last 10% of waves, at least one each
+    first, last = _rate_groups(waves[:edge], 1)[0], _rate_groups(waves[-edge:], 1)[0]
+    wave_times = sorted(t for _, t in waves)
+    figures = {"pending_in_bucket": args.count, "strikes": len(plan), "cancels": cancels,
+               "replaces": len(plan) - cancels, "waves": len(waves),
+               "strikes_per_s_overall": round(committed / phase_seconds),
+               "strikes_per_s_first_10pct": first, "strikes_per_s_last_10pct": last,
+               "last_to_first": round(last / first, 2) if first and last else None,
+               "strikes_per_s_by_decile": _rate_groups(waves, min(10, len(waves))),
+               "wave_s_p50": round(percentile(wave_times, 0.5), 3) if waves else None,
+               "wave_s_max": round(wave_times[-1], 3) if waves else None,
+               "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"]}
+    if error:
+        figures["strikes_committed"] = committed
+
+    # The scheduler's own account: did every strike strike (no no-ops), and its state time per batch.
+    logged = _logged_strike_batches(scheduler.log(), phase2_after_batch)
+    outcomes: dict[str, int] = {}
+    for counts, _ in logged:
+        for name, n in counts.items():
+            outcomes[name] = outcomes.get(name, 0) + n
+    edge = max(1, round(len(logged) / 10))
+    figures.update({"batches_with_strikes": len(logged), "logged_outcomes": outcomes,
+                    "batch_state_s_first_10pct": round(sum(s for _, s in logged[:edge]) / edge, 3) if logged else None,
+                    "batch_state_s_last_10pct": round(sum(s for _, s in logged[-edge:]) / edge, 3) if logged else None})
+    figures["details"] = {"wave_requests": [n for n, _ in waves], "wave_seconds": [round(t, 3) for _, t in waves],
+                          "batch_state_seconds": [s for _, s in logged],
+                          "batch_strikes": [sum(n for k, n in c.items() if k != "scheduled") for c, _ in logged]}
+
+    if error:
+        figures["error"] = error
+    elif args.deliver:
+        # Made only now, as the bucket is about to fire: it reads from the start of the topic anyway.
+        reader = DeliveryReader(env.bootstrap, destination, keep_values=True)
+        figures.update(_check_deliveries(reader, plan, args.count, due, args.time_budget))
+        reader.close()
+    scheduler.stop()
+    return figures
+
+
+def _check_deliveries(reader: DeliveryReader, plan: list[tuple[str, str]], count: int, due: int,
+                      time_budget: float) -> dict:
+    """After the bucket falls due: exactly the uncancelled schedules, replaced ones with their new value."""
+    cancelled = {request_id.encode() for request_id, action in plan if action == "cancel"}
+    replaced = {request_id.encode() for request_id, action in plan if action == "replace"}
+    expected = count - len(cancelled)
+    log(f"waiting for the bucket to fall due in {max(0.0, due / 1000 - time.time()):.0f}s, "
+        f"then for {expected:,} deliveries")
+    # Polling meanwhile: anything delivered early shows up here, and counts as early below.
+    wait_until(lambda: reader.poll(0.5) is not None and time.time() >= due / 1000, due / 1000 - time.time() + 10,
+               "the due instant", interval=0, progress=lambda: f"due in {due / 1000 - time.time():.0f}s, "
+                                                               f"{len(reader.deliveries):,} delivered already")
+    try:
+        # The herd scenario delivers 1,000,000 due at once within ~16 s; a minute more is plenty.
+        wait_until(lambda: reader.poll(0.5) >= expected, min(time_budget, 60 + expected / 10_000),
+                   "the deliveries", interval=0, progress=lambda: f"{len(reader.deliveries):,} of {expected:,}")
+    except TimeoutError as exc:
+        log(f"  {exc}: checking what arrived")
+    # A few seconds more, so that anything delivered beyond the expected count is seen and counted.
+    settle_until = time.time() + 5
+    while time.time() < settle_until:
+        reader.poll(0.5)
+    values = reader.values
+    missing = sum(1 for i in range(count) if (key := f"strikes-{i}".encode()) not in values and key not in cancelled)
+    untouched_wrong = sum(1 for key, value in values.items()
+                          if key not in replaced and key not in cancelled and value != b"payload")
+    figures = reader.lateness_figures()
+    appended = sorted(a for a, _ in reader.deliveries)
+    figures = {"delivered": figures["delivered"], "expected_deliveries": expected, "early": figures["early"],
+               "duplicates": figures["duplicates"], "missing": missing,
+               "cancelled_delivered": sum(1 for key in cancelled if key in values),
+               "replaced_with_new_value": sum(1 for key in replaced if values.get(key) == STRUCK_VALUE),
+               "replaced_with_old_value": sum(1 for key in replaced if values.get(key) == b"payload"),
+               "versions_delivered_twice": len(reader.keys_delivered_twice),
+               "untouched_with_wrong_value": untouched_wrong,
+               "due_to_last_delivery_s": round((appended[-1] - due) / 1000, 2) if appended else None}
+    problems = [name for name in ("early", "duplicates", "missing", "cancelled_delivered", "replaced_with_old_value",
+                                  "versions_delivered_twice", "untouched_with_wrong_value") if figures[name]]
+    if figures["delivered"] != expected:
+        problems.append(f"delivered {figures['delivered']:,} != {expected:,}")
+    if figures["replaced_with_new_value"] != len(replaced):
+        problems.append("replaced_with_new_value")
+    figures["check"] = "passed" if not problems else "FAILED: " + ", ".join(problems)
+    if problems:
+        figures["error"] = "delivery check failed: " + ", ".join(problems)
+    return figures
+
+
+SCENARIOS = {"steady": steady, "ingest": ingest, "herd": herd, "pending": pending, "restart": restart,
+             "strikes": strikes}
 
 # The issue's target sizes, as a single scenario runs them by default.
 TARGETS = {
@@ -204,6 +421,7 @@ TARGETS = {
     "herd": {"count": 1_000_000},
     "pending": {"count": 10_000_000},
     "restart": {"count": 1_000_000},
+    "strikes": {"count": 1_000_000, "strikes": 500_000, "wave": 5_000},
 }
 
 # What `make bench` (scenario "all") runs: every target, with and without the tuning that matters.
@@ -215,6 +433,7 @@ PLAN = [
     ("herd", {"no_ids": True}),
     ("pending", {"no_ids": True}),
     ("restart", {"no_ids": True}),
+    ("strikes", {}),
 ]
 
 
@@ -223,9 +442,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=1000, help="steady: schedules per second (default 1000)")
     parser.add_argument("--duration", type=float, default=60, help="steady: seconds of load (default 60)")
     parser.add_argument("--lead", type=float, default=None,
-                        help="steady: due this many seconds after sending (default 3); herd: the instant all are "
-                             "due, in seconds from the start of ingest (default: enough to ingest them first)")
-    parser.add_argument("--count", type=int, default=None, help="ingest/herd/pending/restart: number of schedules")
+                        help="steady: due this many seconds after sending (default 3); herd, strikes --deliver: "
+                             "the instant all are due, in seconds from the start of ingest (default: enough to "
+                             "ingest them first, and for strikes to send the strikes too)")
+    parser.add_argument("--count", type=int, default=None,
+                        help="ingest/herd/pending/restart/strikes: number of schedules (default 1,000,000; "
+                             "pending 10,000,000)")
+    parser.add_argument("--strikes", type=int, default=None,
+                        help="strikes: cancels and replaces (half each) of distinct pending schedules "
+                             "(default 500,000)")
+    parser.add_argument("--wave", type=int, default=None,
+                        help="strikes: requests sent at a time, each wave once the previous one is committed "
+                             "(default 5,000)")
+    parser.add_argument("--deliver", action="store_true",
+                        help="strikes: make the bucket due just after the strikes (see --lead), then check what "
+                             "is delivered: the uncancelled schedules, replaced ones with their new value")
     parser.add_argument("--no-ids", action="store_true",
                         help="send ADDs without request ids (they cannot be replaced; they skip the id index)")
     parser.add_argument("--time-budget", type=float, default=1800,
@@ -249,6 +480,14 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
         scenario_args.lead = 3.0 if args.lead is None else args.lead
     elif name == "herd" and args.lead is None:
         scenario_args.lead = 30 + scenario_args.count / 8000  # time to ingest them all first
+    if name == "strikes":
+        for key in ("strikes", "wave"):
+            if getattr(scenario_args, key) is None:
+                setattr(scenario_args, key, defaults[key])
+        if scenario_args.deliver and args.lead is None:
+            # Ingest with ids ran at 2,400-4,800/s here and strikes at 350-500/s in 1,000-request waves
+            # (smoke runs on the shared machine); slower than that and the run stops with a hint.
+            scenario_args.lead = 60 + scenario_args.count / 2500 + scenario_args.strikes / STRIKES_PER_S_PLANNED
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     log(f"{name}: work folder {workdir}")
     env = Environment(workdir, args.bootstrap_servers)
@@ -258,18 +497,27 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
         env.close()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+    details = figures.pop("details", None)
     log(f"{name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
     parameters = {k: v for k, v in vars(scenario_args).items()
                   if k not in ("scenario", "keep", "bootstrap_servers", "command", "handler")
                   and isinstance(v, (int, float, str, bool, type(None)))}
     parameters["scheduler_args"] = list(scenario_args.scheduler_args)
-    path = write_result(name, parameters, figures)
+    path = write_result(name, parameters, figures, details=details)
     log(f"{name}: written to {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
     return figures
 
 
 def main(args: argparse.Namespace) -> int:
     plan = PLAN if args.scenario == "all" else [(args.scenario, {})]
+    if args.scenario in ("strikes", "all"):
+        count = args.count if args.count is not None else TARGETS["strikes"]["count"]
+        strikes_ = args.strikes if args.strikes is not None else TARGETS["strikes"]["strikes"]
+        wave = args.wave if args.wave is not None else TARGETS["strikes"]["wave"]
+        if not 0 < strikes_ <= count or wave < 1:
+            log(f"strikes: need 0 < --strikes <= --count and --wave >= 1 "
+                f"(got --count {count:,}, --strikes {strikes_:,}, --wave {wave:,})")
+            return 2
     results = []
     for name, overrides in plan:
         label = name + "".join(f" {k}={v}" for k, v in overrides.items())

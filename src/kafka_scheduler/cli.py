@@ -246,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="run a benchmark scenario",
                                 description="Benchmark the real job against a local broker: steady (lateness), "
                                             "ingest (schedules/s), herd (many due at once), pending (memory), "
-                                            "restart (time to first overdue delivery). Prints the figures and "
+                                            "restart (time to first overdue delivery), strikes (cancels and "
+                                            "replaces per second as one time bucket's struck versions pile up; "
+                                            "--deliver also checks the outcome). Prints the figures and "
                                             "writes bench/results/<time>-<scenario>.json.")
     try:
         _bench_module().add_arguments(bench)
