@@ -162,11 +162,12 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame(columns=ENTRY_COLUMNS)
 
 
-def split_by_bytes(frame: pd.DataFrame, limit: int = SEAL_BYTES) -> list[pd.DataFrame]:
+def split_by_bytes(frame: pd.DataFrame, limit: Optional[int] = None) -> list[pd.DataFrame]:
     """Consecutive slices of about ``limit`` bytes: a row goes to the slice in which it starts, so a
     slice exceeds ``limit`` by at most its last row."""
     if not len(frame):
         return []
+    limit = limit or SEAL_BYTES
     sizes = frame["entry_bytes"].to_numpy(dtype=np.int64)
     starts = np.cumsum(sizes) - sizes
     slice_of = starts // limit

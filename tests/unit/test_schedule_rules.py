@@ -29,6 +29,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kafka_scheduler import wheel
+from kafka_scheduler.checkpoint import settle_state_settings
+from kafka_scheduler.config import Config
 from kafka_scheduler.schedule import Action, MemoryStore, Outcome, Request, Schedule, fire, process_requests
 from kafka_scheduler.state_processor import in_log_order
 from kafka_scheduler.wheel_processor import log_order
@@ -82,16 +84,43 @@ class Engine:
         return fresh
 
 
+class MemoryCheckpointFiles:
+    """``checkpoint.CheckpointFiles`` in memory: the settings file a checkpoint keeps."""
+
+    where = "memory"
+
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.committed = False
+
+    def has_commit(self):
+        return self.committed
+
+    def read(self, name):
+        return self.files.get(name)
+
+    def write(self, name, data):
+        self.files[name] = data
+
+
 class WheelEngine:
     """The wheel layout driven the same way: shards, buckets, index, timers per bucket.
 
-    The shard count comes from the first run's partitions and is kept at restarts, as the
-    checkpoint settings keep it; ``settle_shards`` is the rule under test for that. (One shard
-    per partition here, not two as in the job: fewer shards, more schedules sharing buckets.)"""
+    The shard count is settled as the job settles it (``checkpoint.settle_state_settings``): the
+    first run records it, a restart with other partitions keeps it. The first run here asks for
+    one shard per partition (the job's default is two), so more schedules share buckets."""
 
-    def __init__(self, lookahead_ms: int = 0, partitions: int = 2, shards: Optional[int] = None) -> None:
+    def __init__(self, lookahead_ms: int = 0, partitions: int = 2, checkpoint: Optional[MemoryCheckpointFiles] = None
+                 ) -> None:
         self.lookahead_ms = lookahead_ms
-        self.shards = shards if shards is not None else partitions
+        if checkpoint is None:
+            checkpoint = MemoryCheckpointFiles()
+            config = Config(partitions=partitions, shards=partitions, given=(("shards", "--shards"),))
+        else:
+            config = Config(partitions=partitions, given=(("partitions", "--partitions"),))
+        self.checkpoint = checkpoint
+        self.shards = settle_state_settings(config, wheel.BUCKET_MS, checkpoint)[0].shards
+        checkpoint.committed = True
         self.timers: set[tuple[int, int]] = set()
         self.stores = [wheel.MemoryShardStore(shard, self.timers) for shard in range(self.shards)]
 
@@ -121,7 +150,8 @@ class WheelEngine:
         return delivered, counts
 
     def restart(self, lookahead_ms: int, partitions: int) -> "WheelEngine":
-        fresh = WheelEngine(lookahead_ms, partitions, shards=settle_shards(self.shards, partitions))
+        fresh = WheelEngine(lookahead_ms, partitions, self.checkpoint)
+        assert fresh.shards == self.shards, "the restart moved ids to other shards"
         fresh.timers.update(self.timers)
         for old, new in zip(self.stores, fresh.stores):
             new.seq = old.seq
@@ -131,11 +161,6 @@ class WheelEngine:
             new.strikes = copy.deepcopy(old.strikes)
             new.armed = copy.deepcopy(old.armed)
         return fresh
-
-
-def settle_shards(recorded: int, partitions: int) -> int:
-    """The shard count a restart uses: the one recorded at the first run (the checkpoint settings)."""
-    return recorded
 
 
 ENGINES = [Engine, WheelEngine]
