@@ -193,9 +193,16 @@ class SchedulerProcess:
         if self.process is None or self.process.poll() is not None:
             code = None if self.process is None else self.process.returncode
             log = self.log()
-            causes = [line.strip() for line in log.splitlines() if re.search(r"\w(Error|Exception): ", line)]
-            raise AssertionError(f"scheduler {self.app_id} is not running (exit code {code}); last error: "
-                                 f"{causes[-1][:600] if causes else '-'}\n--- log tail:\n{log[-3000:]}")
+            # Exception summaries (a traceback's last line, a Java exception's first), first ones first:
+            # the root cause tends to come before the failures it causes.
+            causes = []
+            for line in log.splitlines():
+                match = re.match(r"[\w.]*(Error|Exception): .*", line)
+                summary = match and "".join(c if c.isprintable() else "?" for c in match.group(0)[:240])
+                if summary and summary not in causes:
+                    causes.append(summary)
+            raise AssertionError(f"scheduler {self.app_id} is not running (exit code {code}); errors logged: "
+                                 f"{causes[:3] or '-'}\n--- log tail:\n{log[-3000:]}")
 
     def mark(self, timeout: float = 60.0) -> int:
         """A log position for ``log_since``: the batch lines after it are of batches that began after this call.
