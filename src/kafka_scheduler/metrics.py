@@ -13,6 +13,7 @@ class BatchSummary:
     batch_id: int
     outcomes: Counter = field(default_factory=Counter)  # one per request: scheduled, replaced, ..., rejected
     delivered: int = 0  # records written to destination topics
+    held: int = 0  # of those, how many the sink held until their due time (with a lookahead)
     dead_lettered: int = 0  # deliveries diverted to the rejections topic (destination missing)
     earliest_due_ms: Optional[int] = None  # of the deliveries in this batch, for the lateness figure
     written_at_ms: int = 0
@@ -33,6 +34,8 @@ class BatchSummary:
             detail = ", ".join(f"{n} {name}" for name, n in sorted(self.outcomes.items()))
             parts.append(f"{self.requests} requests ({detail});")
         parts.append(f"{self.delivered} delivered")
+        if self.held:
+            parts.append(f"({self.held} held until due)")
         if self.delivered and self.earliest_due_ms is not None:
             parts.append(f"(max lateness {max(0, self.written_at_ms - self.earliest_due_ms) / 1000:.2f}s)")
         if self.dead_lettered:

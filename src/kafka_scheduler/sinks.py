@@ -37,6 +37,9 @@ PRODUCER_OPTIONS = {
 }
 
 
+# The kind of the history copies among the records written (the processor emits deliver and reject).
+KIND_HISTORY = "history"
+
 # With a lookahead, held deliveries go out in slices this wide, each once its last due time has passed.
 HOLD_SLICE_MS = 50
 
@@ -65,7 +68,7 @@ class RecordSink:
             summary.compute_s = time.monotonic() - started
             missing = self.topics.missing(set(per_topic)) if per_topic else set()
             if summary.delivered or summary.outcomes.get("rejected"):
-                self._write(self._records(batch, missing))
+                summary.held = self._write(self._records(batch, missing))
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
             summary.dead_lettered = sum(per_topic[t] for t in missing)
@@ -79,22 +82,26 @@ class RecordSink:
         records.select("topic", "key", "value", "headers").write.format("kafka") \
             .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS).save()
 
-    def _write(self, records: DataFrame) -> None:
-        """Everything due now at once; with a lookahead, the rest in slices, each at its due time."""
-        now_ms = int(time.time() * 1000)
+    def _write(self, records: DataFrame, now_ms: Optional[int] = None) -> int:
+        """Everything due by ``now_ms`` (default: now) at once; with a lookahead, the rest in slices, each
+        at its due time. Returns how many deliveries (not history copies) were held until their due time.
+        """
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         if not self.config.lookahead:
             self._save(records)
-            return
+            return 0
         held = F.col("due_ms").isNotNull() & (F.col("due_ms") > now_ms)
         self._save(records.filter(~held))
         slice_of = F.ceil(F.col("due_ms") / F.lit(HOLD_SLICE_MS)).cast("long")
-        slices = sorted(row[0] for row in records.filter(held).select(slice_of).distinct().collect())
-        for number in slices:
+        rows = records.filter(held).groupBy(slice_of.alias("slice")).agg(
+            F.sum(F.when(F.col("kind") == KIND_DELIVER, 1).otherwise(0)).alias("deliveries")).collect()
+        for number in sorted(row["slice"] for row in rows):
             end_ms = number * HOLD_SLICE_MS
             pause = end_ms / 1000 - time.time()
             if pause > 0:
                 time.sleep(pause)
             self._save(records.filter(held & (slice_of == number)))
+        return sum(row["deliveries"] for row in rows)
 
     def _summarise(self, batch: DataFrame, batch_id: int) -> tuple[BatchSummary, Counter]:
         """Outcome counts, and deliveries per destination topic, in one Spark job."""
@@ -114,14 +121,14 @@ class RecordSink:
         return summary, per_topic
 
     def _records(self, batch: DataFrame, missing: set[str]) -> DataFrame:
-        """Deliveries, rejections, dead letters and history rows; ``due_ms`` kept for the hold."""
+        """Deliveries, rejections, dead letters and history rows; ``kind`` and ``due_ms`` kept for the hold."""
         records = batch.filter(F.col("kind") != KIND_OUTCOME)
         if missing:
             records = self._dead_letter(records, missing)
-        columns = ["topic", "key", "value", "headers", "due_ms"]
+        columns = ["kind", "topic", "key", "value", "headers", "due_ms"]
         if self.config.history:
             history = records.filter(F.col("kind") == KIND_DELIVER).select(
-                F.lit(self.config.history_topic).alias("topic"), "key", "value",
+                F.lit(KIND_HISTORY).alias("kind"), F.lit(self.config.history_topic).alias("topic"), "key", "value",
                 F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
                                             header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
                 "due_ms")

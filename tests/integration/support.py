@@ -4,11 +4,13 @@ with an independent client, and running the scheduler as a subprocess."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,14 +18,20 @@ from typing import Callable, Optional
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from kafka_scheduler.checkpoint import last_committed_batch
 from kafka_scheduler.client import format_instant
 from kafka_scheduler.topics import admin_client, ensure_topics
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
-    """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline."""
+def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1,
+               guard: Optional[Callable[[], None]] = None):
+    """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline.
+
+    ``guard`` (e.g. ``SchedulerProcess.assert_running``) is called before each poll and may fail early."""
     deadline = time.monotonic() + timeout
     while True:
+        if guard is not None:
+            guard()
         result = condition()
         if result:
             return result
@@ -70,12 +78,26 @@ class TopicReader:
         return self.records
 
     def wait_for(self, predicate: Callable[[Record], bool], count: int = 1, timeout: float = 60.0,
-                 what: str = "records") -> list[Record]:
+                 what: str = "records", guard: Optional[Callable[[], None]] = None) -> list[Record]:
         def matching():
             found = [r for r in self.poll() if predicate(r)]
             return found if len(found) >= count else None
 
-        return wait_until(matching, timeout, f"{count} {what}")
+        return wait_until(matching, timeout, f"{count} {what}", guard=guard)
+
+    def read_to_end(self, timeout: float = 30.0) -> list[Record]:
+        """Poll until every assigned partition has been read up to its current end (high watermark)."""
+        ends = {(tp.topic, tp.partition): self.consumer.get_watermark_offsets(tp, timeout=10)[1]
+                for tp in self.consumer.assignment()}
+
+        def caught_up():
+            read = {}
+            for r in self.poll():
+                read[(r.topic, r.partition)] = max(read.get((r.topic, r.partition), -1), r.offset)
+            return all(end == 0 or read.get(tp, -1) >= end - 1 for tp, end in ends.items())
+
+        wait_until(caught_up, timeout, f"reading to the end of {sorted(ends)}")
+        return self.records
 
     def close(self) -> None:
         self.consumer.close()
@@ -110,6 +132,28 @@ class Kafka:
         assert result.get("err") is None, result.get("err")
         return result["msg"].partition(), result["msg"].offset()
 
+    def produce_many(self, topic: str, records: list[dict]) -> list[tuple[int, int]]:
+        """Produce records (dicts of key, value, headers, partition) with one producer, in order;
+        returns the (partition, offset) of each."""
+        producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 3, "message.max.bytes": 10_000_000,
+                             "enable.idempotence": True})
+        results: list = [None] * len(records)
+
+        def on_delivery(i):
+            def callback(err, msg):
+                results[i] = (err, msg)
+            return callback
+
+        for i, record in enumerate(records):
+            extra = {} if record.get("partition") is None else {"partition": record["partition"]}
+            producer.produce(topic, key=record.get("key"), value=record.get("value"),
+                             headers=record.get("headers") or [], on_delivery=on_delivery(i), **extra)
+            producer.poll(0)
+        assert producer.flush(60) == 0, "records still unsent after 60 s"
+        errors = [r[0] for r in results if r is None or r[0] is not None]
+        assert not errors, errors[:5]
+        return [(msg.partition(), msg.offset()) for _, msg in results]
+
 
 class SchedulerProcess:
     """`kafka-scheduler run` as a subprocess, with its log captured to a file."""
@@ -136,9 +180,56 @@ class SchedulerProcess:
 
     def log(self) -> str:
         """What this run (since the last start) has logged."""
+        return self.log_since(self._log_offset)
+
+    def log_since(self, mark: int) -> str:
+        """What was logged after ``mark()`` returned ``mark``."""
         with open(self.log_path, "rb") as log:
-            log.seek(self._log_offset)
+            log.seek(mark)
             return log.read().decode(errors="replace")
+
+    def assert_running(self) -> None:
+        """Fail at once, with the exit code and the end of the log, if the scheduler process has exited."""
+        if self.process is None or self.process.poll() is not None:
+            code = None if self.process is None else self.process.returncode
+            log = self.log()
+            # Exception summaries (a traceback's last line, a Java exception's first), first ones first:
+            # the root cause tends to come before the failures it causes.
+            causes = []
+            for line in log.splitlines():
+                match = re.match(r"[\w.]*(Error|Exception): .*", line)
+                summary = match and "".join(c if c.isprintable() else "?" for c in match.group(0)[:240])
+                if summary and summary not in causes:
+                    causes.append(summary)
+            raise AssertionError(f"scheduler {self.app_id} is not running (exit code {code}); errors logged: "
+                                 f"{causes[:3] or '-'}\n--- log tail:\n{log[-3000:]}")
+
+    def mark(self, timeout: float = 60.0) -> int:
+        """A log position for ``log_since``: the batch lines after it are of batches that began after this call.
+
+        Waits for the commit of the batch after the last committed one (the batch in flight, if any:
+        its line, logged before its commit, then falls before the mark). Without that, the batch that
+        delivered an earlier test's last record could log its line after the mark and count as this test's.
+        """
+        before = last_committed_batch(self.checkpoint_dir)
+        target = 0 if before is None else before + 1
+        wait_until(lambda: (last_committed_batch(self.checkpoint_dir) or -1) >= target, timeout,
+                   f"scheduler {self.app_id} to commit batch {target}", interval=0.05, guard=self.assert_running)
+        return self.log_path.stat().st_size
+
+    def outcomes_since(self, mark: int, expected: int, timeout: float = 30.0) -> Counter:
+        """Request outcomes logged since ``mark``, once at least ``expected`` requests were counted
+        (a batch logs its line just after its write, so a delivery can be seen before the line)."""
+        def enough():
+            counts = outcome_counts(self.log_since(mark))
+            return (counts,) if sum(counts.values()) >= expected else None
+
+        try:
+            return wait_until(enough, timeout, f"{expected} request outcomes in the log of {self.app_id}",
+                              guard=self.assert_running)[0]
+        except AssertionError as error:
+            raise AssertionError(f"{error}; logged since the mark: {dict(outcome_counts(self.log_since(mark)))}") \
+                from None
 
     def stop(self, timeout: float = 180.0) -> int:
         if self.process is None or self.process.poll() is not None:
@@ -152,6 +243,49 @@ class SchedulerProcess:
             raise AssertionError(f"scheduler did not stop within {timeout:.0f}s:\n{self.log()[-3000:]}")
 
 
+# One micro-batch that did something, as metrics.BatchSummary.log_line writes it, e.g.
+# "batch 42: 3 requests (1 cancelled, 2 scheduled); 5 delivered (3 held until due) (max lateness 0.05s) ..."
+BATCH_LINE = re.compile(
+    r"(?:^|\bINFO\s+)batch (?P<batch>\d+): (?:(?P<requests>\d+) requests \((?P<outcomes>[^)]*)\); )?"
+    r"(?P<delivered>\d+) delivered(?: \((?P<held>\d+) held until due\))?"
+    r"(?:.*?(?P<dead>\d+) undeliverable, sent to rejections)?")
+
+
+@dataclass
+class BatchLine:
+    batch: int
+    outcomes: Counter
+    delivered: int
+    held: int
+    dead_lettered: int
+
+
+def parse_batch_line(line: str) -> Optional[BatchLine]:
+    """The counts of one batch log line; None for any other line. Fails on a line it half understands."""
+    match = BATCH_LINE.search(line)
+    if match is None:
+        return None
+    outcomes: Counter = Counter()
+    for part in (match["outcomes"] or "").split(", "):
+        if part:
+            n, name = part.split(" ", 1)
+            outcomes[name] += int(n)
+    if match["requests"] is not None:
+        assert sum(outcomes.values()) == int(match["requests"]), f"outcomes do not add up in {line!r}"
+    return BatchLine(int(match["batch"]), outcomes, int(match["delivered"]), int(match["held"] or 0),
+                     int(match["dead"] or 0))
+
+
+def batch_lines(log: str) -> list[BatchLine]:
+    return [parsed for parsed in map(parse_batch_line, log.splitlines()) if parsed is not None]
+
+
+def outcome_counts(log: str) -> Counter:
+    """Request outcomes (scheduled, replaced, replace_noop, cancelled, cancel_noop, rejected) summed over a log."""
+    total: Counter = Counter()
+    for line in batch_lines(log):
+        total.update(line.outcomes)
+    return total
 
 
 def at(seconds: float) -> str:
@@ -173,5 +307,6 @@ def native(to=None, deliver_at=None, request_id=None, action=None, extra=()):
     if deliver_at is not None:
         headers.append(("x-scheduler-deliver-at", deliver_at.encode()))
     if request_id is not None:
-        headers.append(("x-scheduler-request-id", request_id.encode()))
+        # bytes pass as they are: any non-empty byte sequence is a valid id
+        headers.append(("x-scheduler-request-id", request_id if isinstance(request_id, bytes) else request_id.encode()))
     return headers

@@ -1,0 +1,140 @@
+"""The per-batch log line (metrics.BatchSummary.log_line), the integration tests' parser of it,
+and the sink's count of deliveries held until their due time (--lookahead), on local Spark."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafka_scheduler.config import Config
+from kafka_scheduler.metrics import BatchSummary
+from tests.integration.support import batch_lines, outcome_counts, parse_batch_line
+
+OUTCOMES = ("scheduled", "replaced", "replace_noop", "cancelled", "cancel_noop", "rejected")
+
+
+def summary(batch_id=42, outcomes=(), delivered=0, held=0, dead_lettered=0, lateness_ms=50) -> BatchSummary:
+    return BatchSummary(batch_id, Counter(dict(outcomes)), delivered=delivered, held=held,
+                        dead_lettered=dead_lettered, earliest_due_ms=1_000_000 if delivered else None,
+                        written_at_ms=1_000_000 + lateness_ms, compute_s=0.31, write_s=0.05)
+
+
+def test_log_line_shows_the_held_count_only_when_something_was_held():
+    held = summary(delivered=5, held=3).log_line()
+    assert held == "batch 42: 5 delivered (3 held until due) (max lateness 0.05s) [state 0.31s, write 0.05s]"
+    plain = summary(outcomes={"cancelled": 1, "scheduled": 2}, delivered=5, lateness_ms=410).log_line()
+    assert plain == ("batch 42: 3 requests (1 cancelled, 2 scheduled); 5 delivered (max lateness 0.41s) "
+                     "[state 0.31s, write 0.05s]")
+    assert "held" not in plain
+
+
+def test_parser_reads_the_readme_example():
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    example = next(line for line in readme.splitlines() if line.startswith("`batch 42:"))
+    parsed = parse_batch_line(example.strip("`;."))
+    assert parsed is not None and parsed.batch == 42
+    assert parsed.outcomes == Counter({"cancelled": 1, "scheduled": 2})
+    assert parsed.delivered == 5
+
+
+def test_parser_ignores_other_lines_and_reads_a_logged_line_with_its_prefix():
+    log = "\n".join([
+        "05:31:02 INFO  running: reading app-schedule-requests; stop with Ctrl-C or SIGTERM",
+        "05:31:09 INFO  first batch done 7.1s after start",
+        "05:31:10 INFO  " + summary(7, {"replace_noop": 1, "scheduled": 2}).log_line(),
+        "05:31:11 INFO  " + summary(8, {"cancel_noop": 1}, delivered=2, held=1).log_line(),
+        "05:31:12 INFO  " + summary(9, {"rejected": 4}, delivered=1, dead_lettered=1).log_line(),
+        "05:31:13 INFO  stopped after 12 batches: 3 delivered",
+    ])
+    lines = batch_lines(log)
+    assert [line.batch for line in lines] == [7, 8, 9]
+    assert [(line.delivered, line.held, line.dead_lettered) for line in lines] == [(0, 0, 0), (2, 1, 0), (1, 0, 1)]
+    assert outcome_counts(log) == Counter({"scheduled": 2, "replace_noop": 1, "cancel_noop": 1, "rejected": 4})
+
+
+@given(batch_id=st.integers(0, 10**9),
+       outcomes=st.dictionaries(st.sampled_from(OUTCOMES), st.integers(1, 10**6)),
+       delivered=st.integers(0, 10**6), held=st.integers(0, 10**6), dead=st.integers(0, 10**6),
+       lateness_ms=st.integers(-10**6, 10**7))
+def test_parser_inverts_log_line(batch_id, outcomes, delivered, held, dead, lateness_ms):
+    parsed = parse_batch_line(summary(batch_id, outcomes, delivered, held, dead, lateness_ms).log_line())
+    assert parsed is not None
+    assert (parsed.batch, parsed.outcomes, parsed.delivered, parsed.held, parsed.dead_lettered) == (
+        batch_id, Counter(outcomes), delivered, held, dead)
+
+
+# --- the sink's hold, on a real local SparkSession -------------------------------------------------------
+
+RECORDS_SCHEMA = ("kind string, topic string, key binary, value binary, "
+                  "headers array<struct<key:string,value:binary>>, due_ms bigint")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    already_running = SparkSession.getActiveSession() is not None
+    session = (SparkSession.builder.master("local[1]")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "1")
+               .getOrCreate())
+    yield session
+    if not already_running:
+        session.stop()
+
+
+def capturing_sink(lookahead_ms: int):
+    from kafka_scheduler.sinks import RecordSink
+
+    class CapturingSink(RecordSink):
+        """Records what each Kafka write would send, and when, instead of writing."""
+
+        def __init__(self):
+            super().__init__(Config(lookahead=lookahead_ms), topics=None, stop_requested=threading.Event())
+            self.saves: list[tuple[int, list]] = []
+
+        def _save(self, records):
+            rows = records.select("kind", "key", "due_ms").collect()
+            self.saves.append((int(time.time() * 1000), rows))
+
+    return CapturingSink()
+
+
+def test_sink_counts_the_deliveries_it_holds_and_never_writes_one_early(spark):
+    now = int(time.time() * 1000)
+    rows = [
+        ("deliver", "out", b"overdue", b"v", [], now - 1000),
+        ("deliver", "out", b"soon", b"v", [], now + 400),
+        ("deliver", "out", b"later", b"v", [], now + 700),
+        ("deliver", "out", b"later-too", b"v", [], now + 700),
+        ("history", "app-schedule-history", b"soon", b"v", [], now + 400),  # a copy, not a delivery
+        ("reject", "app-schedule-rejections", b"bad", b"v", [], None),
+    ]
+    sink = capturing_sink(3000)
+    # "Now" as the batch saw it: on a loaded machine the real clock may be past the due times by the write.
+    held = sink._write(spark.createDataFrame(rows, RECORDS_SCHEMA), now_ms=now)
+    assert held == 3
+    written = Counter(row["key"] for _, batch in sink.saves for row in batch)
+    assert written == Counter({b"overdue": 1, b"soon": 2, b"later": 1, b"later-too": 1, b"bad": 1})
+    _, first = sink.saves[0]
+    assert {row["key"] for row in first} == {b"overdue", b"bad"}, "what is already due goes out at once"
+    for saved_at, batch in sink.saves:
+        for row in batch:
+            assert row["due_ms"] is None or row["due_ms"] <= saved_at, f"{row['key']} written before its due time"
+
+
+def test_sink_without_lookahead_holds_nothing(spark):
+    now = int(time.time() * 1000)
+    sink = capturing_sink(0)
+    held = sink._write(spark.createDataFrame([("deliver", "out", b"k", b"v", [], now + 60_000)], RECORDS_SCHEMA))
+    assert held == 0 and len(sink.saves) == 1
