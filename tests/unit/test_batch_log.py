@@ -4,12 +4,10 @@ and the sink's count of deliveries held until their due time (--lookahead), on l
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections import Counter
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -74,23 +72,6 @@ def test_parser_inverts_log_line(batch_id, outcomes, delivered, held, dead, late
 
 RECORDS_SCHEMA = ("kind string, topic string, key binary, value binary, "
                   "headers array<struct<key:string,value:binary>>, due_ms bigint")
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    already_running = SparkSession.getActiveSession() is not None
-    session = (SparkSession.builder.master("local[1]")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "1")
-               .getOrCreate())
-    yield session
-    if not already_running:
-        session.stop()
 
 
 def capturing_sink(lookahead_ms: int):

@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import signal
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -238,19 +237,6 @@ def test_run_refuses_before_connecting_to_kafka_with_one_line(tmp_path, capsys, 
 
 
 # ---------------------------------------------------------------- through Hadoop's FileSystem
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    already_running = SparkSession.getActiveSession() is not None
-    session = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate())
-    yield session
-    if not already_running:
-        session.stop()
 
 
 def test_hadoop_filesystem_records_honours_and_refuses(spark, tmp_path):

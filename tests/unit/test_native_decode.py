@@ -6,8 +6,6 @@ collected in one go (one Spark job) and the tests look their rows up by offset.
 
 from __future__ import annotations
 
-import os
-import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -137,23 +135,6 @@ ALLOW_LIST_OFFSETS = {ALLOWED_ORDERS, NOT_ALLOWED_PAYMENTS}
 def _rows(offsets):
     return [(key, value, REQUESTS, partition, offset, ts_of(offset), 0, headers)
             for offset, (key, value, headers, partition) in sorted(CASES.items()) if offset in offsets]
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    already_running = SparkSession.getActiveSession() is not None
-    session = (SparkSession.builder.master("local[1]")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "1")
-               .getOrCreate())
-    yield session
-    if not already_running:
-        session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,25 @@
+"""A local SparkSession shared by the unit tests that need Spark SQL (decoding, the sink, Hadoop files)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    already_running = SparkSession.getActiveSession() is not None
+    session = (SparkSession.builder.master("local[1]")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "1")
+               .getOrCreate())
+    yield session
+    if not already_running:
+        session.stop()
