@@ -61,10 +61,6 @@ def bucket_of(due_ms: int) -> int:
     return due_ms // BUCKET_MS
 
 
-def bucket_start(bucket: int) -> int:
-    return bucket * BUCKET_MS
-
-
 def digest(schedule: Schedule) -> bytes:
     """What makes two versions "strictly identical": due time, destination, key, value, headers."""
     h = hashlib.blake2b(digest_size=16)
@@ -211,7 +207,6 @@ class _Shard:
         self.store, self.seq, self.lookahead_ms = store, seq, lookahead_ms
         self.cache: dict[int, Optional[BucketInfo]] = {}
         self.dirty: set[int] = set()
-        self.removed: set[int] = set()
         self.armed: dict[int, list] = {}
         self.struck: dict[int, list] = {}
 
@@ -281,7 +276,7 @@ class _Shard:
             info.strikes = merge_small(info.strikes, SEAL_STRIKES,
                                        lambda a, b, bucket=bucket, info=info: self._merge_strikes(bucket, info, a, b))
             self.dirty.add(bucket)
-        for bucket in self.dirty - self.removed:
+        for bucket in self.dirty:
             self.store.bucket_put(bucket, self.cache[bucket])
         for timer_ms, buckets in self.armed.items():
             self.store.armed_put(timer_ms, buckets)
@@ -398,8 +393,7 @@ def fire(store: ShardStore, timer_ms: int, now_ms: int, lookahead_ms: int = 0) -
         if rest:
             shard.write_chunks(bucket, info, pd.concat(rest, ignore_index=True))
         if earliest_rest is None:
-            store.bucket_remove(bucket)
-            shard.removed.add(bucket)
+            store.bucket_remove(bucket)  # never dirty: only a bucket with schedules left is rewritten
             continue
         info.fires = record_fire(info.fires, shard.seq, rule_ms)
         shard.arm(bucket, info, earliest_rest - lookahead_ms)

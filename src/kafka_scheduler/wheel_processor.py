@@ -196,7 +196,6 @@ class WheelProcessor(StatefulProcessor):
                            frame["value"].to_numpy(), list(frame["headers"]), None)
             yield _outcomes(Counter({OUTCOME_REJECTED: len(frame)}))
             return
-        frame = frame.assign(sid=[bytes(sid) for sid in frame["sid"]])
         anonymous_mask = frame["sid"].map(is_internal).astype(bool)
         anonymous = frame.loc[anonymous_mask, ENTRY_COLUMNS].reset_index(drop=True)
         requests = []
@@ -205,7 +204,7 @@ class WheelProcessor(StatefulProcessor):
             schedule = None if action is Action.CANCEL else Schedule(
                 int(row.due_ms), row.topic, _bytes(row.key), _bytes(row.value),
                 tuple((k, _bytes(v)) for k, v in _header_pairs(row.headers)), row.delivery_id)
-            requests.append((row.sid, Request(action, schedule)))
+            requests.append((bytes(row.sid), Request(action, schedule)))
         counts, due_now, anonymous_due = apply_requests(
             self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous, self.lookahead_ms)
         if due_now:

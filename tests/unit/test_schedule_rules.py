@@ -176,10 +176,6 @@ class Version:
     least_lookahead: int  # the smallest lookahead in force since it was filed
 
 
-def _content(schedule: Schedule) -> tuple:
-    return schedule.due_ms, schedule.topic, schedule.key, schedule.value, schedule.headers
-
-
 class Reference:
     """The protocol, plainly. ``check_batch`` applies one batch and judges an engine's deliveries."""
 
@@ -203,7 +199,7 @@ class Reference:
             elif current is None:
                 expected[Outcome.SCHEDULED] += 1
                 self.pending[key] = Version(request.schedule, self.lookahead_ms)
-            elif _content(current.schedule) == _content(request.schedule):
+            elif current.schedule.same_message(request.schedule):
                 expected[Outcome.REPLACE_NOOP] += 1
             else:
                 expected[Outcome.REPLACED] += 1

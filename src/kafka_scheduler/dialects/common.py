@@ -88,8 +88,7 @@ def first_header_text(name: str) -> Column:
 
 def client_sid(request_id: Column) -> Column:
     """A client id (bytes, any bytes) scoped to the record's topic."""
-    return F.concat(binary(CLIENT_SID_PREFIX), F.encode(F.concat(F.col("topic"), F.lit("/")), "UTF-8"),
-                    request_id.cast("binary"))
+    return F.concat(binary(CLIENT_SID_PREFIX), F.encode(F.concat(F.col("topic"), F.lit("/")), "UTF-8"), request_id)
 
 
 def internal_sid() -> Column:

@@ -28,6 +28,7 @@ def decode(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame:
     to = first_header_text(DELIVER_TO)
     at = first_header_text(DELIVER_AT)
     request_id = first_header_bytes(REQUEST_ID)  # any bytes: ids are compared as bytes
+    id_bytes = F.coalesce(F.length(request_id), F.lit(0))
 
     action = F.coalesce(F.upper(F.trim(action_text)), F.lit("ADD"))
     targeted = action.isin("ADD", "REPLACE")
@@ -41,7 +42,7 @@ def decode(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame:
         *duplicate_checks,
         (~action.isin(*ACTIONS),
          F.concat(F.lit(f"unknown {ACTION} '"), action_text, F.lit("' (expected ADD, REPLACE or CANCEL)"))),
-        (needs_id & (F.coalesce(F.length(request_id), F.lit(0)) == 0), F.lit(f"missing {REQUEST_ID}")),
+        (needs_id & (id_bytes == 0), F.lit(f"missing {REQUEST_ID}")),
         (~needs_id & (F.length(request_id) == 0), F.lit(f"empty {REQUEST_ID}")),
         (targeted & (to.isNull() | (F.trim(to) == "")), F.lit(f"missing {DELIVER_TO}")),
         *[(targeted & to.isNotNull() & (F.trim(to) != "") & condition, text)
@@ -56,8 +57,7 @@ def decode(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame:
         *[(targeted & condition, text) for condition, text in value_size_checks(settings)],
     ]
 
-    has_id = F.coalesce(F.length(request_id), F.lit(0)) > 0
-    sid = F.when(has_id, client_sid(request_id)).otherwise(internal_sid())
+    sid = F.when(id_bytes > 0, client_sid(request_id)).otherwise(internal_sid())
     stripped_headers = F.filter(headers_or_empty(), lambda h: ~F.lower(h["key"]).startswith(PREFIX))
 
     decoded = kafka_rows.select(
