@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .checkpoint import checkpoint_files, is_local, last_committed_batch, settle_state_settings
 from .config import Config
-from .dialects import DIALECTS, DecodeSettings
+from .dialects import DecodeSettings, decode
 from .jars import jar_paths
 from .metrics import BatchSummary, Totals
 from .sinks import RecordSink
@@ -88,7 +88,7 @@ def build_stream(spark, config: Config):
               .option("kafka.fetch.max.wait.ms", "20"))
     if config.max_requests_per_batch:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
-    requests = DIALECTS["native"](reader.load(), DecodeSettings.from_config(config))
+    requests = decode(reader.load(), {config.requests_topic: "native"}, DecodeSettings.from_config(config))
     if config.state_layout == "wheel":
         return requests.withColumn("shard", shard_column(config.shards)).groupBy("shard").transformWithStateInPandas(
             statefulProcessor=WheelProcessor(config.lookahead), outputStructType=OUTPUT_SCHEMA,

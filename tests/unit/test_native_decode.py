@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kafka_scheduler.dialects.common import NORMALIZED_COLUMNS, DecodeSettings
-from kafka_scheduler.dialects.native import decode
+from kafka_scheduler import dialects
 from kafka_scheduler.schedule import REJECTIONS_SID, Schedule
 from kafka_scheduler.wheel import entry_bytes
 
@@ -132,6 +132,10 @@ NOT_ALLOWED_PAYMENTS = case(91, [h(TO, "payments"), h(AT_H, AT)])
 ALLOW_LIST_OFFSETS = {ALLOWED_ORDERS, NOT_ALLOWED_PAYMENTS}
 
 
+def decode(rows, settings):
+    return dialects.decode(rows, {REQUESTS: "native"}, settings)
+
+
 def _rows(offsets):
     return [(key, value, REQUESTS, partition, offset, ts_of(offset), 0, headers)
             for offset, (key, value, headers, partition) in sorted(CASES.items()) if offset in offsets]
@@ -215,6 +219,9 @@ def test_valid_add_with_id_is_decoded_exactly(decoded):
         "src_offset": VALID_ADD,
         "src_ts_ms": ts_ms_of(VALID_ADD),
         "entry_bytes": row["entry_bytes"],
+        # native has no write-back, partition choice or completion
+        "completes": None, "partition": None, "partition_key": None, "wb_topic": None, "wb_partition": None,
+        "wb_key": None, "wb_headers": None, "history": False,
     }
     assert row["due_ms"] == 1893553445678
     assert blob(row["key"]) == ODD_KEY

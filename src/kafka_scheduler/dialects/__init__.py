@@ -1,12 +1,84 @@
-"""Request dialects: each decodes Kafka records of one input topic into normalized request rows.
+"""Request dialects: each decodes the Kafka records of its input topics into normalized request rows.
 
-Only the native dialect exists so far; Karafka, ETF1 and Sky will register here and be
-chosen per input topic.
+One Kafka source reads every input topic; each record is decoded by its topic's dialect. With
+one dialect the decode is that dialect's columns as they are; with several, each output column
+picks its expression by the record's topic. Costly parses (Avro, JSON) run once per record, in a
+step of their own, and only for the topics of their dialect.
 """
 
+from __future__ import annotations
+
+from functools import reduce
+from types import ModuleType
+from typing import Mapping
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
 from . import native
-from .common import NORMALIZED_COLUMNS, DecodeSettings
+from .common import HEADER_TYPE, NORMALIZED_COLUMNS, DecodeSettings, normalize
 
-DIALECTS = {"native": native.decode}
+DIALECTS: dict[str, ModuleType] = {"native": native}
+DIALECT_NAMES = ("native", "karafka", "etf1", "sky-avro", "sky-json")
 
-__all__ = ["DIALECTS", "NORMALIZED_COLUMNS", "DecodeSettings"]
+
+def _register() -> None:
+    """Dialect modules register here as they are added; a missing one is simply not offered."""
+    import importlib
+
+    for name in DIALECT_NAMES[1:]:
+        try:
+            DIALECTS[name] = importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
+        except ModuleNotFoundError:
+            continue
+
+
+_register()
+
+# Types of the columns a dialect may leave out (normalize fills them), for the multi-dialect pick.
+_OPTIONAL_TYPES = {"_completes": "string", "_partition": "int", "_partition_key": "binary",
+                   "_wb_headers": HEADER_TYPE, "_history": "boolean"}
+
+
+def _parsed(module, settings) -> dict[str, Column]:
+    parsed = getattr(module, "parsed_columns", None)
+    return parsed(settings) if parsed is not None else {}
+
+
+def decode(kafka_rows: DataFrame, inputs: Mapping[str, str], settings: DecodeSettings) -> DataFrame:
+    """Normalized request rows of the records of ``inputs`` (topic -> dialect name)."""
+    topics_of: dict[str, list[str]] = {}
+    for topic, dialect in inputs.items():
+        topics_of.setdefault(dialect, []).append(topic)
+    if len(topics_of) == 1:
+        (dialect,) = topics_of
+        module = DIALECTS[dialect]
+        rows = kafka_rows
+        parsed = _parsed(module, settings)
+        if parsed:
+            rows = rows.select("*", *[column.alias(name) for name, column in parsed.items()])
+        return normalize(rows.select("*", *[c.alias(n) for n, c in module.request_columns(settings).items()]),
+                         settings)
+
+    def of(dialect: str) -> Column:
+        return F.col("topic").isin(*topics_of[dialect])
+
+    rows = kafka_rows
+    parsed = [F.when(of(d), column).alias(name) for d in topics_of
+              for name, column in _parsed(DIALECTS[d], settings).items()]
+    if parsed:
+        rows = rows.select("*", *parsed)
+    columns = {d: DIALECTS[d].request_columns(settings) for d in topics_of}
+    names = list(dict.fromkeys(name for cols in columns.values() for name in cols))
+    picked = []
+    for name in names:
+        fallback = F.lit(None).cast(_OPTIONAL_TYPES[name]) if name in _OPTIONAL_TYPES else None
+        choices = [(of(d), columns[d].get(name, fallback)) for d in topics_of]
+        expression = reduce(lambda acc, choice: acc.when(*choice), choices[1:], F.when(*choices[0]))
+        if name == "_reasons":
+            expression = expression.otherwise(F.array(F.lit("no dialect for this topic")))
+        picked.append(expression.alias(name))
+    return normalize(rows.select("*", *picked), settings)
+
+
+__all__ = ["DIALECTS", "DIALECT_NAMES", "NORMALIZED_COLUMNS", "DecodeSettings", "decode"]

@@ -1,7 +1,11 @@
 """What every dialect decodes into: one normalized request row per Kafka record, in Spark SQL.
 
-A dialect is a function ``(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame``
-returning ``NORMALIZED_COLUMNS``. Valid requests have ``kind = 'request'``; invalid ones
+A dialect is a module with ``request_columns(settings) -> dict[str, Column]``: the ``_*`` columns that
+``normalize`` reads, as expressions over the Kafka source columns (key, value, headers, topic,
+partition, offset, timestamp); and optionally ``parsed_columns(settings)``: costly parses (Avro, JSON)
+computed once per record in a step before, named ``_<dialect>_*``, which ``request_columns`` may read.
+``decode`` (dialects/__init__.py) picks each record's dialect by its topic. Valid requests have
+``kind = 'request'``; invalid ones
 have ``kind = 'reject'`` and already carry the finished rejection record (original
 key, value and headers plus the reason and source headers), addressed to the
 rejections topic. Everything here is JVM-side Spark SQL: no Python UDF touches a row.
@@ -40,7 +44,18 @@ NORMALIZED_COLUMNS = (
     "src_offset",
     "src_ts_ms",
     "entry_bytes",  # rough stored size of the schedule, to bound state chunks (wheel.entry_bytes)
+    "completes",  # COMPLETE only: delivery id of the version a write-back completes; null = the pending one
+    "partition",  # explicit destination partition (int), or null
+    "partition_key",  # bytes that pick the destination partition (Kafka's murmur2 partitioner), or null
+    "wb_topic",  # the write-back record to send after delivery (null when the dialect writes none):
+    "wb_partition",  #   the request's own topic and partition,
+    "wb_key",  #   its key,
+    "wb_headers",  #   and the headers the dialect asks for (value is always null)
+    "history",  # copy the delivery to the history topic whatever --history says (ETF1)
 )
+
+# Actions of normalized requests; COMPLETE is a write-back read back ("that version was delivered").
+ACTION_COMPLETE = "COMPLETE"
 
 # Kafka topic names: 1-249 of these characters, and not '.' or '..'.
 TOPIC_NAME_REGEX = r"^[A-Za-z0-9._-]{1,249}$"
@@ -145,13 +160,37 @@ def delivery_id() -> Column:
     return F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
 
 
+def delivery_id_at(offset: Column) -> Column:
+    """The delivery id of the request at ``offset`` in this record's topic and partition."""
+    return F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"), offset.cast("string"))
+
+
+def source_offset_header() -> Column:
+    """``x-scheduler-source-offset`` naming this record's offset: every write-back carries it."""
+    return header(SOURCE_OFFSET, F.col("offset").cast("string"))
+
+
+def record_key_sid() -> Column:
+    """Dialects whose record key is the schedule id: the id scoped to the record's topic."""
+    return client_sid(F.col("key"))
+
+
+def missing_key_checks() -> list[tuple[Column, Column]]:
+    return [(F.col("key").isNull() | (F.length("key") == 0), F.lit("missing schedule id (the record key is empty)"))]
+
+
 def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
     """Turn a dialect's decoded frame into NORMALIZED_COLUMNS.
 
     ``decoded`` has the Kafka source columns plus: ``_reasons`` (array<string>),
     ``_sid`` (binary), ``_action``, ``_due_ms``, ``_dest``, ``_key``, ``_value``, ``_headers``
-    (the record to deliver, for valid requests).
+    (the record to deliver, for valid requests); and where the dialect has them, ``_completes``
+    (string), ``_partition`` (int), ``_partition_key`` (binary), ``_wb_headers`` (the write-back's
+    headers; null: none) and ``_history`` (boolean).
     """
+    def optional(name: str, type_name: str) -> Column:
+        return F.col(name) if name in decoded.columns else F.lit(None).cast(type_name)
+
     rejected = F.size("_reasons") > 0
     rejection_headers = F.concat(
         headers_or_empty(),
@@ -179,5 +218,17 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
         F.col("offset").alias("src_offset"),
         F.unix_millis(F.col("timestamp")).alias("src_ts_ms"),
         pick(F.lit(None).cast("long"), entry_bytes(F.col("_key"), F.col("_value"), F.col("_headers"))
+             + entry_bytes(F.lit(None).cast("binary"), F.col("key"), F.coalesce(
+                 optional("_wb_headers", HEADER_TYPE), F.array().cast(HEADER_TYPE))) - ENTRY_OVERHEAD_BYTES
              ).alias("entry_bytes"),
+        pick(F.lit(None).cast("string"), optional("_completes", "string")).alias("completes"),
+        pick(F.lit(None).cast("int"), optional("_partition", "int")).alias("partition"),
+        pick(F.lit(None).cast("binary"), optional("_partition_key", "binary")).alias("partition_key"),
+        *[pick(F.lit(None).cast(type_name), F.when(optional("_wb_headers", HEADER_TYPE).isNotNull(), column)
+               ).alias(name)
+          for name, column, type_name in (("wb_topic", F.col("topic"), "string"),
+                                          ("wb_partition", F.col("partition"), "int"),
+                                          ("wb_key", F.col("key"), "binary"),
+                                          ("wb_headers", optional("_wb_headers", HEADER_TYPE), HEADER_TYPE))],
+        pick(F.lit(False), F.coalesce(optional("_history", "boolean"), F.lit(False))).alias("history"),
     )

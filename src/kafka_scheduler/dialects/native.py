@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from ..protocol import ACTION, ACTIONS, DELIVER_AT, DELIVER_TO, PREFIX, REQUEST_HEADERS, REQUEST_ID
 from .common import DecodeSettings, client_sid, destination_checks, due_checks, first_header_bytes, \
-    first_header_text, headers_named, headers_or_empty, internal_sid, normalize, reasons, value_size_checks
+    first_header_text, headers_named, headers_or_empty, internal_sid, reasons, value_size_checks
 
 
 # ISO-8601 instant with an explicit zone: Z or a numeric offset. Fractions up to nanoseconds.
@@ -23,7 +23,7 @@ def _due_ms(text):
     return F.unix_millis(parsed) + F.when(below_ms, 1).otherwise(0)
 
 
-def decode(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame:
+def request_columns(settings: DecodeSettings) -> dict[str, Column]:
     action_text = first_header_text(ACTION)
     to = first_header_text(DELIVER_TO)
     at = first_header_text(DELIVER_AT)
@@ -60,15 +60,13 @@ def decode(kafka_rows: DataFrame, settings: DecodeSettings) -> DataFrame:
     sid = F.when(id_bytes > 0, client_sid(request_id)).otherwise(internal_sid())
     stripped_headers = F.filter(headers_or_empty(), lambda h: ~F.lower(h["key"]).startswith(PREFIX))
 
-    decoded = kafka_rows.select(
-        "*",
-        reasons(*checks).alias("_reasons"),
-        sid.alias("_sid"),
-        action.alias("_action"),
-        F.when(targeted, due_ms).alias("_due_ms"),
-        F.when(targeted, to).alias("_dest"),
-        F.col("key").alias("_key"),
-        F.col("value").alias("_value"),
-        stripped_headers.alias("_headers"),
-    )
-    return normalize(decoded, settings)
+    return {
+        "_reasons": reasons(*checks),
+        "_sid": sid,
+        "_action": action,
+        "_due_ms": F.when(targeted, due_ms),
+        "_dest": F.when(targeted, to),
+        "_key": F.col("key"),
+        "_value": F.col("value"),
+        "_headers": stripped_headers,
+    }
