@@ -218,8 +218,9 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
         F.col("offset").alias("src_offset"),
         F.unix_millis(F.col("timestamp")).alias("src_ts_ms"),
         pick(F.lit(None).cast("long"), entry_bytes(F.col("_key"), F.col("_value"), F.col("_headers"))
-             + entry_bytes(F.lit(None).cast("binary"), F.col("key"), F.coalesce(
-                 optional("_wb_headers", HEADER_TYPE), F.array().cast(HEADER_TYPE))) - ENTRY_OVERHEAD_BYTES
+             + F.when(optional("_wb_headers", HEADER_TYPE).isNotNull(),
+                      entry_bytes(F.col("key"), F.lit(None).cast("binary"), optional("_wb_headers", HEADER_TYPE))
+                      - F.lit(ENTRY_OVERHEAD_BYTES)).otherwise(F.lit(0))
              ).alias("entry_bytes"),
         pick(F.lit(None).cast("string"), optional("_completes", "string")).alias("completes"),
         pick(F.lit(None).cast("int"), optional("_partition", "int")).alias("partition"),
