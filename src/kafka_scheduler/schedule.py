@@ -34,6 +34,7 @@ class Action(str, Enum):
     ADD = "ADD"
     REPLACE = "REPLACE"
     CANCEL = "CANCEL"
+    COMPLETE = "COMPLETE"  # a write-back read back: the version it names was delivered
 
 
 class Outcome(str, Enum):
@@ -44,6 +45,19 @@ class Outcome(str, Enum):
     REPLACE_NOOP = "replace_noop"  # identical to the pending version: nothing changes
     CANCELLED = "cancelled"
     CANCEL_NOOP = "cancel_noop"  # nothing pending under that id (never was, already delivered or cancelled)
+    COMPLETED = "completed"  # a write-back named the pending version: it was delivered (before a rebuild, or by
+    # the scheduler being replaced), so it is not delivered again
+    COMPLETE_NOOP = "complete_noop"  # the version a write-back names is no longer pending (the usual case)
+
+
+@dataclass(frozen=True)
+class WriteBack:
+    """The record a dialect writes back to the request's topic and partition after delivery (value null)."""
+
+    topic: str
+    partition: int
+    key: Optional[bytes]
+    headers: Headers
 
 
 @dataclass(frozen=True)
@@ -56,11 +70,20 @@ class Schedule:
     value: Optional[bytes]
     headers: Headers
     delivery_id: str  # stable per version: derived from the request's source offset
+    partition: Optional[int] = None  # explicit destination partition
+    partition_key: Optional[bytes] = None  # picks the destination partition as Kafka's default partitioner would
+    write_back: Optional[WriteBack] = None
+    history: bool = False  # copied to the history topic whatever --history says
 
     def same_message(self, other: "Schedule") -> bool:
-        """Strict identity of what would be delivered and when (the delivery id is not part of it)."""
-        return (self.due_ms, self.topic, self.key, self.value, self.headers) == (
-            other.due_ms, other.topic, other.key, other.value, other.headers)
+        """Strict identity of what would be delivered and when, and of what follows a delivery (the delivery id
+        is not part of it). A write-back names its request's offset, so in a write-back dialect an identical
+        re-send is a new version: the write-back of the one delivered must name the newest record."""
+        return self._identity() == other._identity()
+
+    def _identity(self) -> tuple:
+        return (self.due_ms, self.topic, self.key, self.value, self.headers, self.partition, self.partition_key,
+                self.write_back, self.history)
 
     def delivered_headers(self) -> Headers:
         return self.headers + ((DELIVERY_ID, self.delivery_id.encode()),)
@@ -68,10 +91,11 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Request:
-    """A valid, decoded request for one schedule id (``schedule`` is None for CANCEL)."""
+    """A valid, decoded request for one schedule id (``schedule`` is None for CANCEL and COMPLETE)."""
 
     action: Action
     schedule: Optional[Schedule]
+    completes: Optional[str] = None  # COMPLETE: the delivery id of the version delivered; None: whatever is pending
 
 
 class PendingStore(Protocol):
@@ -94,6 +118,10 @@ def apply_request(pending: Optional[Schedule], request: Request) -> tuple[Outcom
     """
     if request.action is Action.CANCEL:
         return (Outcome.CANCEL_NOOP, None) if pending is None else (Outcome.CANCELLED, None)
+    if request.action is Action.COMPLETE:
+        if pending is not None and completes(request, pending.delivery_id):
+            return Outcome.COMPLETED, None
+        return Outcome.COMPLETE_NOOP, pending
     new = request.schedule
     assert new is not None, "ADD and REPLACE carry a schedule"
     if pending is None:
@@ -101,6 +129,12 @@ def apply_request(pending: Optional[Schedule], request: Request) -> tuple[Outcom
     if pending.same_message(new):
         return Outcome.REPLACE_NOOP, pending
     return Outcome.REPLACED, new
+
+
+def completes(request: Request, pending_delivery_id: str) -> bool:
+    """Whether a COMPLETE request finishes the pending version: the one it names, or (no name) any.
+    A write-back never finishes a newer version than the one delivered."""
+    return request.completes is None or request.completes == pending_delivery_id
 
 
 def process_requests(store: PendingStore, requests: Iterable[Request], now_ms: int

@@ -18,12 +18,26 @@ from typing import Iterable, Iterator, Optional
 
 from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, BinaryType, BooleanType, IntegerType, LongType, StringType, StructField, \
+    StructType
 
 from .dialects.common import KIND_REJECT
-from .schedule import REJECTIONS_SID, Action, Outcome, Request, Schedule, fire, is_internal, process_requests
+from .partitioning import partition_hash
+from .schedule import REJECTIONS_SID, Action, Outcome, Request, Schedule, WriteBack, fire, is_internal, \
+    process_requests
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+# What some dialects add to a schedule (null for native ones): see schedule.Schedule and WriteBack.
+EXTRA_FIELDS = [
+    StructField("partition", IntegerType()),
+    StructField("partition_key", BinaryType()),
+    StructField("wb_topic", StringType()),
+    StructField("wb_partition", IntegerType()),
+    StructField("wb_key", BinaryType()),
+    StructField("wb_headers", HEADERS_TYPE),
+    StructField("history", BooleanType()),
+]
 
 PENDING_SCHEMA = StructType([
     StructField("due_ms", LongType()),
@@ -32,6 +46,7 @@ PENDING_SCHEMA = StructType([
     StructField("value", BinaryType()),
     StructField("headers", HEADERS_TYPE),
     StructField("delivery_id", StringType()),
+    *EXTRA_FIELDS,
 ])
 
 # What the processor emits: records to write (deliver, reject) and per-outcome counts (outcome).
@@ -43,7 +58,17 @@ OUTPUT_SCHEMA = StructType([
     StructField("headers", HEADERS_TYPE),
     StructField("due_ms", LongType()),
     StructField("n", LongType()),
+    # deliveries only: the explicit partition, or the partitioner hash of a partition key (the sink takes it
+    # modulo the destination's partition count); the write-back to send and whether to copy to history
+    StructField("partition", IntegerType()),
+    StructField("partition_hash", IntegerType()),
+    StructField("wb_topic", StringType()),
+    StructField("wb_partition", IntegerType()),
+    StructField("wb_key", BinaryType()),
+    StructField("wb_headers", HEADERS_TYPE),
+    StructField("history", BooleanType()),
 ])
+OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
 
 KIND_DELIVER = "deliver"
 KIND_OUTCOME = "outcome"
@@ -64,23 +89,38 @@ def _headers(rows) -> tuple:
 
 
 def schedule_from_row(row) -> Schedule:
+    wb_headers = row["wb_headers"]
     return Schedule(due_ms=row["due_ms"], topic=row["topic"], key=_bytes(row["key"]), value=_bytes(row["value"]),
-                    headers=_headers(row["headers"]), delivery_id=row["delivery_id"])
+                    headers=_headers(row["headers"]), delivery_id=row["delivery_id"], partition=row["partition"],
+                    partition_key=_bytes(row["partition_key"]),
+                    write_back=None if wb_headers is None else WriteBack(
+                        row["wb_topic"], row["wb_partition"], _bytes(row["wb_key"]), _headers(wb_headers)),
+                    history=bool(row["history"]))
+
+
+_NO_EXTRAS = dict(partition=None, partition_hash=None, wb_topic=None, wb_partition=None, wb_key=None,
+                  wb_headers=None, history=None)
 
 
 def _record(kind: str, topic: str, key, value, headers, due_ms: Optional[int] = None) -> Row:
-    return Row(kind=kind, topic=topic, key=key, value=value, headers=list(headers or ()), due_ms=due_ms, n=None)
+    return Row(kind=kind, topic=topic, key=key, value=value, headers=list(headers or ()), due_ms=due_ms, n=None,
+               **_NO_EXTRAS)
 
 
 def delivery_row(schedule: Schedule) -> Row:
-    return _record(KIND_DELIVER, schedule.topic, schedule.key, schedule.value, schedule.delivered_headers(),
-                   schedule.due_ms)
+    back = schedule.write_back
+    return Row(kind=KIND_DELIVER, topic=schedule.topic, key=schedule.key, value=schedule.value,
+               headers=list(schedule.delivered_headers()), due_ms=schedule.due_ms, n=None,
+               partition=schedule.partition,
+               partition_hash=partition_hash(schedule.partition_key) if schedule.partition_key is not None else None,
+               wb_topic=back and back.topic, wb_partition=back and back.partition, wb_key=back and back.key,
+               wb_headers=None if back is None else list(back.headers), history=schedule.history)
 
 
 def outcome_rows(counts: Counter) -> Iterator[Row]:
     for outcome, n in counts.items():
         yield Row(kind=KIND_OUTCOME, topic=str(outcome.value if isinstance(outcome, Outcome) else outcome),
-                  key=None, value=None, headers=None, due_ms=None, n=n)
+                  key=None, value=None, headers=None, due_ms=None, n=n, **_NO_EXTRAS)
 
 
 def in_log_order(rows: Iterable) -> list:
@@ -123,8 +163,12 @@ class ValueStateStore:
             if old is not None:
                 self._state.clear()
             return
+        back = new.write_back
         self._state.update((new.due_ms, new.topic, new.key, new.value, [tuple(h) for h in new.headers],
-                            new.delivery_id))
+                            new.delivery_id, new.partition, new.partition_key,
+                            *((None, None, None, None) if back is None else
+                              (back.topic, back.partition, back.key, [tuple(h) for h in back.headers])),
+                            new.history))
         if old is None or new.due_ms != old.due_ms:
             self.rearm(new)
 
@@ -155,7 +199,8 @@ class SchedulerProcessor(StatefulProcessor):
         requests = []
         for row in in_log_order(rows):
             action = Action(row["action"])
-            requests.append(Request(action, None if action is Action.CANCEL else schedule_from_row(row)))
+            requests.append(Request(action, schedule_from_row(row) if action in (Action.ADD, Action.REPLACE) else None,
+                                    row["completes"]))
         store = ValueStateStore(self.handle, self.pending, known_empty=is_internal(sid),
                                 lookahead_ms=self.lookahead_ms)
         outcomes, due_now = process_requests(store, requests,

@@ -46,14 +46,16 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol
 import numpy as np
 import pandas as pd
 
-from .schedule import Action, Outcome, Request, Schedule, is_internal
+from .schedule import Action, Outcome, Request, Schedule, WriteBack, completes, is_internal
 
 BUCKET_MS = 1000
 # A chunk (or strike list) at least half this big is final: never merged again. Bounds every
 # state value the layout writes (one schedule bigger than this is a chunk of its own).
 SEAL_BYTES = 4 * 1024 * 1024
 SEAL_STRIKES = 65_536
-ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id", "entry_bytes"]
+ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id", "entry_bytes",
+                 # what some dialects add (null for native requests): see schedule.Schedule
+                 "partition", "partition_key", "wb_topic", "wb_partition", "wb_key", "wb_headers", "history"]
 ENTRY_OVERHEAD_BYTES = 32
 
 
@@ -76,17 +78,40 @@ def digest(schedule: Schedule) -> bytes:
     part(schedule.topic.encode())
     part(schedule.key)
     part(schedule.value)
-    h.update(struct.pack(">I", len(schedule.headers)))
-    for name, value in schedule.headers:
-        part(name.encode())
-        part(value)
+    def headers(pairs) -> None:
+        h.update(struct.pack(">I", len(pairs)))
+        for name, value in pairs:
+            part(name.encode())
+            part(value)
+
+    headers(schedule.headers)
+    if schedule.partition is not None or schedule.partition_key is not None or schedule.write_back is not None \
+            or schedule.history:
+        # Only dialects other than native get here, so digests of native schedules stay as they were.
+        h.update(b"+")
+        part(None if schedule.partition is None else str(schedule.partition).encode())
+        part(schedule.partition_key)
+        back = schedule.write_back
+        if back is None:
+            h.update(b"\xff")
+        else:
+            part(back.topic.encode())
+            h.update(struct.pack(">i", back.partition))
+            part(back.key)
+            headers(back.headers)
+        h.update(b"h" if schedule.history else b"-")
     return h.digest()
 
 
 def entry_bytes(schedule: Schedule) -> int:
     """Rough stored size, to bound chunks (the decoder computes the same in Spark SQL)."""
+    def header_bytes(pairs) -> int:
+        return sum(len(name.encode()) + len(value or b"") for name, value in pairs)
+
+    back = schedule.write_back
     return (ENTRY_OVERHEAD_BYTES + len(schedule.key or b"") + len(schedule.value or b"")
-            + sum(len(name.encode()) + len(value or b"") for name, value in schedule.headers))
+            + header_bytes(schedule.headers)
+            + (0 if back is None else len(back.key or b"") + header_bytes(back.headers)))
 
 
 @dataclass(frozen=True)
@@ -145,13 +170,44 @@ class ShardStore(Protocol):
 
 
 def entries_frame(schedules: Iterable[Schedule]) -> pd.DataFrame:
-    rows = [(s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id, entry_bytes(s)) for s in schedules]
-    return pd.DataFrame(rows, columns=ENTRY_COLUMNS)
+    rows = []
+    for s in schedules:
+        back = s.write_back
+        rows.append((s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id, entry_bytes(s),
+                     s.partition, s.partition_key,
+                     *((None, None, None, None) if back is None else
+                       (back.topic, back.partition, back.key, list(back.headers))),
+                     s.history))
+    return pd.DataFrame(rows, columns=ENTRY_COLUMNS).astype({"partition": object, "wb_partition": object})
+
+
+def optional_int(value) -> Optional[int]:
+    """An int cell of a frame: pandas may hold a missing one as None, NaN or pd.NA."""
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def schedule_of_entry(r) -> Schedule:
+    """A Schedule from a row of an entries frame (itertuples)."""
+    wb_headers = getattr(r, "wb_headers", None)
+    has_back = wb_headers is not None and not (isinstance(wb_headers, float) and pd.isna(wb_headers))
+    return Schedule(int(r.due_ms), r.topic, r.key, r.value, tuple(tuple(h) for h in r.headers), r.delivery_id,
+                    partition=optional_int(getattr(r, "partition", None)),
+                    partition_key=_optional_bytes(getattr(r, "partition_key", None)),
+                    write_back=WriteBack(r.wb_topic, int(r.wb_partition), _optional_bytes(r.wb_key),
+                                         tuple(tuple(h) for h in wb_headers)) if has_back else None,
+                    history=_flag(getattr(r, "history", False)))
+
+
+def _flag(value) -> bool:
+    return value is not None and not (isinstance(value, float) and pd.isna(value)) and bool(value)
+
+
+def _optional_bytes(value) -> Optional[bytes]:
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else bytes(value)
 
 
 def schedules_of(frame: pd.DataFrame) -> list[Schedule]:
-    return [Schedule(int(r.due_ms), r.topic, r.key, r.value, tuple(tuple(h) for h in r.headers), r.delivery_id)
-            for r in frame.itertuples(index=False)]
+    return [schedule_of_entry(r) for r in frame.itertuples(index=False)]
 
 
 def _empty() -> pd.DataFrame:
@@ -191,6 +247,10 @@ def step(pending, pending_digest: Optional[bytes], request: Request):
     its outcome, and the pending version and digest after it. Latest request wins."""
     if request.action is Action.CANCEL:
         return (Outcome.CANCEL_NOOP if pending is None else Outcome.CANCELLED), None, None
+    if request.action is Action.COMPLETE:
+        if pending is not None and completes(request, pending.delivery_id):
+            return Outcome.COMPLETED, None, None
+        return Outcome.COMPLETE_NOOP, pending, pending_digest
     new_digest = digest(request.schedule)
     if pending is None:
         return Outcome.SCHEDULED, request.schedule, new_digest

@@ -18,9 +18,11 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from .dialects.common import KIND_REJECT
 from .protocol import DELIVERY_ID
-from .schedule import Action, Request, Schedule, is_internal
+from .partitioning import partition_hash
+from .schedule import Action, Request, is_internal
 from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
-from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, entries_frame, fire
+from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, entries_frame, fire, optional_int, \
+    schedule_of_entry
 
 REJECTIONS_SHARD = -1
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
@@ -28,7 +30,9 @@ OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 CHUNK_SCHEMA = pa.schema([("due_ms", pa.int64()), ("topic", pa.string()), ("key", pa.binary()),
                           ("value", pa.binary()), ("headers", _HEADER_TYPE), ("delivery_id", pa.string()),
-                          ("entry_bytes", pa.int64())])
+                          ("entry_bytes", pa.int64()), ("partition", pa.int32()), ("partition_key", pa.binary()),
+                          ("wb_topic", pa.string()), ("wb_partition", pa.int32()), ("wb_key", pa.binary()),
+                          ("wb_headers", _HEADER_TYPE), ("history", pa.bool_())])
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
@@ -44,13 +48,21 @@ def _header_pairs(cell) -> list:
     return [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in cell]
 
 
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and pd.isna(value))
+
+
 def _bytes(value) -> Optional[bytes]:
-    return None if value is None or (isinstance(value, float) and pd.isna(value)) else bytes(value)
+    return None if _missing(value) else bytes(value)
 
 
 def to_blob(entries: pd.DataFrame) -> bytes:
     frame = entries[ENTRY_COLUMNS].copy()
     frame["headers"] = [_header_pairs(h) for h in frame["headers"]]
+    frame["wb_headers"] = [None if _missing(h) else _header_pairs(h) for h in frame["wb_headers"]]
+    for column in ("partition", "wb_partition"):
+        frame[column] = pd.array([optional_int(v) for v in frame[column]], dtype="Int32")
+    frame["history"] = [v is True or v == 1 for v in frame["history"]]
     table = pa.Table.from_pandas(frame, schema=CHUNK_SCHEMA, preserve_index=False)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, CHUNK_SCHEMA, options=_IPC_OPTIONS) as writer:
@@ -148,21 +160,42 @@ class MapStateShardStore:
         self.p.handle.registerTimer(timer_ms)
 
 
-def _records(kind: str, topic, key, value, headers, due_ms) -> pd.DataFrame:
-    return pd.DataFrame({"kind": kind, "topic": topic, "key": key, "value": value, "headers": headers,
-                         "due_ms": due_ms, "n": None}, columns=OUTPUT_COLUMNS)
+def _records(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.DataFrame:
+    columns = {"kind": kind, "topic": topic, "key": key, "value": value, "headers": headers, "due_ms": due_ms,
+               **extras}
+    return pd.DataFrame({name: columns.get(name) for name in OUTPUT_COLUMNS}, columns=OUTPUT_COLUMNS)
 
 
 def _outcomes(counts: Counter) -> pd.DataFrame:
-    return pd.DataFrame([(KIND_OUTCOME, str(getattr(k, "value", k)), None, None, None, None, n)
-                         for k, n in counts.items() if n], columns=OUTPUT_COLUMNS)
+    rows = [(KIND_OUTCOME, str(getattr(k, "value", k)), n) for k, n in counts.items() if n]
+    return pd.DataFrame([{"kind": kind, "topic": name, "n": n} for kind, name, n in rows], columns=OUTPUT_COLUMNS)
+
+
+def _header_dicts(cell) -> list:
+    return [{"key": k, "value": v} for k, v in _header_pairs(cell)]
 
 
 def deliveries_frame(entries: pd.DataFrame) -> pd.DataFrame:
-    headers = [[{"key": k, "value": v} for k, v in _header_pairs(h)] + [{"key": DELIVERY_ID, "value": d.encode()}]
+    headers = [_header_dicts(h) + [{"key": DELIVERY_ID, "value": d.encode()}]
                for h, d in zip(entries["headers"], entries["delivery_id"])]
+    extras = {}
+    if "wb_headers" in entries and not entries["wb_headers"].map(_missing).all() \
+            or "partition_key" in entries and not entries["partition_key"].map(_missing).all() \
+            or "partition" in entries and not entries["partition"].map(_missing).all() \
+            or "history" in entries and entries["history"].map(lambda v: v is True or v == 1).any():
+        # Only dialects other than native get here: the frames of native deliveries skip these columns.
+        extras = {
+            "partition": pd.array([optional_int(v) for v in entries["partition"]], dtype="Int32"),
+            "partition_hash": pd.array([None if _missing(k) else partition_hash(bytes(k))
+                                        for k in entries["partition_key"]], dtype="Int32"),
+            "wb_topic": entries["wb_topic"].to_numpy(),
+            "wb_partition": pd.array([optional_int(v) for v in entries["wb_partition"]], dtype="Int32"),
+            "wb_key": entries["wb_key"].to_numpy(),
+            "wb_headers": [None if _missing(h) else _header_dicts(h) for h in entries["wb_headers"]],
+            "history": [v is True or v == 1 for v in entries["history"]],
+        }
     return _records(KIND_DELIVER, entries["topic"].to_numpy(), entries["key"].to_numpy(),
-                    entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy())
+                    entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy(), **extras)
 
 
 class WheelProcessor(StatefulProcessor):
@@ -201,10 +234,14 @@ class WheelProcessor(StatefulProcessor):
         requests = []
         for row in log_order(frame[~anonymous_mask]).itertuples(index=False):
             action = Action(row.action)
-            schedule = None if action is Action.CANCEL else Schedule(
-                int(row.due_ms), row.topic, _bytes(row.key), _bytes(row.value),
-                tuple((k, _bytes(v)) for k, v in _header_pairs(row.headers)), row.delivery_id)
-            requests.append((bytes(row.sid), Request(action, schedule)))
+            schedule = schedule_of_entry(row._replace(
+                key=_bytes(row.key), value=_bytes(row.value),
+                headers=tuple((k, _bytes(v)) for k, v in _header_pairs(row.headers)),
+                wb_headers=None if _missing(row.wb_headers) else tuple(
+                    (k, _bytes(v)) for k, v in _header_pairs(row.wb_headers)))) \
+                if action in (Action.ADD, Action.REPLACE) else None
+            completes = None if _missing(row.completes) else row.completes
+            requests.append((bytes(row.sid), Request(action, schedule, completes)))
         counts, due_now, anonymous_due = apply_requests(
             self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous, self.lookahead_ms)
         if due_now:
