@@ -50,7 +50,8 @@ def committed_offsets(checkpoint_dir: str | Path) -> dict[str, dict[int, int]]:
 
 STATE_FILE = "kafka-scheduler-state.json"
 # The version of the state schema this code writes and reads. 2: the first format with a settings file.
-STATE_FORMAT = 2
+# 3: schedules carry partition, partition key, write-back and history (dialects); the inputs are recorded.
+STATE_FORMAT = 3
 _LAYOUTS = ("wheel", "per-id")
 
 
@@ -62,6 +63,9 @@ class CheckpointFiles(Protocol):
     def read(self, name: str) -> Optional[bytes]: ...
 
     def write(self, name: str, data: bytes) -> None: ...
+
+    def set_aside(self, suffix: str) -> Optional[str]:
+        """Rename the checkpoint folder by appending ``suffix``; returns the new name, or None if there is none."""
 
 
 class LocalFiles:
@@ -94,6 +98,16 @@ class LocalFiles:
         except OSError as exc:
             temporary.unlink(missing_ok=True)
             raise ConfigError(f"cannot write {self.root / name}: {exc.strerror}") from None
+
+    def set_aside(self, suffix: str) -> Optional[str]:
+        if not self.root.exists():
+            return None
+        target = self.root.with_name(self.root.name + suffix)
+        try:
+            self.root.rename(target)
+        except OSError as exc:
+            raise ConfigError(f"cannot rename {self.where} to {target}: {exc.strerror}") from None
+        return os.path.abspath(target)
 
 
 class HadoopFiles:
@@ -152,6 +166,27 @@ class HadoopFiles:
             raise ConfigError(f"cannot write {self.where}/{name}: {_java_summary(exc)}") from None
 
 
+    def set_aside(self, suffix: str) -> Optional[str]:
+        target = self._path(self.root.getParent(), self.root.getName() + suffix)
+        try:
+            if not self.fs.exists(self.root):
+                return None
+            if not self.fs.rename(self.root, target):
+                raise ConfigError(f"cannot rename {self.where} to {target.toString()}")
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"cannot rename {self.where}: {_java_summary(exc)}") from None
+        return target.toString()
+
+
+def start_new_generation(files: CheckpointFiles, now: Optional[datetime] = None) -> Optional[str]:
+    """``run --from-beginning``: keep the current checkpoint aside under a dated name (never deleted) so the job
+    starts a new one and reads every input from its earliest offset. Returns where the old one went."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return files.set_aside(".before-" + now.strftime("%Y%m%dT%H%M%SZ"))
+
+
 def _java_summary(exc: Exception) -> str:
     java = getattr(exc, "java_exception", None)
     text = str(java.toString()) if java is not None else str(exc)
@@ -179,7 +214,7 @@ def settle_state_settings(config: Config, bucket_ms: int, files: Optional[Checkp
     if not files.has_commit():
         # Spark redoes batch 0 from empty state, so an earlier start that committed nothing binds nothing.
         files.write(STATE_FILE, _encode(config, bucket_ms, now))
-        return config, []
+        return replace(config, catch_up_first=True), []
     raw = files.read(STATE_FILE)
     if raw is None:
         raise ConfigError(
@@ -210,7 +245,36 @@ def settle_state_settings(config: Config, bucket_ms: int, files: Optional[Checkp
         notices.append(
             f"Spark keeps the {recorded['partitions']} shuffle partitions of the checkpoint's first run; "
             f"{_shown(config, 'partitions')} now only sets the partition count of topics the scheduler creates")
+    added = _settle_inputs(config, recorded["inputs"], files.where)
+    if added:
+        notices.append("new input" + ("s " if len(added) > 1 else " ") + ", ".join(
+            f"{topic} ({dialect})" for topic, dialect in added.items())
+            + ": read from the earliest offset; the first batch reads every input to its end before delivering")
+        recorded["inputs"] = {**recorded["inputs"], **added}
+        files.write(STATE_FILE, (json.dumps(recorded, indent=2) + "\n").encode())
+        settled["catch_up_first"] = True
     return replace(config, **settled), notices
+
+
+def _settle_inputs(config: Config, recorded: dict[str, str], where: str) -> dict[str, str]:
+    """The inputs added since the last start; ConfigError if one was removed or changed its dialect."""
+    current = config.input_topics
+    changed = {t: (d, current[t]) for t, d in recorded.items() if t in current and current[t] != d}
+    if changed:
+        topic, (was, now) = next(iter(changed.items()))
+        raise ConfigError(
+            f"input {topic} is read as {now} now, but checkpoint {where} read it as {was}: its schedule ids and "
+            f"pending versions were decoded that way. Keep --input {topic}:{was}, or rebuild with "
+            f"--from-beginning (the checkpoint is kept aside and every input is read again from its start)")
+    removed = [t for t in recorded if t not in current]
+    if removed:
+        listed = ", ".join(f"{t}:{recorded[t]}" for t in removed)
+        raise ConfigError(
+            f"checkpoint {where} reads input{'s' if len(removed) > 1 else ''} {listed}, missing from the inputs now "
+            f"({', '.join(f'{t}:{d}' for t, d in current.items())}): its pending schedules would stay in state and "
+            f"its offsets would be lost. Keep the input (add --input {removed[0]}:{recorded[removed[0]]}), or "
+            f"rebuild with --from-beginning")
+    return {t: d for t, d in current.items() if t not in recorded}
 
 
 def _settle_one(config: Config, name: str, recorded: Any, where: str, notices: list[str]) -> Any:
@@ -239,7 +303,7 @@ def _shown(config: Config, name: str) -> str:
 def _encode(config: Config, bucket_ms: int, now: Optional[datetime]) -> bytes:
     now = now or datetime.now(timezone.utc)
     record = {"state_format": STATE_FORMAT, "state_layout": config.state_layout, "shards": config.shards,
-              "bucket_ms": bucket_ms, "partitions": config.partitions,
+              "bucket_ms": bucket_ms, "partitions": config.partitions, "inputs": config.input_topics,
               "created_at": now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     return (json.dumps(record, indent=2) + "\n").encode()
 
@@ -259,7 +323,8 @@ def _decode(raw: bytes, file_name: str) -> dict[str, Any]:
     problems = [name for name, valid in (("state_layout", record.get("state_layout") in _LAYOUTS),
                                          ("shards", _is_positive_int(record.get("shards"))),
                                          ("bucket_ms", _is_positive_int(record.get("bucket_ms"))),
-                                         ("partitions", _is_positive_int(record.get("partitions")))) if not valid]
+                                         ("partitions", _is_positive_int(record.get("partitions"))),
+                                         ("inputs", _is_inputs(record.get("inputs")))) if not valid]
     if problems:
         raise ConfigError(f"{file_name} is damaged (missing or invalid {', '.join(problems)}): restore it, or use a "
                           f"new --checkpoint-dir")
@@ -272,3 +337,8 @@ def _is_int(value: Any) -> bool:
 
 def _is_positive_int(value: Any) -> bool:
     return _is_int(value) and value > 0
+
+
+def _is_inputs(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(t, str) and isinstance(d, str) for t, d in value.items())

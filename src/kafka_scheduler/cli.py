@@ -57,7 +57,7 @@ def _setup_logging() -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from .pipeline import run
 
-    return run(resolve(args))
+    return run(resolve(args), from_beginning=args.from_beginning)
 
 
 # ---------------------------------------------------------------- broker
@@ -200,10 +200,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineErrorParser)
 
     run = commands.add_parser("run", help="run the scheduler job",
-                              description="Run the scheduler: read requests from <app-id>-schedule-requests, keep "
-                                          "pending schedules in the checkpoint, deliver each when due. Creates the "
-                                          "app's topics if missing. Stops gracefully on Ctrl-C or SIGTERM.")
+                              description="Run the scheduler: read requests from <app-id>-schedule-requests (or the "
+                                          "--input topics, each in its dialect), keep pending schedules in the "
+                                          "checkpoint, deliver each when due. Creates the app's topics if missing. "
+                                          "Stops gracefully on Ctrl-C or SIGTERM.")
     add_arguments(run)
+    run.add_argument("--from-beginning", action="store_true",
+                     help="rebuild from the input topics: keep the current checkpoint aside (renamed "
+                          "<dir>.before-<UTC time>, never deleted), start a new one and read every input from its "
+                          "earliest offset; schedules already written back are not delivered again")
     run.set_defaults(handler=cmd_run)
 
     broker = commands.add_parser("broker", help="run a local Kafka broker",

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional
 
+from .protocol import DIALECT_NAMES
+
 ENV_PREFIX = "KAFKA_SCHEDULER_"
 
 REQUESTS_SUFFIX = "-schedule-requests"
@@ -70,6 +72,31 @@ def _regex(text: str) -> str:
     return text
 
 
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def _inputs(text: str) -> tuple[tuple[str, str], ...]:
+    """``TOPIC:DIALECT[,TOPIC:DIALECT...]`` (a repeated --input arrives joined by commas)."""
+    inputs: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        topic, sep, dialect = item.rpartition(":")
+        if not sep or not topic:
+            raise ValueError(f"expected TOPIC:DIALECT, got {item!r} (dialects: {', '.join(DIALECT_NAMES)})")
+        if not _TOPIC.match(topic) or topic in (".", ".."):
+            raise ValueError(f"{topic!r} is not a valid Kafka topic name")
+        if dialect not in DIALECT_NAMES:
+            raise ValueError(f"unknown dialect {dialect!r} for topic {topic!r} "
+                             f"(expected one of {', '.join(DIALECT_NAMES)})")
+        if inputs.get(topic, dialect) != dialect:
+            raise ValueError(f"topic {topic!r} is given twice, as {inputs[topic]} and as {dialect}")
+        inputs[topic] = dialect
+    if not inputs:
+        raise ValueError("expected at least one TOPIC:DIALECT")
+    return tuple(inputs.items())
+
+
 @dataclass(frozen=True)
 class Option:
     name: str
@@ -77,10 +104,16 @@ class Option:
     default: Any
     help: str
     metavar: str = ""
+    repeatable: bool = False  # the flag may be given several times; the values are joined with commas
 
 
 OPTIONS: tuple[Option, ...] = (
     Option("bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers", "HOST:PORT"),
+    Option("inputs", _inputs, None,
+           "an input topic and the dialect its requests are written in (native, karafka, etf1, sky-avro, "
+           "sky-json); repeat for several topics, or give a comma list in the variable; default: "
+           "<app-id>-schedule-requests:native. With --input only the listed topics are read", "TOPIC:DIALECT",
+           repeatable=True),
     Option("app_id", str, "kafka-scheduler",
            "application id: names the app's topics (<app-id>-schedule-requests, ...)", "ID"),
     Option("checkpoint_dir", str, None,
@@ -114,6 +147,7 @@ OPTIONS: tuple[Option, ...] = (
 @dataclass(frozen=True)
 class Config:
     bootstrap_servers: str = "127.0.0.1:9092"
+    inputs: Optional[tuple[tuple[str, str], ...]] = None  # (topic, dialect); None: the native requests topic
     app_id: str = "kafka-scheduler"
     checkpoint_dir: Optional[str] = None
     master: str = "local[2]"
@@ -131,6 +165,9 @@ class Config:
     # (option name, "--flag" or "KAFKA_SCHEDULER_<NAME>") of each option set explicitly: settings recorded in the
     # checkpoint may replace a default, never an explicit choice (checkpoint.settle_state_settings).
     given: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # Set when the checkpoint is new or an input was added to it: the first batch must then read every input to
+    # its end before delivering, so write-backs and cancels already in the topics act first (no per-batch cap).
+    catch_up_first: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not _APP_ID.match(self.app_id):
@@ -154,15 +191,23 @@ class Config:
         return self.app_id + HISTORY_SUFFIX
 
     @property
-    def own_topics(self) -> tuple[str, str, str]:
-        return self.requests_topic, self.rejections_topic, self.history_topic
+    def input_topics(self) -> dict[str, str]:
+        """Each topic read, with its dialect."""
+        return dict(self.inputs) if self.inputs else {self.requests_topic: "native"}
+
+    @property
+    def own_topics(self) -> tuple[str, ...]:
+        """Topics a delivery may never go to: the app's own and every input (a delivery there would loop)."""
+        own = (self.requests_topic, self.rejections_topic, self.history_topic)
+        return own + tuple(t for t in self.input_topics if t not in own)
 
     def given_by(self, name: str) -> Optional[str]:
         """The flag or variable that set option ``name``, or None if it has its default."""
         return dict(self.given).get(name)
 
     def describe(self) -> str:
-        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self) if f.name != "given")
+        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                         if f.name not in ("given", "catch_up_first"))
 
 
 def env_name(option: Option) -> str:
@@ -175,8 +220,10 @@ def add_arguments(parser: argparse.ArgumentParser, names: Optional[set[str]] = N
         if names is not None and option.name not in names:
             continue
         default = "none" if option.default is None else option.default
+        flag = "--" + (option.name[:-1] if option.repeatable else option.name).replace("_", "-")
         parser.add_argument(
-            "--" + option.name.replace("_", "-"), dest=option.name, default=None, metavar=option.metavar or None,
+            flag, dest=option.name, default=None, metavar=option.metavar or None,
+            action="append" if option.repeatable else "store",
             help=f"{option.help} [env {env_name(option)}; default {default}]")
 
 
@@ -187,7 +234,9 @@ def resolve(args: Optional[argparse.Namespace] = None, environ: Optional[dict[st
     given: list[tuple[str, str]] = []
     for option in OPTIONS:
         raw = getattr(args, option.name, None) if args is not None else None
-        source = "--" + option.name.replace("_", "-")
+        if isinstance(raw, list):
+            raw = ",".join(raw)
+        source = "--" + (option.name[:-1] if option.repeatable else option.name).replace("_", "-")
         if raw is None and env_name(option) in environ:
             raw, source = environ[env_name(option)], env_name(option)
         if raw is None:

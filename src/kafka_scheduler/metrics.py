@@ -15,6 +15,7 @@ class BatchSummary:
     delivered: int = 0  # records written to destination topics
     held: int = 0  # of those, how many the sink held until their due time (with a lookahead)
     dead_lettered: int = 0  # deliveries diverted to the rejections topic (destination missing)
+    written_back: int = 0  # write-backs sent to source topics (Karafka, ETF1, Sky inputs)
     earliest_due_ms: Optional[int] = None  # of the deliveries in this batch, for the lateness figure
     written_at_ms: int = 0
     compute_s: float = 0.0  # decode, state step and summary (the batch's first Spark job)
@@ -38,6 +39,8 @@ class BatchSummary:
             parts.append(f"({self.held} held until due)")
         if self.delivered and self.earliest_due_ms is not None:
             parts.append(f"(max lateness {max(0, self.written_at_ms - self.earliest_due_ms) / 1000:.2f}s)")
+        if self.written_back:
+            parts.append(f"({self.written_back} written back)")
         if self.dead_lettered:
             parts.append(f"; {self.dead_lettered} undeliverable, sent to rejections")
         parts.append(f"[state {self.compute_s:.2f}s, write {self.write_s:.2f}s]")
@@ -51,6 +54,7 @@ class Totals:
         self.outcomes: Counter = Counter()
         self.delivered = 0
         self.dead_lettered = 0
+        self.written_back = 0
         self.batches = 0
         self.started = time.time()
 
@@ -58,4 +62,5 @@ class Totals:
         self.outcomes.update(summary.outcomes)
         self.delivered += summary.delivered
         self.dead_lettered += summary.dead_lettered
+        self.written_back += summary.written_back
         self.batches += 1

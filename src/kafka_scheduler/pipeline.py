@@ -1,7 +1,7 @@
-"""The scheduler job: one Structured Streaming query from the request topic to the Kafka sink.
+"""The scheduler job: one Structured Streaming query from the input topics to the Kafka sink.
 
-    Kafka source -> dialect decode (Spark SQL) -> transformWithState (SchedulerProcessor,
-    RocksDB, processing-time timers) -> foreachBatch RecordSink -> Kafka
+    Kafka source (every input topic) -> dialect decode per topic (Spark SQL) -> transformWithState
+    (WheelProcessor or SchedulerProcessor, RocksDB, processing-time timers) -> foreachBatch RecordSink -> Kafka
 
 Offsets and state live in the checkpoint, so a restart resumes where the last
 committed batch ended.
@@ -17,8 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from .checkpoint import checkpoint_files, is_local, last_committed_batch, settle_state_settings
-from .config import Config
+from .checkpoint import checkpoint_files, is_local, last_committed_batch, settle_state_settings, \
+    start_new_generation
+from .config import Config, ConfigError
 from .dialects import DecodeSettings, decode
 from .jars import jar_paths
 from .metrics import BatchSummary, Totals
@@ -78,17 +79,18 @@ def build_session(config: Config):
 
 def build_stream(spark, config: Config):
     """The streaming DataFrame of output rows (deliveries, rejections, outcome counts)."""
+    inputs = config.input_topics
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", config.bootstrap_servers)
-              .option("subscribe", config.requests_topic)
+              .option("subscribe", ",".join(inputs))
               .option("startingOffsets", "earliest")
               .option("includeHeaders", "true")
               # The consumer's default 500 ms fetch wait was measured to add ~0.5 s to every batch
               # that reads requests (the read of a known offset range waits on its last fetch).
               .option("kafka.fetch.max.wait.ms", "20"))
-    if config.max_requests_per_batch:
+    if config.max_requests_per_batch and not config.catch_up_first:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
-    requests = decode(reader.load(), {config.requests_topic: "native"}, DecodeSettings.from_config(config))
+    requests = decode(reader.load(), inputs, DecodeSettings.from_config(config))
     if config.state_layout == "wheel":
         return requests.withColumn("shard", shard_column(config.shards)).groupBy("shard").transformWithStateInPandas(
             statefulProcessor=WheelProcessor(config.lookahead), outputStructType=OUTPUT_SCHEMA,
@@ -101,8 +103,9 @@ def build_stream(spark, config: Config):
 class Scheduler:
     """Runs the query until stopped; ``stop()`` lets the batch in flight finish first."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, from_beginning: bool = False):
         self.config = config
+        self.from_beginning = from_beginning
         self.stop_requested = threading.Event()
         self.totals = Totals()
         self.query = None
@@ -128,11 +131,20 @@ class Scheduler:
         # spark-submit a plain path is on the cluster's default filesystem, which only Spark's Hadoop reaches.
         settle_first = is_local(self.config.checkpoint_dir) and not under_spark_submit()
         if settle_first:
+            self._start_new_generation()
             self._settle_state_settings()
         config = self.config
         log.info("broker: connecting to %s", config.bootstrap_servers)
         admin = wait_for_broker(config.bootstrap_servers)
-        wanted = [config.requests_topic, config.rejections_topic, config.history_topic]
+        inputs = config.input_topics
+        # Other dialects' topics belong to the teams that write them: a missing one is a typo, not ours to create.
+        foreign = sorted(t for t, d in inputs.items() if d != "native" and t != config.requests_topic)
+        absent = [t for t in foreign if t not in admin.list_topics(timeout=30).topics]
+        if absent:
+            raise ConfigError(f"input topic{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
+                              f"do{'' if len(absent) > 1 else 'es'} not exist on {config.bootstrap_servers}: "
+                              f"check --input; the scheduler creates only its own topics")
+        wanted = [t for t in inputs if t not in foreign] + [config.rejections_topic, config.history_topic]
         created = ensure_topics(admin, wanted, config.partitions)
         log.info("topics: %s%s", ", ".join(wanted), f" (created {', '.join(created)})" if created else " (exist)")
         resumed = last_committed_batch(config.checkpoint_dir)
@@ -144,6 +156,7 @@ class Scheduler:
         spark = build_session(config)
         if not settle_first:
             try:
+                self._start_new_generation(spark)
                 self._settle_state_settings(spark)
             except BaseException:
                 spark.stop()
@@ -157,11 +170,25 @@ class Scheduler:
                       .option("checkpointLocation", config.checkpoint_dir)
                       .trigger(processingTime=config.trigger_interval)
                       .start())
-        log.info("running: reading %s; stop with Ctrl-C or SIGTERM", config.requests_topic)
+        if config.catch_up_first:
+            log.info("catching up: the first batch reads every input to its end before delivering anything")
+        log.info("running: reading %s; stop with Ctrl-C or SIGTERM",
+                 ", ".join(f"{t} ({d})" for t, d in inputs.items()))
         try:
             return self._wait()
         finally:
             spark.stop()
+
+    def _start_new_generation(self, spark=None) -> None:
+        if not self.from_beginning:
+            return
+        moved = start_new_generation(checkpoint_files(self.config, spark))
+        if moved is None:
+            log.info("checkpoint: --from-beginning: no checkpoint yet, starting a new one")
+        else:
+            log.info("checkpoint: --from-beginning: kept the old checkpoint aside as %s; every input is read again "
+                     "from its earliest offset", moved)
+        self.from_beginning = False
 
     def _settle_state_settings(self, spark=None) -> None:
         """Take the state settings recorded in the checkpoint, or raise ConfigError (the CLI exits 2 with it)."""
@@ -209,8 +236,8 @@ def _summary(error: BaseException, limit: int = 600) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def run(config: Config) -> int:
-    scheduler = Scheduler(config)
+def run(config: Config, from_beginning: bool = False) -> int:
+    scheduler = Scheduler(config, from_beginning)
 
     def request_stop(signum, _frame):
         if scheduler.stop_requested.is_set():

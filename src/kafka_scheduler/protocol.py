@@ -19,3 +19,6 @@ SOURCE_OFFSET = PREFIX + "source-offset"
 # On history records: where the delivery went and when it was due.
 DELIVERED_TO = PREFIX + "delivered-to"
 DUE_MS = PREFIX + "due-ms"
+
+# Request dialects an input topic can be read with (dialects/ has a decoder for each).
+DIALECT_NAMES = ("native", "karafka", "etf1", "sky-avro", "sky-json")

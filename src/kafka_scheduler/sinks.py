@@ -1,9 +1,9 @@
-"""Writes each micro-batch's records to Kafka: deliveries, rejections and (optionally) history.
+"""Writes each micro-batch's records to Kafka: deliveries, write-backs, rejections and history copies.
 
 Runs as the query's ``foreachBatch`` function. One Spark job summarises the batch
-(outcome counts, destination topics); deliveries whose destination topic does not
-exist are diverted to the rejections topic instead of failing the batch; then one
-Kafka write sends every record kind. The batch is cached so the stateful step runs once.
+(outcome counts, destination topics and partitions); deliveries whose destination topic or
+partition does not exist are diverted to the rejections topic instead of failing the batch;
+then one Kafka write sends every record kind. The batch is cached so the stateful step runs once.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from functools import reduce
 from typing import Callable, Optional
 
 from pyspark.sql import DataFrame
@@ -37,8 +38,9 @@ PRODUCER_OPTIONS = {
 }
 
 
-# The kind of the history copies among the records written (the processor emits deliver and reject).
+# Kinds of the records the sink derives from deliveries (the processor emits deliver and reject).
 KIND_HISTORY = "history"
+KIND_WRITE_BACK = "write-back"
 
 # With a lookahead, held deliveries go out in slices this wide, each once its last due time has passed.
 HOLD_SLICE_MS = 50
@@ -64,14 +66,15 @@ class RecordSink:
         batch = batch.persist()
         started = time.monotonic()
         try:
-            summary, per_topic = self._summarise(batch, batch_id)
+            summary, per_topic, partitioned = self._summarise(batch, batch_id)
             summary.compute_s = time.monotonic() - started
             missing = self.topics.missing(set(per_topic)) if per_topic else set()
+            counts = self.topics.partition_counts(set(partitioned) - missing) if partitioned else {}
             if summary.delivered or summary.outcomes.get("rejected"):
-                summary.held = self._write(self._records(batch, missing))
+                records, summary.dead_lettered = self._records(batch, missing, counts, per_topic, partitioned)
+                summary.held = self._write(records)
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
-            summary.dead_lettered = sum(per_topic[t] for t in missing)
             summary.delivered -= summary.dead_lettered
         finally:
             batch.unpersist()
@@ -79,7 +82,7 @@ class RecordSink:
             self.on_batch(summary)
 
     def _save(self, records: DataFrame) -> None:
-        records.select("topic", "key", "value", "headers").write.format("kafka") \
+        records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
             .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS).save()
 
     def _write(self, records: DataFrame, now_ms: Optional[int] = None) -> int:
@@ -91,6 +94,7 @@ class RecordSink:
             self._save(records)
             return 0
         held = F.col("due_ms").isNotNull() & (F.col("due_ms") > now_ms)
+        # Write-backs and history copies carry their delivery's due time, so they go out with it.
         self._save(records.filter(~held))
         slice_of = F.ceil(F.col("due_ms") / F.lit(HOLD_SLICE_MS)).cast("long")
         rows = records.filter(held).groupBy(slice_of.alias("slice")).agg(
@@ -103,45 +107,83 @@ class RecordSink:
             self._save(records.filter(held & (slice_of == number)))
         return sum(row["deliveries"] for row in rows)
 
-    def _summarise(self, batch: DataFrame, batch_id: int) -> tuple[BatchSummary, Counter]:
-        """Outcome counts, and deliveries per destination topic, in one Spark job."""
+    def _summarise(self, batch: DataFrame, batch_id: int) -> tuple[BatchSummary, Counter, dict[str, int]]:
+        """Outcome counts, deliveries per destination topic, and the highest explicit partition per topic that
+        deliveries name (-1 when they only name partition keys), in one Spark job."""
         rows = batch.groupBy("kind", "topic").agg(
-            F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"), F.min("due_ms").alias("earliest_due")
+            F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"), F.min("due_ms").alias("earliest_due"),
+            F.count("wb_headers").alias("write_backs"), F.max("partition").alias("max_partition"),
+            F.count("partition_hash").alias("hashed"),
         ).collect()
         summary = BatchSummary(batch_id)
         per_topic: Counter = Counter()
+        partitioned: dict[str, int] = {}
         for row in rows:
             if row["kind"] == KIND_OUTCOME:
                 summary.outcomes[row["topic"]] += row["n"]
             elif row["kind"] == KIND_DELIVER:
                 summary.delivered += row["records"]
+                summary.written_back += row["write_backs"]
                 per_topic[row["topic"]] += row["records"]
+                if row["max_partition"] is not None or row["hashed"]:
+                    partitioned[row["topic"]] = -1 if row["max_partition"] is None else row["max_partition"]
                 if summary.earliest_due_ms is None or row["earliest_due"] < summary.earliest_due_ms:
                     summary.earliest_due_ms = row["earliest_due"]
-        return summary, per_topic
+        return summary, per_topic, partitioned
 
-    def _records(self, batch: DataFrame, missing: set[str]) -> DataFrame:
-        """Deliveries, rejections, dead letters and history rows; ``kind`` and ``due_ms`` kept for the hold."""
+    def _records(self, batch: DataFrame, missing: set[str], counts: dict[str, int], per_topic: Counter,
+                 partitioned: dict[str, int]) -> tuple[DataFrame, int]:
+        """Deliveries, write-backs, rejections, dead letters and history copies (``kind`` and ``due_ms`` kept for
+        the hold), and how many deliveries became dead letters."""
         records = batch.filter(F.col("kind") != KIND_OUTCOME)
-        if missing:
-            records = self._dead_letter(records, missing)
-        columns = ["kind", "topic", "key", "value", "headers", "due_ms"]
-        if self.config.history:
-            history = records.filter(F.col("kind") == KIND_DELIVER).select(
-                F.lit(KIND_HISTORY).alias("kind"), F.lit(self.config.history_topic).alias("topic"), "key", "value",
-                F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
-                                            header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
-                "due_ms")
-            return records.select(*columns).unionByName(history)
-        return records.select(*columns)
+        partition = F.col("partition")
+        if partitioned:
+            # The partition a partition key picks: the partitioner hash modulo the destination's partition count.
+            count_of = F.element_at(F.create_map(*[F.lit(x) for t, n in counts.items() for x in (t, n)]),
+                                    F.col("topic")) if counts else F.lit(None).cast("int")
+            partition = F.coalesce(partition, F.pmod(F.col("partition_hash"), count_of))
+        records = records.withColumn("partition", partition)
+        dead = sum(per_topic[t] for t in missing)
+        beyond = {t: n for t, n in counts.items() if partitioned.get(t, -1) >= n}
+        if missing or beyond:
+            records, beyond_count = self._dead_letter(records, missing, beyond)
+            dead += beyond_count
+        columns = ["kind", "topic", "partition", "key", "value", "headers", "due_ms"]
+        deliveries = records.filter(F.col("kind") == KIND_DELIVER)
+        parts = [records.select(*columns)]
+        # A write-back follows its delivery, and also a delivery that became a dead letter: either way the
+        # version is finished, and a rebuild from the source topic must not try it again.
+        parts.append(records.filter(F.col("wb_headers").isNotNull()).select(
+            F.lit(KIND_WRITE_BACK).alias("kind"), F.col("wb_topic").alias("topic"),
+            F.col("wb_partition").alias("partition"), F.col("wb_key").alias("key"),
+            F.lit(None).cast("binary").alias("value"), F.col("wb_headers").alias("headers"), "due_ms"))
+        copied = deliveries if self.config.history else deliveries.filter(F.col("history"))
+        parts.append(copied.select(
+            F.lit(KIND_HISTORY).alias("kind"), F.lit(self.config.history_topic).alias("topic"),
+            F.lit(None).cast("int").alias("partition"), "key", "value",
+            F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
+                                        header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
+            "due_ms"))
+        return reduce(DataFrame.unionByName, parts), dead
 
-    def _dead_letter(self, records: DataFrame, missing: set[str]) -> DataFrame:
-        """Deliveries to topics that do not exist go to the rejections topic, with the reason and source."""
-        undeliverable = (F.col("kind") == KIND_DELIVER) & F.col("topic").isin(*missing)
+    def _dead_letter(self, records: DataFrame, missing: set[str], beyond: dict[str, int]) -> tuple[DataFrame, int]:
+        """Deliveries to topics that do not exist, or to partitions a topic does not have, go to the rejections
+        topic, with the reason and source. Returns the records and how many deliveries went that way."""
+        is_delivery = F.col("kind") == KIND_DELIVER
+        no_topic = is_delivery & F.col("topic").isin(*missing) if missing else F.lit(False)
+        partitions_of = F.element_at(F.create_map(*[F.lit(x) for t, n in beyond.items() for x in (t, n)]),
+                                     F.col("topic")) if beyond else F.lit(None).cast("int")
+        no_partition = is_delivery & F.col("partition").isNotNull() & (F.col("partition") >= partitions_of)
+        no_partition = F.coalesce(no_partition, F.lit(False))
+        undeliverable = no_topic | no_partition
+        beyond_count = records.filter(no_partition).count() if beyond else 0
         delivery_id = F.element_at(
             F.filter("headers", lambda h: h["key"] == DELIVERY_ID), -1)["value"].cast("string")
         source = r"^(.*)-(\d+)-(\d+)$"
-        reason = F.concat(F.lit("destination topic '"), F.col("topic"), F.lit("' does not exist"))
+        shown = F.concat(F.lit("'"), F.col("topic"), F.lit("'"))
+        reason = F.when(no_topic, F.concat(F.lit("destination topic "), shown, F.lit(" does not exist"))).otherwise(
+            F.concat(F.lit("destination partition "), F.col("partition").cast("string"), F.lit(" of topic "), shown,
+                     F.lit(" does not exist (it has "), partitions_of.cast("string"), F.lit(" partitions)")))
         extra = F.array(
             header(REJECTION_REASON, F.encode(reason, "UTF-8")),
             header(SOURCE_TOPIC, F.regexp_extract(delivery_id, source, 1)),
@@ -151,7 +193,9 @@ class RecordSink:
         return records.select(
             F.when(undeliverable, F.lit("reject")).otherwise(F.col("kind")).alias("kind"),
             F.when(undeliverable, F.lit(self.config.rejections_topic)).otherwise(F.col("topic")).alias("topic"),
+            F.when(undeliverable, F.lit(None)).otherwise(F.col("partition")).alias("partition"),
             "key", "value",
             F.when(undeliverable, F.concat("headers", extra)).otherwise(F.col("headers")).alias("headers"),
             F.when(undeliverable, F.lit(None)).otherwise(F.col("due_ms")).alias("due_ms"),
-        )
+            "wb_topic", "wb_partition", "wb_key", "wb_headers", "history",
+        ), beyond_count

@@ -64,15 +64,24 @@ class TopicDirectory:
     def __init__(self, admin: AdminClient, refresh_seconds: float = 30.0):
         self._admin = admin
         self._refresh_seconds = refresh_seconds
-        self._known: set[str] = set()
+        self._known: dict[str, int] = {}  # topic -> partition count
         self._fetched_at = float("-inf")
 
     def _refresh(self) -> None:
-        self._known = set(self._admin.list_topics(timeout=30).topics)
+        self._known = {name: len(topic.partitions)
+                       for name, topic in self._admin.list_topics(timeout=30).topics.items()}
         self._fetched_at = time.monotonic()
 
-    def missing(self, names: set[str]) -> set[str]:
+    def _look_up(self, names: set[str]) -> None:
         stale = time.monotonic() - self._fetched_at > self._refresh_seconds
-        if stale or not names <= self._known:
+        if stale or not names <= self._known.keys():
             self._refresh()
-        return names - self._known
+
+    def missing(self, names: set[str]) -> set[str]:
+        self._look_up(names)
+        return names - self._known.keys()
+
+    def partition_counts(self, names: set[str]) -> dict[str, int]:
+        """Partition counts of the topics among ``names`` that exist."""
+        self._look_up(names)
+        return {name: self._known[name] for name in names if name in self._known}

@@ -57,8 +57,11 @@ def test_new_checkpoint_records_the_settings(tmp_path):
     assert notices == []
     assert (config.state_layout, config.shards, config.partitions) == ("wheel", 6, 3)
     assert recorded(checkpoint) == {"state_format": STATE_FORMAT, "state_layout": "wheel", "shards": 6,
-                                    "bucket_ms": 1000, "partitions": 3, "created_at": "2026-03-01T12:00:00Z"}
-    assert STATE_FORMAT == 2
+                                    "bucket_ms": 1000, "partitions": 3,
+                                    "inputs": {"kafka-scheduler-schedule-requests": "native"},
+                                    "created_at": "2026-03-01T12:00:00Z"}
+    assert STATE_FORMAT == 3
+    assert config.catch_up_first, "a new checkpoint reads every input to its end before delivering"
     assert sorted(p.name for p in checkpoint.iterdir()) == [STATE_FILE], "temporary file left behind"
 
 
@@ -155,7 +158,7 @@ def test_checkpoint_with_commits_but_no_settings_file_is_refused_as_legacy(tmp_p
     (b'["state_format", 2]', "is not a kafka-scheduler state file"),
     (b'{"shards": 4}', "is not a kafka-scheduler state file"),
     (b'{"state_format": "2"}', "is not a kafka-scheduler state file"),
-    (b'{"state_format": 2, "state_layout": "ring", "shards": 0, "bucket_ms": 1000, "partitions": 2}',
+    (b'{"state_format": 3, "state_layout": "ring", "shards": 0, "bucket_ms": 1000, "partitions": 2, "inputs": {"a": "native"}}',
      "is damaged (missing or invalid state_layout, shards)"),
 ])
 def test_unreadable_or_foreign_settings_file_is_refused_naming_it(tmp_path, content, expected):
@@ -168,7 +171,7 @@ def test_unreadable_or_foreign_settings_file_is_refused_naming_it(tmp_path, cont
     assert message.endswith("or use a new --checkpoint-dir")
 
 
-@pytest.mark.parametrize("state_format", [STATE_FORMAT + 1, 1])
+@pytest.mark.parametrize("state_format", [STATE_FORMAT + 1, 2, 1])
 def test_another_state_format_is_refused(tmp_path, state_format):
     first_run(tmp_path)
     (tmp_path / STATE_FILE).write_text(json.dumps({"state_format": state_format, "layout": "future"}))
@@ -258,3 +261,76 @@ def test_hadoop_filesystem_records_honours_and_refuses(spark, tmp_path):
     assert config.shards == 5
     with pytest.raises(ConfigError, match="--shards 3 does not match checkpoint file:.*laid out in 5 shards"):
         settle_state_settings(config_of(uri, "--shards", "3"), BUCKET_MS, files, now=NOW)
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def test_inputs_are_recorded_and_an_added_input_is_read_from_its_start(tmp_path):
+    first_run(tmp_path, "--input", "orders:karafka", "--input", "videos:etf1")
+    assert recorded(tmp_path)["inputs"] == {"orders": "karafka", "videos": "etf1"}
+    config, notices = settle(tmp_path, "--input", "orders:karafka", "--input", "videos:etf1")
+    assert notices == [] and not config.catch_up_first
+    config, notices = settle(tmp_path, "--input", "orders:karafka", "--input", "videos:etf1", "--input",
+                             "sky:sky-avro")
+    assert config.catch_up_first
+    assert notices == ["new input sky (sky-avro): read from the earliest offset; the first batch reads every input "
+                       "to its end before delivering"]
+    assert recorded(tmp_path)["inputs"] == {"orders": "karafka", "videos": "etf1", "sky": "sky-avro"}
+
+
+def test_inputs_from_the_environment_are_a_comma_list(tmp_path):
+    config, _ = settle(tmp_path, environ={"KAFKA_SCHEDULER_INPUTS": "a:native, b:sky-json"})
+    assert config.input_topics == {"a": "native", "b": "sky-json"}
+    assert {"a", "b"} <= set(config.own_topics), "an input is never a valid destination"
+
+
+def test_a_removed_input_is_refused_naming_the_way_out(tmp_path):
+    first_run(tmp_path, "--input", "orders:karafka", "--input", "videos:etf1")
+    before = (tmp_path / STATE_FILE).read_bytes()
+    with pytest.raises(ConfigError) as error:
+        settle(tmp_path, "--input", "orders:karafka")
+    message = str(error.value)
+    assert "videos:etf1, missing from the inputs now (orders:karafka)" in message
+    assert "add --input videos:etf1" in message and "--from-beginning" in message
+    assert (tmp_path / STATE_FILE).read_bytes() == before
+
+
+def test_an_input_read_with_another_dialect_is_refused(tmp_path):
+    first_run(tmp_path, "--input", "orders:karafka")
+    with pytest.raises(ConfigError) as error:
+        settle(tmp_path, "--input", "orders:etf1")
+    assert str(error.value).startswith(f"input orders is read as etf1 now, but checkpoint {tmp_path} read it as "
+                                       f"karafka")
+
+
+def test_the_default_input_is_the_native_requests_topic(tmp_path):
+    first_run(tmp_path)
+    with pytest.raises(ConfigError) as error:
+        settle(tmp_path, "--input", "orders:karafka")
+    assert "kafka-scheduler-schedule-requests:native" in str(error.value)
+    config, _ = settle(tmp_path, "--input", "orders:karafka", "--input", "kafka-scheduler-schedule-requests:native")
+    assert config.catch_up_first
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--input", "orders"], "--input: expected TOPIC:DIALECT, got 'orders'"),
+    (["--input", "orders:kaspr"], "--input: unknown dialect 'kaspr' for topic 'orders'"),
+    (["--input", "bad topic:etf1"], "--input: 'bad topic' is not a valid Kafka topic name"),
+    (["--input", "a:etf1", "--input", "a:karafka"], "--input: topic 'a' is given twice, as etf1 and as karafka"),
+])
+def test_invalid_inputs_are_refused_with_one_clear_message(tmp_path, argv, message):
+    with pytest.raises(ConfigError) as error:
+        config_of(tmp_path, *argv)
+    assert str(error.value).startswith(message)
+
+
+def test_from_beginning_keeps_the_old_checkpoint_aside(tmp_path):
+    from kafka_scheduler.checkpoint import start_new_generation
+
+    checkpoint = tmp_path / "ckpt"
+    first_run(checkpoint)
+    moved = start_new_generation(LocalFiles(checkpoint), now=NOW)
+    assert moved == str(tmp_path / "ckpt.before-20260301T120000Z")
+    assert not checkpoint.exists() and (Path(moved) / STATE_FILE).exists() and (Path(moved) / "commits").is_dir()
+    assert start_new_generation(LocalFiles(checkpoint), now=NOW) is None, "nothing to keep aside"

@@ -16,10 +16,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from . import native
+from ..protocol import DIALECT_NAMES
 from .common import HEADER_TYPE, NORMALIZED_COLUMNS, DecodeSettings, normalize
 
 DIALECTS: dict[str, ModuleType] = {"native": native}
-DIALECT_NAMES = ("native", "karafka", "etf1", "sky-avro", "sky-json")
 
 
 def _register() -> None:
