@@ -106,6 +106,11 @@ class Option:
     metavar: str = ""
     repeatable: bool = False  # the flag may be given several times; the values are joined with commas
 
+    @property
+    def flag(self) -> str:
+        """``--bootstrap-servers``; a repeatable option's flag is singular: ``--input`` for ``inputs``."""
+        return "--" + (self.name[:-1] if self.repeatable else self.name).replace("_", "-")
+
 
 OPTIONS: tuple[Option, ...] = (
     Option("bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers", "HOST:PORT"),
@@ -220,9 +225,8 @@ def add_arguments(parser: argparse.ArgumentParser, names: Optional[set[str]] = N
         if names is not None and option.name not in names:
             continue
         default = "none" if option.default is None else option.default
-        flag = "--" + (option.name[:-1] if option.repeatable else option.name).replace("_", "-")
         parser.add_argument(
-            flag, dest=option.name, default=None, metavar=option.metavar or None,
+            option.flag, dest=option.name, default=None, metavar=option.metavar or None,
             action="append" if option.repeatable else "store",
             help=f"{option.help} [env {env_name(option)}; default {default}]")
 
@@ -236,7 +240,7 @@ def resolve(args: Optional[argparse.Namespace] = None, environ: Optional[dict[st
         raw = getattr(args, option.name, None) if args is not None else None
         if isinstance(raw, list):
             raw = ",".join(raw)
-        source = "--" + (option.name[:-1] if option.repeatable else option.name).replace("_", "-")
+        source = option.flag
         if raw is None and env_name(option) in environ:
             raw, source = environ[env_name(option)], env_name(option)
         if raw is None:

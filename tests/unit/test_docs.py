@@ -9,7 +9,7 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 def test_readme_documents_every_option():
     missing = [o.name for o in OPTIONS
-               if f"`--{o.name.replace('_', '-')}`" not in README or f"`{env_name(o)}`" not in README]
+               if f"`{o.flag}`" not in README or f"`{env_name(o)}`" not in README]
     assert missing == []
 
 
