@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Optional, Sequence
@@ -90,7 +91,29 @@ def _client(args: argparse.Namespace):
     from .client import SchedulerClient
 
     # librdkafka's own connection chatter would break the one-line error rule; failures still surface.
-    return SchedulerClient(args.bootstrap_servers, app_id=args.app_id, producer_config={"log_level": 0})
+    return SchedulerClient(args.bootstrap_servers, app_id=args.app_id, producer_config={"log_level": 0},
+                           dialect=args.dialect, requests_topic=args.requests_topic)
+
+
+def _check_dialect(args: argparse.Namespace) -> None:
+    """Dialect options that do not fit together: one line, before any connection."""
+    from .encoders import DIALECTS
+
+    if args.dialect not in DIALECTS:  # only reachable through the environment variable
+        raise CommandError(f"KAFKA_SCHEDULER_DIALECT={args.dialect!r}: use one of {', '.join(DIALECTS)}")
+    if args.dialect != "karafka":
+        for flag, value in (("--partition", getattr(args, "partition", None)),
+                            ("--partition-key", getattr(args, "partition_key", None))):
+            if value is not None:
+                raise CommandError(f"{flag} is only supported with --dialect karafka (not {args.dialect})")
+    if args.dialect != "native":
+        if args.requests_topic is None:
+            raise CommandError(f"--requests-topic is required with --dialect {args.dialect}: the topic the "
+                               f"scheduler reads as a {args.dialect} input (e.g. schedules)")
+        if args.id is None:
+            raise CommandError(f"--id is required with --dialect {args.dialect}: the request id is the record key")
+    if getattr(args, "partition", None) is not None and args.partition < 0:
+        raise CommandError(f"--partition {args.partition}: must be 0 or more")
 
 
 def _headers(pairs: Sequence[str]) -> list[tuple[str, str]]:
@@ -112,28 +135,36 @@ def _value(args: argparse.Namespace) -> Optional[bytes]:
     return None if args.value is None else args.value.encode()
 
 
+def _via(args: argparse.Namespace) -> str:
+    return "" if args.dialect == "native" else f" ({args.dialect} on {args.requests_topic})"
+
+
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from .client import format_instant, parse_due, request_headers
+    from .client import encode, format_instant, parse_due
 
     action = "REPLACE" if args.command == "replace" else "ADD"
+    _check_dialect(args)
     # Everything is checked before a connection is opened, so bad input costs one line and no network.
     due, headers, value = parse_due(args.at), _headers(args.header), _value(args)
-    request_headers(action, args.to, due, args.id, headers)
+    encode(args.dialect, action, request_id=args.id, topic=args.to, due=due, key=args.key, value=value,
+           headers=headers, target_partition=args.partition, partition_key=args.partition_key)
     with _client(args) as client:
-        client.schedule(args.to, due, value=value, key=args.key, headers=headers, request_id=args.id, action=action)
+        due = client.schedule(args.to, due, value=value, key=args.key, headers=headers, request_id=args.id,
+                              action=action, target_partition=args.partition, partition_key=args.partition_key)
     ident = f" id={args.id}" if args.id else ""
-    print(f"sent {action.lower() if action == 'REPLACE' else 'schedule'}{ident}: deliver to {args.to} "
+    print(f"sent {action.lower() if action == 'REPLACE' else 'schedule'}{ident}{_via(args)}: deliver to {args.to} "
           f"at {format_instant(due)}")
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from .client import request_headers
+    from .client import encode
 
-    request_headers("CANCEL", request_id=args.id)
+    _check_dialect(args)
+    encode(args.dialect, "CANCEL", request_id=args.id)
     with _client(args) as client:
         client.cancel(args.id)
-    print(f"sent cancel id={args.id}")
+    print(f"sent cancel id={args.id}{_via(args)}")
     return 0
 
 
@@ -177,6 +208,39 @@ def _client_arguments(parser: argparse.ArgumentParser) -> None:
                                            "[env KAFKA_SCHEDULER_APP_ID; default kafka-scheduler]")
 
 
+DIALECT_HELP = """\
+dialects (--dialect):
+  native    x-scheduler-* headers on <app-id>-schedule-requests (the default)
+  karafka   Karafka envelope: key = id, schedule_* headers; due time in whole seconds
+  etf1      ETF1 schedule: key = id, scheduler-* headers; due time in whole seconds;
+            a null value cancels, so --value or --value-file is needed
+  sky-avro  Sky schedule: key = id, value = Avro binary (no magic byte)
+  sky-json  Sky schedule: key = id, value = JSON with base64 key, value and headers
+Every dialect but native needs --id (the record key) and --requests-topic (the topic
+the scheduler reads with that dialect: `run --input TOPIC:DIALECT`; it must exist).
+Karafka and ETF1 carry Unix seconds: the due time is rounded up to the next second,
+so it is never early. A replace in those dialects is the same record as a schedule
+(the latest record for an id wins); a cancel is the id with a null value.
+"""
+
+
+def _dialect_arguments(parser: argparse.ArgumentParser, message: bool) -> None:
+    from .encoders import DIALECTS
+
+    parser.add_argument("--dialect", default=os.environ.get("KAFKA_SCHEDULER_DIALECT", "native"), choices=DIALECTS,
+                        metavar="{" + ",".join(DIALECTS) + "}",
+                        help="wire format of the request (see below) [env KAFKA_SCHEDULER_DIALECT; default native]")
+    parser.add_argument("--requests-topic", metavar="TOPIC",
+                        help="topic to write the request to [default <app-id>-schedule-requests for native; "
+                             "required for the other dialects]")
+    if message:
+        parser.add_argument("--partition", type=int, metavar="N",
+                            help="karafka only: deliver to partition N of --to")
+        parser.add_argument("--partition-key", metavar="TEXT",
+                            help="karafka only: pick the delivery partition by hashing TEXT (Kafka's murmur2 "
+                                 "partitioner), without making it the key")
+
+
 def _message_arguments(parser: argparse.ArgumentParser, id_required: bool) -> None:
     parser.add_argument("--to", required=True, metavar="TOPIC", help="destination topic")
     parser.add_argument("--at", required=True, metavar="WHEN",
@@ -190,7 +254,7 @@ def _message_arguments(parser: argparse.ArgumentParser, id_required: bool) -> No
                         help="a header of the delivered record; repeat for more")
     parser.add_argument("--id", required=id_required, metavar="ID",
                         help="request id, to replace or cancel the schedule later"
-                             + ("" if id_required else " (optional)"))
+                             + ("" if id_required else " (optional for native; the other dialects need it)"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,16 +300,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=cmd_demo)
 
     schedule = commands.add_parser("schedule", help="schedule a message",
-                                   description="Send a native ADD request: deliver a message to --to at --at.")
+                                   description=textwrap.fill("Send a request to deliver a message to --to at --at "
+                                                             "(a native ADD, or a schedule in another --dialect)."),
+                                   epilog=DIALECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _client_arguments(schedule)
     _message_arguments(schedule, id_required=False)
+    _dialect_arguments(schedule, message=True)
     schedule.set_defaults(handler=cmd_schedule)
 
     replace = commands.add_parser("replace", help="replace a pending schedule",
-                                  description="Send a native REPLACE request: the schedule with --id now delivers "
-                                              "this message at --at (an unknown id acts as a new schedule).")
+                                  description=textwrap.fill("Send a REPLACE request: the schedule with --id now "
+                                                            "delivers this message at --at (an unknown id acts as "
+                                                            "a new schedule)."),
+                                  epilog=DIALECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _client_arguments(replace)
     _message_arguments(replace, id_required=True)
+    _dialect_arguments(replace, message=True)
     replace.set_defaults(handler=cmd_schedule)
 
     bench = commands.add_parser("bench", help="run a benchmark scenario",
@@ -262,9 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(handler=cmd_bench)
 
     cancel = commands.add_parser("cancel", help="cancel a pending schedule",
-                                 description="Send a native CANCEL request for --id (an unknown id is a no-op).")
+                                 description=textwrap.fill("Send a CANCEL request for --id (an unknown id is a "
+                                                           "no-op)."),
+                                 epilog=DIALECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _client_arguments(cancel)
     cancel.add_argument("--id", required=True, metavar="ID", help="request id of the schedule")
+    _dialect_arguments(cancel, message=False)
     cancel.set_defaults(handler=cmd_cancel)
     return parser
 

@@ -1,4 +1,4 @@
-"""A small Python client that produces native scheduling requests.
+"""A small Python client that produces scheduling requests, in the native dialect or another one.
 
     from kafka_scheduler.client import SchedulerClient
     with SchedulerClient("127.0.0.1:9092", app_id="kafka-scheduler") as client:
@@ -6,8 +6,15 @@
         client.replace("reminders", "2026-12-24T18:00:00Z", value=b"later", request_id="r-1")
         client.cancel("r-1")
 
-Requests that carry an id go to a partition chosen from the id, so every request for
-one id is read in the order it was sent.
+    # the same in Karafka's format, on a topic the scheduler reads with `--input schedules:karafka`
+    with SchedulerClient("127.0.0.1:9092", dialect="karafka", requests_topic="schedules") as client:
+        client.schedule("reminders", "+30s", value=b"hello", request_id="r-1")
+
+Native requests that carry an id go to a partition chosen from the id (crc32), so every request
+for one id is read in the order it was sent. In the other dialects the record key is the request
+id and the producer's murmur2 partitioner (as in Java clients) picks the partition, with the same
+effect. Karafka and ETF1 carry whole seconds: their due times are rounded up to the next second.
+The encoding itself is in ``kafka_scheduler.encoders``.
 """
 
 from __future__ import annotations
@@ -15,22 +22,18 @@ from __future__ import annotations
 import re
 import zlib
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Optional, Union
+from typing import Optional, Union
 
 from confluent_kafka import KafkaException, Producer
 
 from .config import REQUESTS_SUFFIX
-from .protocol import ACTION, DELIVER_AT, DELIVER_TO, PREFIX, REQUEST_ID
+from .encoders import (DIALECTS, HeaderList, RequestError, effective_due, encode, format_instant,  # noqa: F401
+                       request_headers)
 
 When = Union[str, datetime, timedelta]
-HeaderList = Iterable[tuple[str, Optional[Union[str, bytes]]]]
 
 _RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _RELATIVE_UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-class RequestError(ValueError):
-    """A request the scheduler would reject, caught before it is sent."""
 
 
 def parse_due(when: When, now: Optional[datetime] = None) -> datetime:
@@ -56,49 +59,35 @@ def parse_due(when: When, now: Optional[datetime] = None) -> datetime:
     return parsed.astimezone(timezone.utc)
 
 
-def format_instant(instant: datetime) -> str:
-    """UTC, millisecond precision, trailing Z: the form the scheduler parses."""
-    utc = instant.astimezone(timezone.utc)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
-
-
-def request_headers(action: str, deliver_to: Optional[str] = None, deliver_at: Optional[datetime] = None,
-                    request_id: Optional[str] = None, headers: HeaderList = ()) -> list[tuple[str, Optional[bytes]]]:
-    """The record headers of a native request: the user's headers plus the ``x-scheduler-*`` ones."""
-    result: list[tuple[str, Optional[bytes]]] = []
-    for name, value in headers:
-        if name.lower().startswith(PREFIX):
-            raise RequestError(f"header {name!r}: names starting with {PREFIX} are reserved for the scheduler")
-        result.append((name, value.encode() if isinstance(value, str) else value))
-    result.append((ACTION, action.encode()))
-    if deliver_to is not None:
-        result.append((DELIVER_TO, deliver_to.encode()))
-    if deliver_at is not None:
-        result.append((DELIVER_AT, format_instant(deliver_at).encode()))
-    if request_id is not None:
-        if request_id == "":
-            raise RequestError("the request id must not be empty")
-        result.append((REQUEST_ID, request_id.encode()))
-    return result
-
-
-def _as_bytes(value: Optional[Union[str, bytes]]) -> Optional[bytes]:
-    return value.encode() if isinstance(value, str) else value
-
-
 class SchedulerClient:
+    """Produces requests to ``requests_topic`` in ``dialect`` (one of ``DIALECTS``).
+
+    ``requests_topic`` defaults to ``<app-id>-schedule-requests`` for the native dialect; for the others it
+    is required: the topic the scheduler reads with that dialect (``run --input TOPIC:DIALECT``).
+    """
+
     def __init__(self, bootstrap_servers: str, app_id: str = "kafka-scheduler",
-                 producer_config: Optional[dict] = None):
-        self.requests_topic = app_id + REQUESTS_SUFFIX
+                 producer_config: Optional[dict] = None, *, dialect: str = "native",
+                 requests_topic: Optional[str] = None):
+        if dialect not in DIALECTS:
+            raise RequestError(f"unknown dialect {dialect!r}: use one of {', '.join(DIALECTS)}")
+        if requests_topic is None and dialect != "native":
+            raise RequestError(f"the {dialect} dialect needs requests_topic: the topic the scheduler reads as a "
+                               f"{dialect} input (e.g. schedules)")
+        if requests_topic == "":
+            raise RequestError("requests_topic must not be empty")
+        self.dialect = dialect
+        self.requests_topic = requests_topic or app_id + REQUESTS_SUFFIX
         self._bootstrap_servers = bootstrap_servers
-        self._producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True,
-                                   "linger.ms": 5, **(producer_config or {})})
+        config = {"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "linger.ms": 5}
+        if dialect != "native":
+            # Keyed by request id; the same partitioner as the Java clients that Karafka/ETF1/Sky users run.
+            config["partitioner"] = "murmur2_random"
+        self._producer = Producer({**config, **(producer_config or {})})
         self._partitions: Optional[int] = None
         self._errors: list[str] = []
 
-    def _partition_for(self, request_id: Optional[str]) -> Optional[int]:
-        if request_id is None:
-            return None
+    def _topic_partitions(self) -> int:
         if self._partitions is None:
             try:
                 metadata = self._producer.list_topics(self.requests_topic, timeout=10)
@@ -106,9 +95,20 @@ class SchedulerClient:
                 raise RequestError(f"cannot read topic metadata from {self._bootstrap_servers}: {exc}") from None
             topic = metadata.topics.get(self.requests_topic)
             if topic is None or topic.error is not None or not topic.partitions:
-                raise RequestError(f"topic {self.requests_topic} does not exist: is the scheduler app running?")
+                if self.dialect == "native":
+                    raise RequestError(f"topic {self.requests_topic} does not exist: is the scheduler app running?")
+                raise RequestError(f"topic {self.requests_topic} does not exist: create it (the scheduler does not "
+                                   f"create the topics of {self.dialect} inputs)")
             self._partitions = len(topic.partitions)
-        return zlib.crc32(request_id.encode()) % self._partitions
+        return self._partitions
+
+    def _partition_for(self, request_id: Optional[str]) -> Optional[int]:
+        if self.dialect != "native":
+            self._topic_partitions()  # a clear error for a missing topic; the partitioner hashes the key
+            return None
+        if request_id is None:
+            return None
+        return zlib.crc32(request_id.encode()) % self._topic_partitions()
 
     def _send(self, key, value, headers, request_id: Optional[str]) -> None:
         def on_delivery(err, _msg):
@@ -117,24 +117,32 @@ class SchedulerClient:
 
         partition = self._partition_for(request_id)
         extra = {} if partition is None else {"partition": partition}
-        self._producer.produce(self.requests_topic, key=_as_bytes(key), value=_as_bytes(value), headers=headers,
+        self._producer.produce(self.requests_topic, key=key, value=value, headers=headers,
                                on_delivery=on_delivery, **extra)
         self._producer.poll(0)
 
     def schedule(self, topic: str, at: When, value: Optional[Union[str, bytes]] = None,
                  key: Optional[Union[str, bytes]] = None, headers: HeaderList = (),
-                 request_id: Optional[str] = None, action: str = "ADD") -> datetime:
-        """Deliver ``key``/``value``/``headers`` to ``topic`` at ``at``; returns the due instant (UTC)."""
+                 request_id: Optional[str] = None, action: str = "ADD", *,
+                 target_partition: Optional[int] = None,
+                 partition_key: Optional[Union[str, bytes]] = None) -> datetime:
+        """Deliver ``key``/``value``/``headers`` to ``topic`` at ``at``; returns the due instant (UTC) as sent
+        (rounded up to the second for karafka and etf1). ``target_partition``/``partition_key``: karafka only."""
         due = parse_due(at)
-        self._send(key, value, request_headers(action, topic, due, request_id, headers), request_id)
-        return due
+        record = encode(self.dialect, action, request_id=request_id, topic=topic, due=due, key=key, value=value,
+                        headers=headers, target_partition=target_partition, partition_key=partition_key)
+        self._send(*record, request_id)
+        return due if self.dialect == "native" else effective_due(self.dialect, due)
 
     def replace(self, topic: str, at: When, value: Optional[Union[str, bytes]] = None,
-                key: Optional[Union[str, bytes]] = None, headers: HeaderList = (), *, request_id: str) -> datetime:
-        return self.schedule(topic, at, value, key, headers, request_id, action="REPLACE")
+                key: Optional[Union[str, bytes]] = None, headers: HeaderList = (), *, request_id: str,
+                target_partition: Optional[int] = None,
+                partition_key: Optional[Union[str, bytes]] = None) -> datetime:
+        return self.schedule(topic, at, value, key, headers, request_id, action="REPLACE",
+                             target_partition=target_partition, partition_key=partition_key)
 
     def cancel(self, request_id: str) -> None:
-        self._send(None, None, request_headers("CANCEL", request_id=request_id), request_id)
+        self._send(*encode(self.dialect, "CANCEL", request_id=request_id), request_id)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every request is acknowledged by the broker; raises if any failed."""

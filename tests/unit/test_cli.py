@@ -178,3 +178,156 @@ def test_missing_value_file_is_one_line(capsys, tmp_path):
     assert code == 2
     line = one_line_error(err, "schedule")
     assert "--value-file" in line and str(missing) in line
+
+
+# ---------------------------------------------------------------- dialects
+
+
+@pytest.mark.parametrize("command", ["schedule", "replace", "cancel"])
+def test_client_commands_explain_the_dialects(capsys, command):
+    code, out, _ = run(capsys, [command, "--help"])
+    assert code == 0
+    for text in ("--dialect", "--requests-topic", "KAFKA_SCHEDULER_DIALECT", "karafka", "etf1", "sky-avro",
+                 "sky-json", "rounded up"):
+        assert text in out, text
+    assert ("--partition-key" in out) == (command != "cancel")
+
+
+@pytest.mark.parametrize("argv", [
+    ["schedule", "--to", "x", "--at", "+1m", "--id", "r-1", "--dialect", "karafka"],
+    ["replace", "--to", "x", "--at", "+1m", "--id", "r-1", "--value", "v", "--dialect", "etf1"],
+    ["cancel", "--id", "r-1", "--dialect", "sky-json"],
+])
+def test_other_dialects_need_a_requests_topic(capsys, argv):
+    code, out, err = run(capsys, [*argv, *NO_KAFKA])
+    assert code == 2
+    assert out == ""
+    line = one_line_error(err, argv[0])
+    assert "--requests-topic is required with --dialect" in line
+
+
+def test_other_dialects_need_an_id(capsys):
+    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--dialect", "sky-avro",
+                                "--requests-topic", "schedules", *NO_KAFKA])
+    assert code == 2
+    assert "--id is required with --dialect sky-avro" in one_line_error(err, "schedule")
+
+
+@pytest.mark.parametrize("dialect", ["native", "etf1", "sky-avro", "sky-json"])
+@pytest.mark.parametrize("flag,value", [("--partition", "1"), ("--partition-key", "k")])
+def test_partition_flags_are_karafka_only(capsys, dialect, flag, value):
+    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--id", "r", "--value", "v",
+                                "--dialect", dialect, "--requests-topic", "s", flag, value, *NO_KAFKA])
+    assert code == 2
+    line = one_line_error(err, "schedule")
+    assert f"{flag} is only supported with --dialect karafka" in line
+
+
+def test_negative_partition(capsys):
+    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--id", "r", "--dialect", "karafka",
+                                "--requests-topic", "s", "--partition", "-1", *NO_KAFKA])
+    assert code == 2
+    assert "--partition -1" in one_line_error(err, "schedule")
+
+
+def test_unknown_dialect_flag(capsys):
+    code, out, err = run(capsys, ["cancel", "--id", "r", "--dialect", "kaspr", *NO_KAFKA])
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and "--dialect" in lines[0] and "kaspr" in lines[0], err
+
+
+def test_unknown_dialect_in_the_environment(capsys, monkeypatch):
+    monkeypatch.setenv("KAFKA_SCHEDULER_DIALECT", "kaspr")
+    code, _, err = run(capsys, ["cancel", "--id", "r", *NO_KAFKA])
+    assert code == 2
+    assert "KAFKA_SCHEDULER_DIALECT='kaspr'" in one_line_error(err, "cancel")
+
+
+def test_dialect_from_the_environment(capsys, monkeypatch):
+    monkeypatch.setenv("KAFKA_SCHEDULER_DIALECT", "etf1")
+    code, _, err = run(capsys, ["cancel", "--id", "r", *NO_KAFKA])
+    assert code == 2
+    assert "--requests-topic is required with --dialect etf1" in one_line_error(err, "cancel")
+
+
+@pytest.mark.parametrize("dialect,header", [("karafka", "schedule_target_topic=y"), ("etf1", "Scheduler-Epoch=1"),
+                                            ("sky-json", "x-scheduler-delivery-id=1")])
+def test_dialect_reserved_header(capsys, dialect, header):
+    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--id", "r", "--value", "v",
+                                "--dialect", dialect, "--requests-topic", "s", "--header", header, *NO_KAFKA])
+    assert code == 2
+    line = one_line_error(err, "schedule")
+    assert "reserved" in line and header.split("=")[0] in line
+
+
+def test_etf1_needs_a_value(capsys):
+    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--id", "r", "--dialect", "etf1",
+                                "--requests-topic", "s", *NO_KAFKA])
+    assert code == 2
+    assert "null value" in one_line_error(err, "schedule")
+
+
+@pytest.fixture
+def produced(monkeypatch):
+    """The records the commands produce, through a stand-in producer."""
+    import kafka_scheduler.client as client_module
+
+    records = []
+
+    class Producer:
+        def __init__(self, config):
+            self.config = config
+
+        def list_topics(self, topic, timeout):
+            from types import SimpleNamespace
+
+            return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None, 1: None})})
+
+        def produce(self, topic, **kwargs):
+            records.append({"topic": topic, "config": self.config, **kwargs})
+
+        def poll(self, _timeout):
+            return 0
+
+        def flush(self, _timeout):
+            return 0
+
+    monkeypatch.setattr(client_module, "Producer", Producer)
+    return records
+
+
+def test_karafka_schedule_end_to_end(capsys, produced):
+    code, out, err = run(capsys, ["schedule", "--to", "orders", "--at", "2026-05-24T12:30:00.250Z", "--id", "r-1",
+                                  "--key", "k", "--value", "v", "--header", "trace=abc", "--dialect", "karafka",
+                                  "--requests-topic", "schedules", "--partition", "4", "--partition-key", "pk"])
+    assert (code, err) == (0, "")
+    assert out == ("sent schedule id=r-1 (karafka on schedules): deliver to orders at 2026-05-24T12:30:01.000Z\n")
+    (record,) = produced
+    assert record["topic"] == "schedules"
+    assert (record["key"], record["value"]) == (b"r-1", b"v")
+    assert "partition" not in record and record["config"]["partitioner"] == "murmur2_random"
+    assert record["headers"] == [
+        ("schedule_schema_version", b"1.0.0"), ("schedule_source_type", b"schedule"),
+        ("schedule_target_epoch", b"1779625801"), ("schedule_target_topic", b"orders"),
+        ("schedule_target_key", b"k"), ("schedule_target_partition", b"4"), ("schedule_target_partition_key", b"pk"),
+        ("trace", b"abc")]
+
+
+def test_sky_json_cancel_end_to_end(capsys, produced):
+    code, out, _ = run(capsys, ["cancel", "--id", "r-1", "--dialect", "sky-json", "--requests-topic", "schedules"])
+    assert code == 0
+    assert out == "sent cancel id=r-1 (sky-json on schedules)\n"
+    assert [(r["topic"], r["key"], r["value"], r["headers"]) for r in produced] == [("schedules", b"r-1", None, [])]
+
+
+def test_native_schedule_end_to_end_is_unchanged(capsys, produced):
+    code, out, _ = run(capsys, ["schedule", "--to", "orders", "--at", "2026-05-24T12:30:00.250Z", "--id", "r-1",
+                                "--app-id", "app"])
+    assert code == 0
+    assert out == "sent schedule id=r-1: deliver to orders at 2026-05-24T12:30:00.250Z\n"
+    (record,) = produced
+    assert record["topic"] == "app-schedule-requests"
+    assert "partitioner" not in record["config"]
+    assert record["partition"] in (0, 1)

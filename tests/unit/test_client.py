@@ -1,4 +1,5 @@
-"""The client's pure helpers: due-time parsing, instant formatting and request headers (no Kafka)."""
+"""The client's pure helpers (due-time parsing, instant formatting, request headers) and the client itself
+with a stand-in producer (no Kafka)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,139 @@ def test_empty_request_id_is_rejected():
         request_headers("ADD", "orders", datetime(2026, 5, 24, tzinfo=UTC), request_id="")
     with pytest.raises(RequestError, match="empty"):
         request_headers("CANCEL", request_id="")
+
+
+# ---------------------------------------------------------------- SchedulerClient with a stand-in producer
+
+
+class FakeProducer:
+    """Records the producer config and every produce call; the topic has ``partitions`` partitions."""
+
+    instances: list["FakeProducer"] = []
+    partitions = 3
+
+    def __init__(self, config):
+        self.config = config
+        self.produced = []
+        FakeProducer.instances.append(self)
+
+    def list_topics(self, topic, timeout):
+        from types import SimpleNamespace
+
+        topics = {} if self.partitions == 0 else {
+            topic: SimpleNamespace(error=None, partitions={p: None for p in range(self.partitions)})}
+        return SimpleNamespace(topics=topics)
+
+    def produce(self, topic, key=None, value=None, headers=None, on_delivery=None, **extra):
+        self.produced.append({"topic": topic, "key": key, "value": value, "headers": headers, **extra})
+
+    def poll(self, _timeout):
+        return 0
+
+    def flush(self, _timeout):
+        return 0
+
+    def __len__(self):
+        return 0
+
+
+@pytest.fixture
+def fake_producer(monkeypatch):
+    import kafka_scheduler.client as client_module
+
+    FakeProducer.instances = []
+    FakeProducer.partitions = 3
+    monkeypatch.setattr(client_module, "Producer", FakeProducer)
+    return FakeProducer
+
+
+def test_client_native_is_unchanged(fake_producer):
+    import zlib
+
+    from kafka_scheduler.client import SchedulerClient
+
+    with SchedulerClient("b:9092", app_id="app") as client:
+        client.schedule("orders", "2026-05-24T12:30:00.250Z", value="v", key="k", request_id="r-1")
+        client.schedule("orders", "2026-05-24T12:30:00Z", value=b"anonymous")
+        client.cancel("r-1")
+    producer = fake_producer.instances[0]
+    assert client.requests_topic == "app-schedule-requests"
+    assert "partitioner" not in producer.config
+    first, anonymous, cancel = producer.produced
+    assert first["topic"] == "app-schedule-requests"
+    assert (first["key"], first["value"]) == (b"k", b"v")
+    assert first["partition"] == zlib.crc32(b"r-1") % 3 == cancel["partition"]
+    assert "partition" not in anonymous
+    assert dict(first["headers"])["x-scheduler-deliver-at"] == b"2026-05-24T12:30:00.250Z"
+    assert dict(cancel["headers"]) == {"x-scheduler-action": b"CANCEL", "x-scheduler-request-id": b"r-1"}
+
+
+def test_client_karafka_keys_by_id_and_lets_murmur2_partition(fake_producer):
+    from kafka_scheduler.client import SchedulerClient
+
+    with SchedulerClient("b:9092", dialect="karafka", requests_topic="schedules") as client:
+        due = client.schedule("orders", "2026-05-24T12:30:00.250Z", value=b"v", key=b"k", request_id="r-1",
+                              target_partition=2)
+        client.replace("orders", "2026-05-24T12:31:00Z", value=b"w", request_id="r-1")
+        client.cancel("r-1")
+    producer = fake_producer.instances[0]
+    assert producer.config["partitioner"] == "murmur2_random"
+    assert due == datetime(2026, 5, 24, 12, 30, 1, tzinfo=UTC)  # rounded up, as sent
+    assert [p["topic"] for p in producer.produced] == ["schedules"] * 3
+    assert [p["key"] for p in producer.produced] == [b"r-1"] * 3
+    assert all("partition" not in p for p in producer.produced)
+    assert dict(producer.produced[0]["headers"])["schedule_target_partition"] == b"2"
+    assert [dict(p["headers"])["schedule_source_type"] for p in producer.produced] == [b"schedule", b"schedule",
+                                                                                     b"cancel"]
+    assert producer.produced[2]["value"] is None
+
+
+def test_client_producer_config_wins(fake_producer):
+    from kafka_scheduler.client import SchedulerClient
+
+    SchedulerClient("b:9092", dialect="sky-json", requests_topic="s", producer_config={"partitioner": "murmur2"})
+    assert fake_producer.instances[0].config["partitioner"] == "murmur2"
+
+
+@pytest.mark.parametrize("dialect", ["karafka", "etf1", "sky-avro", "sky-json"])
+def test_client_needs_a_requests_topic_for_other_dialects(fake_producer, dialect):
+    from kafka_scheduler.client import SchedulerClient
+
+    with pytest.raises(RequestError, match="requests_topic"):
+        SchedulerClient("b:9092", dialect=dialect)
+    assert fake_producer.instances == []
+
+
+def test_client_unknown_dialect(fake_producer):
+    from kafka_scheduler.client import SchedulerClient
+
+    with pytest.raises(RequestError, match="unknown dialect"):
+        SchedulerClient("b:9092", dialect="kaspr", requests_topic="s")
+
+
+def test_client_native_may_use_another_topic(fake_producer):
+    from kafka_scheduler.client import SchedulerClient
+
+    client = SchedulerClient("b:9092", requests_topic="more-requests")
+    client.cancel("r-1")
+    assert fake_producer.instances[0].produced[0]["topic"] == "more-requests"
+
+
+def test_client_missing_topic_of_another_dialect(fake_producer):
+    from kafka_scheduler.client import SchedulerClient
+
+    fake_producer.partitions = 0
+    client = SchedulerClient("b:9092", dialect="etf1", requests_topic="schedules")
+    with pytest.raises(RequestError, match="topic schedules does not exist: create it"):
+        client.cancel("r-1")
+
+
+def test_client_rejects_before_producing(fake_producer):
+    from kafka_scheduler.client import SchedulerClient
+
+    client = SchedulerClient("b:9092", dialect="etf1", requests_topic="schedules")
+    with pytest.raises(RequestError, match="request id is required"):
+        client.schedule("orders", "+1m", value=b"v")
+    with pytest.raises(RequestError, match="reserved"):
+        client.schedule("orders", "+1m", value=b"v", request_id="r", headers=[("scheduler-epoch", "1")])
+    assert fake_producer.instances[0].produced == []

@@ -1,0 +1,325 @@
+"""Request encoders: the key, value and headers of a schedule, replace or cancel request in each dialect.
+
+Pure functions, no Kafka I/O; ``SchedulerClient`` and the ``schedule``/``replace``/``cancel`` commands
+produce what they return. The wire formats are those of the contract (``protocols.md``):
+
+- ``native``: the user's key, value and headers plus ``x-scheduler-*`` headers; the due time is sent to
+  the millisecond.
+- ``karafka``: key = request id, value = payload, ``schedule_*`` headers.
+- ``etf1``: key = request id, value = payload, ``scheduler-*`` headers; a null value cancels.
+- ``sky-avro`` / ``sky-json``: key = request id, value = the schedule (Avro binary without a magic byte, or
+  UTF-8 JSON with base64 fields); a null value cancels.
+
+Karafka and ETF1 carry the due time in whole Unix seconds: it is rounded *up* to the next second, so a
+schedule is never delivered early (up to a second late instead). Sky carries milliseconds (rounded up).
+In the non-native dialects the request id is required (it is the record key) and a REPLACE is the same
+record as a schedule: the latest record for an id wins.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Iterable, NamedTuple, Optional, Union
+
+from .protocol import ACTION, DELIVER_AT, DELIVER_TO, PREFIX, REQUEST_ID
+
+DIALECTS = ("native", "karafka", "etf1", "sky-avro", "sky-json")
+
+Bytes = Optional[Union[str, bytes]]
+HeaderList = Iterable[tuple[str, Bytes]]
+Headers = list[tuple[str, Optional[bytes]]]
+
+# Header name prefixes a dialect reads itself; user headers may not start with them (compared ignoring case).
+RESERVED_PREFIXES = {
+    "native": (PREFIX,),
+    "karafka": ("schedule_", PREFIX),
+    "etf1": ("scheduler-", PREFIX),
+    "sky-avro": (PREFIX,),
+    "sky-json": (PREFIX,),
+}
+
+KARAFKA_SCHEMA_VERSION = "1.0.0"
+
+# The Sky writer schema of the contract (time in epoch milliseconds).
+SKY_AVRO_SCHEMA = {
+    "type": "record", "name": "AvroSchedule", "fields": [
+        {"name": "time", "type": "long"},
+        {"name": "topic", "type": "string"},
+        {"name": "key", "type": "bytes"},
+        {"name": "value", "type": ["null", "bytes"]},
+        {"name": "headers", "type": {"type": "map", "values": "bytes"}},
+    ],
+}
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_ACTIONS = {"add": "ADD", "schedule": "ADD", "replace": "REPLACE", "cancel": "CANCEL"}
+
+
+class RequestError(ValueError):
+    """A request the scheduler would reject, caught before it is sent."""
+
+
+class EncodedRequest(NamedTuple):
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Headers
+
+
+# ---------------------------------------------------------------- shared helpers
+
+
+def _as_bytes(value: Bytes) -> Optional[bytes]:
+    return value.encode() if isinstance(value, str) else value
+
+
+def format_instant(instant: datetime) -> str:
+    """UTC, millisecond precision, trailing Z: the form the scheduler parses."""
+    utc = instant.astimezone(timezone.utc)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def _epoch_micros(due: datetime) -> int:
+    if not isinstance(due, datetime) or due.tzinfo is None:
+        raise RequestError("the due time must be an aware datetime")
+    return (due - _EPOCH) // timedelta(microseconds=1)
+
+
+def epoch_seconds_up(due: datetime) -> int:
+    """Unix seconds of ``due``, rounded up to a whole second (never early)."""
+    return -(-_epoch_micros(due) // 1_000_000)
+
+
+def epoch_millis_up(due: datetime) -> int:
+    """Unix milliseconds of ``due``, rounded up to a whole millisecond (never early)."""
+    return -(-_epoch_micros(due) // 1_000)
+
+
+def effective_due(dialect: str, due: datetime) -> datetime:
+    """The due instant the scheduler will read back from a request of ``dialect`` for ``due``."""
+    _check_dialect(dialect)
+    if dialect in ("karafka", "etf1"):
+        return datetime.fromtimestamp(epoch_seconds_up(due), timezone.utc)
+    if dialect in ("sky-avro", "sky-json"):
+        return _EPOCH + timedelta(milliseconds=epoch_millis_up(due))
+    utc = due.astimezone(timezone.utc)
+    return utc.replace(microsecond=utc.microsecond // 1000 * 1000)
+
+
+def _check_dialect(dialect: str) -> None:
+    if dialect not in DIALECTS:
+        raise RequestError(f"unknown dialect {dialect!r}: use one of {', '.join(DIALECTS)}")
+
+
+def _action(action: str) -> str:
+    normalized = _ACTIONS.get(str(action).strip().lower())
+    if normalized is None:
+        raise RequestError(f"unknown action {action!r}: use schedule, replace or cancel")
+    return normalized
+
+
+def user_headers(dialect: str, headers: HeaderList) -> Headers:
+    """``headers`` as (name, bytes) pairs; names reserved by ``dialect`` raise RequestError."""
+    prefixes = RESERVED_PREFIXES[dialect]
+    result: Headers = []
+    for name, value in headers:
+        lowered = name.lower()
+        for prefix in prefixes:
+            if lowered.startswith(prefix):
+                owner = "the scheduler" if prefix == PREFIX else f"the {dialect} dialect"
+                raise RequestError(f"header {name!r}: names starting with {prefix} are reserved for {owner}")
+        result.append((name, _as_bytes(value)))
+    return result
+
+
+def _request_id(dialect: str, request_id: Optional[str]) -> bytes:
+    if request_id is None:
+        raise RequestError(f"a request id is required for the {dialect} dialect: it is the record key")
+    if request_id == "":
+        raise RequestError("the request id must not be empty")
+    return request_id.encode() if isinstance(request_id, str) else bytes(request_id)
+
+
+def _target(dialect: str, topic: Optional[str], due: Optional[datetime]) -> None:
+    if not topic:
+        raise RequestError(f"a {dialect} schedule needs a destination topic")
+    if due is None:
+        raise RequestError(f"a {dialect} schedule needs a due time")
+    if _epoch_micros(due) < 0 and dialect != "native":
+        raise RequestError(f"due time {due.isoformat()} is before 1970: the {dialect} dialect cannot carry it")
+
+
+def _karafka_only(dialect: str, target_partition, partition_key) -> None:
+    if target_partition is not None or partition_key is not None:
+        raise RequestError(f"a target partition or partition key is only supported by the karafka dialect, "
+                           f"not {dialect}")
+
+
+# ---------------------------------------------------------------- native
+
+
+def request_headers(action: str, deliver_to: Optional[str] = None, deliver_at: Optional[datetime] = None,
+                    request_id: Optional[str] = None, headers: HeaderList = ()) -> Headers:
+    """The record headers of a native request: the user's headers plus the ``x-scheduler-*`` ones."""
+    result = user_headers("native", headers)
+    result.append((ACTION, action.encode()))
+    if deliver_to is not None:
+        result.append((DELIVER_TO, deliver_to.encode()))
+    if deliver_at is not None:
+        result.append((DELIVER_AT, format_instant(deliver_at).encode()))
+    if request_id is not None:
+        if request_id == "":
+            raise RequestError("the request id must not be empty")
+        result.append((REQUEST_ID, request_id.encode()))
+    return result
+
+
+def encode_native(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
+                  due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
+                  target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+    _karafka_only("native", target_partition, partition_key)
+    action = _action(action)
+    if action == "CANCEL":
+        if request_id is None:
+            raise RequestError("a cancel needs the request id")
+        return EncodedRequest(None, None, request_headers("CANCEL", request_id=request_id))
+    if action == "REPLACE" and request_id is None:
+        raise RequestError("a replace needs the request id")
+    _target("native", topic, due)
+    return EncodedRequest(_as_bytes(key), _as_bytes(value), request_headers(action, topic, due, request_id, headers))
+
+
+# ---------------------------------------------------------------- karafka
+
+
+def encode_karafka(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
+                   due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
+                   target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+    """Karafka envelope: key = request id, value = payload, ``schedule_*`` headers, then the user's."""
+    action = _action(action)
+    record_key = _request_id("karafka", request_id)
+    version = ("schedule_schema_version", KARAFKA_SCHEMA_VERSION.encode())
+    if action == "CANCEL":
+        return EncodedRequest(record_key, None, [version, ("schedule_source_type", b"cancel")])
+    _target("karafka", topic, due)
+    extra = user_headers("karafka", headers)
+    result: Headers = [
+        version,
+        ("schedule_source_type", b"schedule"),
+        ("schedule_target_epoch", str(epoch_seconds_up(due)).encode()),
+        ("schedule_target_topic", topic.encode()),
+    ]
+    if key is not None:
+        result.append(("schedule_target_key", _as_bytes(key)))
+    if target_partition is not None:
+        if isinstance(target_partition, bool) or not isinstance(target_partition, int) or target_partition < 0:
+            raise RequestError(f"target partition {target_partition!r}: must be a non-negative integer")
+        result.append(("schedule_target_partition", str(target_partition).encode()))
+    if partition_key is not None:
+        result.append(("schedule_target_partition_key", _as_bytes(partition_key)))
+    return EncodedRequest(record_key, _as_bytes(value), result + extra)
+
+
+# ---------------------------------------------------------------- etf1
+
+
+def encode_etf1(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
+                due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
+                target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+    """ETF1 schedule: key = request id, value = payload, ``scheduler-*`` headers, then the user's."""
+    _karafka_only("etf1", target_partition, partition_key)
+    action = _action(action)
+    record_key = _request_id("etf1", request_id)
+    if action == "CANCEL":
+        return EncodedRequest(record_key, None, [])
+    _target("etf1", topic, due)
+    if value is None:
+        raise RequestError("the etf1 dialect cannot schedule a null value: a null value cancels the schedule")
+    extra = user_headers("etf1", headers)
+    result: Headers = [
+        ("scheduler-epoch", str(epoch_seconds_up(due)).encode()),
+        ("scheduler-target-topic", topic.encode()),
+    ]
+    if key is not None:
+        result.append(("scheduler-target-key", _as_bytes(key)))
+    return EncodedRequest(record_key, _as_bytes(value), result + extra)
+
+
+# ---------------------------------------------------------------- sky
+
+
+def _sky_schedule(dialect: str, topic, due, key, value, headers) -> dict:
+    _target(dialect, topic, due)
+    mapped: dict[str, bytes] = {}
+    for name, header_value in user_headers(dialect, headers):
+        if header_value is None:
+            raise RequestError(f"header {name!r}: the {dialect} dialect cannot carry a null header value")
+        if name in mapped:
+            raise RequestError(f"header {name!r} given twice: the {dialect} dialect keeps headers in a map")
+        mapped[name] = header_value
+    # The schema's key is not nullable: without a key the delivered record has an empty key.
+    return {"time": epoch_millis_up(due), "topic": topic, "key": _as_bytes(key) or b"",
+            "value": _as_bytes(value), "headers": mapped}
+
+
+def encode_sky_avro(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
+                    due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
+                    target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+    """Sky schedule in Avro binary (schema ``SKY_AVRO_SCHEMA``, no magic byte); a cancel is a null value."""
+    _karafka_only("sky-avro", target_partition, partition_key)
+    action = _action(action)
+    record_key = _request_id("sky-avro", request_id)
+    if action == "CANCEL":
+        return EncodedRequest(record_key, None, [])
+    record = _sky_schedule("sky-avro", topic, due, key, value, headers)
+    from fastavro import parse_schema, schemaless_writer
+
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(SKY_AVRO_SCHEMA), record)
+    return EncodedRequest(record_key, out.getvalue(), [])
+
+
+def encode_sky_json(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
+                    due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
+                    target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+    """Sky schedule as UTF-8 JSON with base64 key, value and header values; a cancel is a null value."""
+    _karafka_only("sky-json", target_partition, partition_key)
+    action = _action(action)
+    record_key = _request_id("sky-json", request_id)
+    if action == "CANCEL":
+        return EncodedRequest(record_key, None, [])
+    record = _sky_schedule("sky-json", topic, due, key, value, headers)
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode("ascii")
+
+    document = {"time": record["time"], "topic": record["topic"], "key": b64(record["key"]),
+                "value": None if record["value"] is None else b64(record["value"]),
+                "headers": {name: b64(data) for name, data in record["headers"].items()}}
+    return EncodedRequest(record_key, json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode(), [])
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+ENCODERS = {
+    "native": encode_native,
+    "karafka": encode_karafka,
+    "etf1": encode_etf1,
+    "sky-avro": encode_sky_avro,
+    "sky-json": encode_sky_json,
+}
+
+
+def encode(dialect: str, action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
+           due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
+           target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+    """The record of a ``schedule``/``replace``/``cancel`` request (also ``ADD``/``REPLACE``/``CANCEL``) in
+    ``dialect``. ``topic``, ``due``, ``key``, ``value`` and ``headers`` describe the message to deliver;
+    ``target_partition`` and ``partition_key`` pick its partition (karafka only). Raises RequestError for a
+    request the scheduler would reject."""
+    _check_dialect(dialect)
+    return ENCODERS[dialect](action, request_id=request_id, topic=topic, due=due, key=key, value=value,
+                             headers=headers, target_partition=target_partition, partition_key=partition_key)
