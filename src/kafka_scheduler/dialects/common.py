@@ -131,8 +131,9 @@ def reasons(*checks: tuple[Column, Column]) -> Column:
 def destination_checks(topic: Column, settings: DecodeSettings) -> list[tuple[Column, Column]]:
     """Guard rails on a destination topic that is present."""
     shown = F.concat(F.lit("'"), topic, F.lit("'"))
+    # The app's own topics and its inputs are never destinations: a delivery there would loop.
     if settings.allowed_destinations is not None:
-        allowed = topic.rlike(f"^(?:{settings.allowed_destinations})$")
+        allowed = topic.rlike(f"^(?:{settings.allowed_destinations})$") & ~topic.isin(*settings.own_topics)
     else:
         allowed = ~topic.startswith("__") & ~topic.isin(*settings.own_topics)
     valid_name = topic.rlike(TOPIC_NAME_REGEX) & ~topic.isin(".", "..")
