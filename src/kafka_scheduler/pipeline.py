@@ -77,6 +77,13 @@ def build_session(config: Config):
     return spark
 
 
+def reads_all_first(config: Config) -> bool:
+    """Whether the first batch reads every input to its end, uncapped: on a new checkpoint, or one that gains an
+    input, when an input's dialect writes back (its topic holds write-backs and cancels that must act before any
+    overdue schedule is delivered). A native topic alone keeps the per-batch cap, which bounds memory."""
+    return config.catch_up_first and any(d != "native" for d in config.input_topics.values())
+
+
 def build_stream(spark, config: Config):
     """The streaming DataFrame of output rows (deliveries, rejections, outcome counts)."""
     inputs = config.input_topics
@@ -88,7 +95,7 @@ def build_stream(spark, config: Config):
               # The consumer's default 500 ms fetch wait was measured to add ~0.5 s to every batch
               # that reads requests (the read of a known offset range waits on its last fetch).
               .option("kafka.fetch.max.wait.ms", "20"))
-    if config.max_requests_per_batch and not config.catch_up_first:
+    if config.max_requests_per_batch and not reads_all_first(config):
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
     requests = decode(reader.load(), inputs, DecodeSettings.from_config(config))
     if config.state_layout == "wheel":
@@ -170,7 +177,7 @@ class Scheduler:
                       .option("checkpointLocation", config.checkpoint_dir)
                       .trigger(processingTime=config.trigger_interval)
                       .start())
-        if config.catch_up_first:
+        if reads_all_first(config):
             log.info("catching up: the first batch reads every input to its end before delivering anything")
         log.info("running: reading %s; stop with Ctrl-C or SIGTERM",
                  ", ".join(f"{t} ({d})" for t, d in inputs.items()))
