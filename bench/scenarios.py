@@ -31,10 +31,12 @@ import re
 import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Callable, Optional
 
 from kafka_scheduler.checkpoint import last_committed_batch
+from kafka_scheduler.protocol import DIALECT_NAMES
 
 from .harness import (DeliveryReader, Environment, RequestProducer, directory_bytes, log, percentile, wait_until,
                       write_result)
@@ -47,18 +49,19 @@ def _ids(prefix: str, count: int):
 
 
 def _ingest(env: Environment, scheduler, destination: str, count: int, due_ms: Callable[[int], int],
-            prefix: str, time_budget: float, no_ids: bool = False) -> dict:
+            prefix: str, time_budget: float, no_ids: bool = False, requests: Optional[str] = None,
+            dialect: str = "native") -> dict:
     """Produce ``count`` ADDs as fast as possible and wait until the scheduler has committed them all.
 
     Returns the producer rate and the scheduler's sustained acceptance rate (10%..90% of the
     committed offsets, which excludes start-up and the last partial batch).
     """
-    requests = f"{scheduler.app_id}-schedule-requests"
+    requests = requests or f"{scheduler.app_id}-schedule-requests"
     base = scheduler.committed(requests)
-    producer = RequestProducer(env.bootstrap, requests)
+    producer = RequestProducer(env.bootstrap, requests, dialect)
     progress_points: list[tuple[float, int]] = []
     started = time.time()
-    log(f"producing {count:,} requests" + (" without request ids" if no_ids else " with unique request ids"))
+    log(f"producing {count:,} {dialect} requests" + (" without request ids" if no_ids else " with unique request ids"))
     for i, request_id in enumerate(_ids(prefix, count)):
         producer.add(destination, due_ms(i), None if no_ids else request_id)
         if i % 100_000 == 99_999:
@@ -88,10 +91,23 @@ def _ingest(env: Environment, scheduler, destination: str, count: int, due_ms: C
             "commits_observed": len(progress_points), "ingest_seconds": round(finished - started, 1)}
 
 
-def _warmed_up(env: Environment, args):
+def _dialect_inputs(env: Environment, args) -> tuple[tuple, dict[str, str]]:
+    """Scheduler flags and the inputs (topic -> dialect) besides the native requests topic: a topic of
+    ``--dialect`` (requests go there), and with ``--with-dialects`` an idle topic of every other dialect."""
+    wanted = [] if args.dialect == "native" else [args.dialect]
+    if args.with_dialects:
+        wanted += [d for d in DIALECT_NAMES if d not in ("native", *wanted)]
+    inputs = {env.topic(d.replace("-", ""), log_append_time=False): d for d in wanted}
+    return tuple(a for t, d in inputs.items() for a in ("--input", f"{t}:{d}")), inputs
+
+
+def _warmed_up(env: Environment, args, app_id: Optional[str] = None, inputs: tuple = ()):
     """A started scheduler that has already delivered something: the first batches with data are slow
     (Python workers start, code paths warm up), and the figures should show the steady state."""
-    scheduler = env.scheduler(extra_args=args.scheduler_args).start()
+    app_id = app_id or f"bench-{uuid.uuid4().hex[:6]}"
+    if inputs:
+        inputs = ("--input", f"{app_id}-schedule-requests:native", *inputs)
+    scheduler = env.scheduler(app_id, extra_args=(*inputs, *args.scheduler_args)).start()
     warm_topic = env.topic("warm-up", partitions=1)
     reader = DeliveryReader(env.bootstrap, warm_topic)
     producer = RequestProducer(env.bootstrap, f"{scheduler.app_id}-schedule-requests")
@@ -108,7 +124,8 @@ def _warmed_up(env: Environment, args):
 
 
 def steady(env: Environment, args) -> dict:
-    scheduler = _warmed_up(env, args)
+    flags, _ = _dialect_inputs(env, argparse.Namespace(dialect="native", with_dialects=args.with_dialects))
+    scheduler = _warmed_up(env, args, inputs=flags)
     destination = env.topic("steady")
     reader = DeliveryReader(env.bootstrap, destination)
     producer = RequestProducer(env.bootstrap, f"{scheduler.app_id}-schedule-requests")
@@ -136,11 +153,16 @@ def steady(env: Environment, args) -> dict:
 
 
 def ingest(env: Environment, args) -> dict:
-    scheduler = _warmed_up(env, args)
+    flags, inputs = _dialect_inputs(env, args)
+    scheduler = _warmed_up(env, args, inputs=flags)
     destination = env.topic("ingest")
     far = int(time.time() * 1000) + FAR_FUTURE_MS
+    if args.dialect != "native" and args.no_ids:
+        raise RuntimeError(f"--no-ids: every {args.dialect} request carries an id (the record key)")
+    requests = next((t for t, d in inputs.items() if d == args.dialect), None)
+    # As native: due times 1 ms apart (Karafka and ETF1 round them up to whole seconds: the same buckets).
     figures = _ingest(env, scheduler, destination, args.count, lambda i: far + i, "ingest", args.time_budget,
-                      args.no_ids)
+                      args.no_ids, requests, args.dialect)
     scheduler.stop()
     return figures
 
@@ -457,6 +479,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deliver", action="store_true",
                         help="strikes: make the bucket due just after the strikes (see --lead), then check what "
                              "is delivered: the uncancelled schedules, replaced ones with their new value")
+    parser.add_argument("--dialect", choices=DIALECT_NAMES, default="native",
+                        help="ingest: write the requests in this dialect, to a topic of their own")
+    parser.add_argument("--with-dialects", action="store_true",
+                        help="steady, ingest: the job also reads an idle topic of every other dialect")
     parser.add_argument("--no-ids", action="store_true",
                         help="send ADDs without request ids (they cannot be replaced; they skip the id index)")
     parser.add_argument("--time-budget", type=float, default=1800,
