@@ -163,12 +163,17 @@ class MapStateShardStore:
 def _records(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.DataFrame:
     columns = {"kind": kind, "topic": topic, "key": key, "value": value, "headers": headers, "due_ms": due_ms,
                **extras}
-    return pd.DataFrame({name: columns.get(name) for name in OUTPUT_COLUMNS}, columns=OUTPUT_COLUMNS)
+    rows = len(topic)
+    # A missing column is a list of None: a scalar None broadcast by pandas becomes NaN, which Spark cannot read
+    # as an array or a string.
+    return pd.DataFrame({name: [None] * rows if columns.get(name) is None else columns[name]
+                         for name in OUTPUT_COLUMNS}, columns=OUTPUT_COLUMNS)
 
 
 def _outcomes(counts: Counter) -> pd.DataFrame:
-    rows = [(KIND_OUTCOME, str(getattr(k, "value", k)), n) for k, n in counts.items() if n]
-    return pd.DataFrame([{"kind": kind, "topic": name, "n": n} for kind, name, n in rows], columns=OUTPUT_COLUMNS)
+    # Every cell given: a column pandas fills by itself holds NaN, which Spark cannot read as an array or a string.
+    return pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": str(getattr(k, "value", k)),
+                          "n": n} for k, n in counts.items() if n], columns=OUTPUT_COLUMNS)
 
 
 def _header_dicts(cell) -> list:
