@@ -95,21 +95,25 @@ def kafka_partition_of(bootstrap: str, topic: str, key: bytes) -> int:
     return result["msg"].partition()
 
 
-@pytest.fixture(scope="module")
-def topics(broker):
+@pytest.fixture(scope="module", params=["wheel", "per-id"])
+def scheduler(request, scheduler_factory, broker):
+    """One job reading the native requests topic and one topic of every other dialect, on each state layout."""
     kafka = Kafka(broker.bootstrap_servers)
-    return {"karafka": kafka.topic("karafka", partitions=2), "etf1": kafka.topic("etf1"),
-            "sky-avro": kafka.topic("skyavro"), "sky-json": kafka.topic("skyjson")}
-
-
-@pytest.fixture(scope="module")
-def scheduler(scheduler_factory, topics):
-    """One job reading the native requests topic and one topic of every other dialect."""
-    app_id = f"dialects-{uuid.uuid4().hex[:6]}"
+    topics = {"karafka": kafka.topic("karafka", partitions=2), "etf1": kafka.topic("etf1"),
+              "sky-avro": kafka.topic("skyavro"), "sky-json": kafka.topic("skyjson")}
+    app_id = f"dialects-{request.param}-{uuid.uuid4().hex[:6]}"
     inputs = [f"{app_id}-schedule-requests:native"] + [f"{t}:{d}" for d, t in topics.items()]
-    process = scheduler_factory(app_id=app_id, extra_args=[a for i in inputs for a in ("--input", i)])
+    process = scheduler_factory(app_id=app_id, extra_args=[*(a for i in inputs for a in ("--input", i)),
+                                                           "--state-layout", request.param])
+    process.topics = topics
     yield process.start()
     assert process.stop() == 0, process.log()[-3000:]
+
+
+@pytest.fixture
+def topics(scheduler):
+    """The input topic of each dialect of the running job."""
+    return scheduler.topics
 
 
 def rejections_of(kafka, scheduler):
