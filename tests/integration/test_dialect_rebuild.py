@@ -7,10 +7,13 @@ not delivered again; a rebuild does the same with the write-backs this scheduler
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
 
-from .support import outcome_counts
+from kafka_scheduler.checkpoint import last_committed_batch
+
+from .support import outcome_counts, wait_until
 from .test_dialects import WAIT, avro, epoch_in, etf1, karafka
 
 
@@ -64,3 +67,34 @@ def test_switch_over_then_rebuild_delivers_each_schedule_once(scheduler_factory,
     counts = outcome_counts(second.log())
     assert counts["completed"] >= 4, counts  # A, D (old schedulers), B, E (ours)
     assert second.stop() == 0, second.log()[-3000:]
+
+
+def test_an_input_added_to_a_checkpoint_is_read_from_its_start_and_a_removed_one_is_refused(scheduler_factory,
+                                                                                            kafka):
+    out = kafka.topic("out")
+    reader = kafka.reader(out)
+    e_topic = kafka.topic("etf1")
+    first = scheduler_factory().start()
+    native = f"{first.app_id}-schedule-requests:native"
+    wait_until(lambda: last_committed_batch(first.checkpoint_dir) is not None, WAIT, "a first commit",
+               guard=first.assert_running)
+    # Written before the input is added: an ETF1 schedule and its cancel, and one already overdue.
+    kafka.produce(e_topic, key=b"cancelled", value=b"cancelled", headers=etf1(out, epoch_in(-60)))
+    kafka.produce(e_topic, key=b"cancelled", value=None)
+    kafka.produce(e_topic, key=b"overdue", value=b"overdue", headers=etf1(out, epoch_in(-60)))
+    assert first.stop() == 0, first.log()[-3000:]
+
+    added = scheduler_factory(app_id=first.app_id, checkpoint_dir=first.checkpoint_dir,
+                              extra_args=("--input", native, "--input", f"{e_topic}:etf1")).start()
+    assert f"new input {e_topic} (etf1): read from the earliest offset" in added.log()
+    reader.wait_for(lambda r: r.value == b"overdue", timeout=WAIT, what="the overdue schedule",
+                    guard=added.assert_running)
+    kafka.produce(e_topic, key=b"marker", value=b"marker", headers=etf1(out, epoch_in(1)))
+    reader.wait_for(lambda r: r.value == b"marker", timeout=WAIT, what="marker", guard=added.assert_running)
+    assert Counter(r.value for r in reader.poll()) == Counter({b"overdue": 1, b"marker": 1})
+    assert added.stop() == 0, added.log()[-3000:]
+
+    removed = subprocess.run([*added.command[:added.command.index("--input")], "--input", f"{e_topic}:etf1"],
+                             capture_output=True, text=True, timeout=120)
+    assert removed.returncode == 2, removed.stdout + removed.stderr
+    assert f"reads input {first.app_id}-schedule-requests:native, missing from the inputs now" in removed.stderr
