@@ -14,11 +14,15 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from kafka_scheduler.jars import jar_paths
+
     already_running = SparkSession.getActiveSession() is not None
     session = (SparkSession.builder.master("local[1]")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "1")
+               # the connector bundle: from_avro/to_avro (sky-avro) need spark-avro
+               .config("spark.jars", ",".join(str(p) for p in jar_paths("spark-kafka")))
                .getOrCreate())
     yield session
     if not already_running:

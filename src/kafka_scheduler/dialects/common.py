@@ -14,7 +14,8 @@ rejections topic. Everything here is JVM-side Spark SQL: no Python UDF touches a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from functools import reduce
+from typing import Callable, Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -123,13 +124,28 @@ def header(key: str, value: Column) -> Column:
     return F.struct(F.lit(key).alias("key"), value.cast("binary").alias("value"))
 
 
-def reasons(*checks: tuple[Column, Column]) -> Column:
+Check = Union[tuple[Column, Column], Column]  # (condition, reason text), or a reason text that is null when fine
+
+
+def reasons(*checks: Check) -> Column:
     """An array of the reason texts whose condition holds (empty when the request is valid)."""
-    return F.array_compact(F.array(*(F.when(condition, text) for condition, text in checks)))
+    return F.array_compact(F.array(*(check if isinstance(check, Column) else F.when(*check) for check in checks)))
 
 
-def destination_checks(topic: Column, settings: DecodeSettings) -> list[tuple[Column, Column]]:
-    """Guard rails on a destination topic that is present."""
+def reasons_if(condition: Column, *checks: Check) -> Column:
+    """``reasons(*checks)`` when ``condition`` holds, else none: a guard shared by many checks is written
+    (and compiled) once, which keeps the generated code of a dialect with many checks small."""
+    return F.when(condition, reasons(*checks)).otherwise(F.array().cast("array<string>"))
+
+
+def first_reason(*checks: tuple[Column, Column]) -> Column:
+    """The text of the first check whose condition holds, else null: one reason per field, and each
+    condition compiled once (the later ones may assume the earlier ones did not hold)."""
+    return reduce(lambda chain, check: chain.when(*check), checks[1:], F.when(*checks[0]))
+
+
+def destination_rules(topic: Column, settings: DecodeSettings) -> tuple[Column, Column, Column, Column]:
+    """Whether the topic is a valid name and allowed, and the two reason texts."""
     shown = F.concat(F.lit("'"), topic, F.lit("'"))
     # The app's own topics and its inputs are never destinations: a delivery there would loop.
     if settings.allowed_destinations is not None:
@@ -137,10 +153,14 @@ def destination_checks(topic: Column, settings: DecodeSettings) -> list[tuple[Co
     else:
         allowed = ~topic.startswith("__") & ~topic.isin(*settings.own_topics)
     valid_name = topic.rlike(TOPIC_NAME_REGEX) & ~topic.isin(".", "..")
-    return [
-        (~valid_name, F.concat(F.lit("invalid destination topic name "), shown)),
-        (valid_name & ~allowed, F.concat(F.lit("destination topic "), shown, F.lit(" is not allowed"))),
-    ]
+    return (valid_name, allowed, F.concat(F.lit("invalid destination topic name "), shown),
+            F.concat(F.lit("destination topic "), shown, F.lit(" is not allowed")))
+
+
+def destination_checks(topic: Column, settings: DecodeSettings) -> list[tuple[Column, Column]]:
+    """Guard rails on a destination topic that is present."""
+    valid_name, allowed, invalid_text, not_allowed_text = destination_rules(topic, settings)
+    return [(~valid_name, invalid_text), (valid_name & ~allowed, not_allowed_text)]
 
 
 def due_checks(due_ms: Column, settings: DecodeSettings) -> list[tuple[Column, Column]]:
@@ -150,8 +170,9 @@ def due_checks(due_ms: Column, settings: DecodeSettings) -> list[tuple[Column, C
              F.lit(f"due time is more than {limit_days} days ahead"))]
 
 
-def value_size_checks(settings: DecodeSettings) -> list[tuple[Column, Column]]:
-    size = F.coalesce(F.length("value"), F.lit(0))
+def value_size_checks(settings: DecodeSettings, value: Optional[Column] = None) -> list[tuple[Column, Column]]:
+    """The size limit on the value to deliver: the record's value unless the dialect wraps it (Sky)."""
+    size = F.coalesce(F.length(F.col("value") if value is None else value), F.lit(0))
     return [(size > settings.max_value_bytes,
              F.concat(F.lit("value too large: "), size.cast("string"),
                       F.lit(f" bytes, the limit is {settings.max_value_bytes}")))]
@@ -234,3 +255,75 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
                                           ("wb_headers", optional("_wb_headers", HEADER_TYPE), HEADER_TYPE))],
         pick(F.lit(False), F.coalesce(optional("_history", "boolean"), F.lit(False))).alias("history"),
     )
+
+
+# ---------------------------------------------------------------- shared by the key-addressed dialects
+# (Karafka, ETF1, Sky: the record key is the schedule id, and the scheduler writes back after delivery)
+
+LONG_MAX = 2**63 - 1
+BASE64_REGEX = r"^[A-Za-z0-9+/]*={0,2}$"
+OFFSET_REGEX = r"^\d{1,19}$"
+
+
+def quoted(text: Column) -> Column:
+    return F.concat(F.lit("'"), text, F.lit("'"))
+
+
+def header_fields(texts: dict[str, str], duplicates: Sequence[str] = (),
+                  raw: Optional[dict[str, str]] = None) -> Column:
+    """For ``parsed_columns``: a struct of ``first_header_text`` of each header in ``texts`` (field -> header
+    name), ``first_header_bytes`` of each in ``raw``, and ``duplicates``: those of ``duplicates`` that more
+    than one header has (case-insensitively). Each lookup runs once per record, and the checks that read
+    the fields stay small."""
+    names = F.transform(headers_or_empty(), lambda h: F.lower(h["key"]))
+    repeated = F.filter(F.array(*[F.lit(n) for n in duplicates]).cast("array<string>"),
+                        lambda n: F.size(F.filter(names, lambda k: k == n)) > 1)
+    return F.struct(*[first_header_text(name).alias(field) for field, name in texts.items()],
+                    *[first_header_bytes(name).alias(field) for field, name in (raw or {}).items()],
+                    repeated.alias("duplicates"))
+
+
+def bound(value: Column, body: Callable[[Column], Column]) -> Column:
+    """``body(value)`` with ``value`` computed once however often ``body`` reads it (a lambda binds it).
+    For ``parsed_columns`` that use one costly result several times."""
+    return F.get(F.transform(F.array(value), body), 0)
+
+
+def duplicate_reasons(names: Column) -> Column:
+    """One reason per duplicated header name (``header_fields(...)["duplicates"]``, maybe filtered)."""
+    return F.transform(names, lambda n: F.concat(F.lit("duplicate header "), n))
+
+
+def seconds_to_due_ms(text: Column) -> Column:
+    """Epoch milliseconds of Unix seconds written ``DIGITS[.DIGITS]``, rounded up (ceil(seconds*1000)):
+    never early. Too large for a long: ``LONG_MAX``, which the due-time guard rail then rejects."""
+    whole = F.regexp_extract(text, r"^(\d+)", 1).try_cast("bigint")
+    fraction = F.regexp_extract(text, r"\.(\d+)$", 1)
+    below_ms = F.substring(fraction, 4, 1_000_000).rlike("[1-9]")
+    millis = F.substring(F.concat(fraction, F.lit("000")), 1, 3).cast("int") + F.when(below_ms, 1).otherwise(0)
+    return F.coalesce(F.try_add(F.try_multiply(whole, F.lit(1000)), millis), F.lit(LONG_MAX))
+
+
+def base64_bytes(text: Column) -> Column:
+    """Standard base64 (padding optional, no whitespace) decoded; null when ``text`` is null or not base64."""
+    return F.when(text.rlike(BASE64_REGEX), F.try_to_binary(text, F.lit("base64")))
+
+
+def offset_completes(text: Column, name: str) -> tuple[Column, Column]:
+    """A write-back's offset header ``text`` (null: absent): the delivery id it completes (null: the
+    pending version), and the reason when it is not an offset (else null)."""
+    offset = F.when(text.rlike(OFFSET_REGEX), text.try_cast("bigint"))
+    return (F.when(offset.isNotNull(), delivery_id_at(offset)),
+            F.when(text.isNotNull() & offset.isNull(),
+                   F.concat(F.lit(f"invalid {name} "), quoted(text), F.lit(" (expected an offset, like 42)"))))
+
+
+def target_reason(topic: Column, name: str, settings: DecodeSettings) -> Column:
+    """A required destination topic (null or empty: missing) and the guard rails on it: the reason, or null."""
+    valid_name, allowed, invalid_text, not_allowed_text = destination_rules(topic, settings)
+    return first_reason((topic.isNull() | (topic == ""), F.lit(f"missing {name}")),
+                        (~valid_name, invalid_text), (~allowed, not_allowed_text))
+
+
+def no_headers() -> Column:
+    return F.array().cast(HEADER_TYPE)

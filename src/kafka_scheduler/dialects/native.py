@@ -6,8 +6,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from ..protocol import ACTION, ACTIONS, DELIVER_AT, DELIVER_TO, PREFIX, REQUEST_HEADERS, REQUEST_ID
-from .common import DecodeSettings, client_sid, destination_checks, due_checks, first_header_bytes, \
-    first_header_text, headers_named, headers_or_empty, internal_sid, reasons, value_size_checks
+from .common import DecodeSettings, client_sid, destination_rules, due_checks, duplicate_reasons, first_reason, \
+    header_fields, headers_or_empty, internal_sid, reasons, reasons_if, value_size_checks
 
 
 # ISO-8601 instant with an explicit zone: Z or a numeric offset. Fractions up to nanoseconds.
@@ -23,11 +23,16 @@ def _due_ms(text):
     return F.unix_millis(parsed) + F.when(below_ms, 1).otherwise(0)
 
 
+def parsed_columns(settings: DecodeSettings) -> dict[str, Column]:
+    """The request headers, each looked up once per record (the checks read them many times)."""
+    return {"_native": header_fields({"action": ACTION, "to": DELIVER_TO, "at": DELIVER_AT},
+                                     duplicates=REQUEST_HEADERS, raw={"request_id": REQUEST_ID})}
+
+
 def request_columns(settings: DecodeSettings) -> dict[str, Column]:
-    action_text = first_header_text(ACTION)
-    to = first_header_text(DELIVER_TO)
-    at = first_header_text(DELIVER_AT)
-    request_id = first_header_bytes(REQUEST_ID)  # any bytes: ids are compared as bytes
+    parsed = F.col("_native")
+    action_text, to, at = parsed["action"], parsed["to"], parsed["at"]
+    request_id = parsed["request_id"]  # any bytes: ids are compared as bytes
     id_bytes = F.coalesce(F.length(request_id), F.lit(0))
 
     action = F.coalesce(F.upper(F.trim(action_text)), F.lit("ADD"))
@@ -35,33 +40,36 @@ def request_columns(settings: DecodeSettings) -> dict[str, Column]:
     needs_id = action.isin("REPLACE", "CANCEL")
     due_ms = _due_ms(at)
 
-    duplicate_checks = [(F.size(headers_named(name)) > 1, F.lit(f"duplicate header {name}"))
-                        for name in REQUEST_HEADERS]
     quoted_at = F.concat(F.lit("'"), at, F.lit("'"))
-    checks = [
-        *duplicate_checks,
-        (~action.isin(*ACTIONS),
-         F.concat(F.lit(f"unknown {ACTION} '"), action_text, F.lit("' (expected ADD, REPLACE or CANCEL)"))),
-        (needs_id & (id_bytes == 0), F.lit(f"missing {REQUEST_ID}")),
-        (~needs_id & (F.length(request_id) == 0), F.lit(f"empty {REQUEST_ID}")),
-        (targeted & (to.isNull() | (F.trim(to) == "")), F.lit(f"missing {DELIVER_TO}")),
-        *[(targeted & to.isNotNull() & (F.trim(to) != "") & condition, text)
-          for condition, text in destination_checks(to, settings)],
-        (targeted & at.isNull(), F.lit(f"missing {DELIVER_AT}")),
-        (targeted & at.rlike(ZONELESS_REGEX),
-         F.concat(F.lit(f"{DELIVER_AT} "), quoted_at, F.lit(" has no time zone (add Z or an offset like +02:00)"))),
-        (targeted & at.isNotNull() & ~at.rlike(ZONELESS_REGEX) & due_ms.isNull(),
-         F.concat(F.lit(f"unparseable {DELIVER_AT} "), quoted_at,
-                  F.lit(" (expected ISO-8601 like 2026-05-24T12:30:00Z)"))),
-        *[(targeted & due_ms.isNotNull() & condition, text) for condition, text in due_checks(due_ms, settings)],
-        *[(targeted & condition, text) for condition, text in value_size_checks(settings)],
-    ]
+    valid_name, allowed, invalid_name_text, not_allowed_text = destination_rules(to, settings)
+    all_reasons = F.concat(
+        duplicate_reasons(parsed["duplicates"]),
+        reasons(
+            (~action.isin(*ACTIONS),
+             F.concat(F.lit(f"unknown {ACTION} '"), action_text, F.lit("' (expected ADD, REPLACE or CANCEL)"))),
+            (needs_id & (id_bytes == 0), F.lit(f"missing {REQUEST_ID}")),
+            (~needs_id & (F.length(request_id) == 0), F.lit(f"empty {REQUEST_ID}")),
+        ),
+        reasons_if(
+            targeted,
+            first_reason((to.isNull() | (F.trim(to) == ""), F.lit(f"missing {DELIVER_TO}")),
+                         (~valid_name, invalid_name_text), (~allowed, not_allowed_text)),
+            first_reason(
+                (at.isNull(), F.lit(f"missing {DELIVER_AT}")),
+                (at.rlike(ZONELESS_REGEX), F.concat(F.lit(f"{DELIVER_AT} "), quoted_at,
+                                                    F.lit(" has no time zone (add Z or an offset like +02:00)"))),
+                (due_ms.isNull(), F.concat(F.lit(f"unparseable {DELIVER_AT} "), quoted_at,
+                                           F.lit(" (expected ISO-8601 like 2026-05-24T12:30:00Z)"))),
+                *due_checks(due_ms, settings)),
+            *value_size_checks(settings),
+        ),
+    )
 
     sid = F.when(id_bytes > 0, client_sid(request_id)).otherwise(internal_sid())
     stripped_headers = F.filter(headers_or_empty(), lambda h: ~F.lower(h["key"]).startswith(PREFIX))
 
     return {
-        "_reasons": reasons(*checks),
+        "_reasons": all_reasons,
         "_sid": sid,
         "_action": action,
         "_due_ms": F.when(targeted, due_ms),
