@@ -271,16 +271,24 @@ def quoted(text: Column) -> Column:
 
 def header_fields(texts: dict[str, str], duplicates: Sequence[str] = (),
                   raw: Optional[dict[str, str]] = None) -> Column:
-    """For ``parsed_columns``: a struct of ``first_header_text`` of each header in ``texts`` (field -> header
-    name), ``first_header_bytes`` of each in ``raw``, and ``duplicates``: those of ``duplicates`` that more
-    than one header has (case-insensitively). Each lookup runs once per record, and the checks that read
-    the fields stay small."""
-    names = F.transform(headers_or_empty(), lambda h: F.lower(h["key"]))
-    repeated = F.filter(F.array(*[F.lit(n) for n in duplicates]).cast("array<string>"),
-                        lambda n: F.size(F.filter(names, lambda k: k == n)) > 1)
-    return F.struct(*[first_header_text(name).alias(field) for field, name in texts.items()],
-                    *[first_header_bytes(name).alias(field) for field, name in (raw or {}).items()],
-                    repeated.alias("duplicates"))
+    """For ``parsed_columns``: a struct of the first value of each header in ``texts`` (field -> header
+    name) as text (as ``first_header_text``), of each in ``raw`` as bytes, and ``duplicates``: those of
+    ``duplicates`` that more than one header has. Names compare case-insensitively; each header name is
+    lower-cased once per record, and the checks that read the fields stay small."""
+    headers = headers_or_empty()
+
+    def fields(names: Column) -> Column:
+        def first(name: str) -> Column:
+            position = F.array_position(names, F.lit(name)).cast("int")  # 1-based; 0: absent (get: null)
+            return F.get(headers, position - 1)["value"]
+
+        repeated = F.filter(F.array(*[F.lit(n) for n in duplicates]).cast("array<string>"),
+                            lambda n: F.size(F.filter(names, lambda k: k == n)) > 1)
+        return F.struct(*[F.make_valid_utf8(first(name).cast("string")).alias(field) for field, name in texts.items()],
+                        *[first(name).alias(field) for field, name in (raw or {}).items()],
+                        repeated.alias("duplicates"))
+
+    return bound(F.transform(headers, lambda h: F.lower(h["key"])), fields)
 
 
 def bound(value: Column, body: Callable[[Column], Column]) -> Column:

@@ -15,7 +15,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from ..protocol import SOURCE_OFFSET
-from .common import ACTION_COMPLETE, DecodeSettings, due_checks, duplicate_reasons, first_header_bytes, \
+from .common import ACTION_COMPLETE, DecodeSettings, due_checks, duplicate_reasons, \
     first_reason, header, header_fields, headers_or_empty, missing_key_checks, no_headers, offset_completes, \
     quoted, reasons, reasons_if, record_key_sid, seconds_to_due_ms, source_offset_header, target_reason, \
     value_size_checks
@@ -36,7 +36,7 @@ SCHEDULE_ONCE = (EPOCH, TARGET_TOPIC, TARGET_KEY)
 
 def parsed_columns(settings: DecodeSettings) -> dict[str, Column]:
     return {"_etf1": header_fields({"epoch": EPOCH, "topic": TARGET_TOPIC, "source_offset": SOURCE_OFFSET},
-                                   duplicates=SCHEDULE_ONCE + (SOURCE_OFFSET,))}
+                                   duplicates=SCHEDULE_ONCE + (SOURCE_OFFSET,), raw={"key": TARGET_KEY})}
 
 
 def request_columns(settings: DecodeSettings) -> dict[str, Column]:
@@ -82,7 +82,7 @@ def request_columns(settings: DecodeSettings) -> dict[str, Column]:
         "_action": action,
         "_due_ms": F.when(add, due_ms),
         "_dest": F.when(add, topic),
-        "_key": F.when(add, first_header_bytes(TARGET_KEY)),
+        "_key": F.when(add, parsed["key"]),
         "_value": F.col("value"),
         "_headers": F.when(add, delivered_headers).otherwise(no_headers()),
         "_completes": F.when(complete, completes),

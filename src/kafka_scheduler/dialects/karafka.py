@@ -19,7 +19,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from ..protocol import SOURCE_OFFSET
-from .common import ACTION_COMPLETE, DecodeSettings, due_checks, duplicate_reasons, first_header_bytes, \
+from .common import ACTION_COMPLETE, DecodeSettings, due_checks, duplicate_reasons, \
     first_reason, header, header_fields, headers_or_empty, missing_key_checks, no_headers, offset_completes, \
     quoted, reasons, reasons_if, record_key_sid, seconds_to_due_ms, target_reason, value_size_checks
 
@@ -53,7 +53,8 @@ def parsed_columns(settings: DecodeSettings) -> dict[str, Column]:
     return {"_karafka": header_fields(
         {"version": SCHEMA_VERSION, "type": SOURCE_TYPE, "epoch": TARGET_EPOCH, "topic": TARGET_TOPIC,
          "partition": TARGET_PARTITION, "ours": SOURCE_OFFSET, "theirs": SOURCE_OFFSET_H},
-        duplicates=ALWAYS_ONCE + SCHEDULE_ONCE + TOMBSTONE_ONCE)}
+        duplicates=ALWAYS_ONCE + SCHEDULE_ONCE + TOMBSTONE_ONCE,
+        raw={"key": TARGET_KEY, "partition_key": TARGET_PARTITION_KEY})}
 
 
 def _version_reason(version: Column) -> Column:
@@ -139,11 +140,11 @@ def request_columns(settings: DecodeSettings) -> dict[str, Column]:
         "_action": action,
         "_due_ms": F.when(add, due_ms),
         "_dest": F.when(add, topic),
-        "_key": F.when(add, first_header_bytes(TARGET_KEY)),
+        "_key": F.when(add, parsed["key"]),
         "_value": F.when(add, F.col("value")),
         "_headers": F.when(add, delivered_headers).otherwise(no_headers()),
         "_completes": F.when(complete, F.coalesce(completes_ours, F.when(ours.isNull(), completes_theirs))),
         "_partition": F.when(add, partition),
-        "_partition_key": F.when(add & partition.isNull(), first_header_bytes(TARGET_PARTITION_KEY)),
+        "_partition_key": F.when(add & partition.isNull(), parsed["partition_key"]),
         "_wb_headers": F.when(add, _write_back_headers()),
     }
