@@ -6,18 +6,21 @@ requests at once, in log order, at the batch time, then fire every timer at or b
 batch time. A restart keeps only what a checkpoint keeps (state and timers) and may change
 the lookahead and the partitions, as a user restarting with other flags would.
 
-The reference is the protocol written plainly: latest request per id wins; after a batch's
-requests acted, a pending version is delivered once its due time is reached. With a
+The reference is the protocol written plainly: latest request per id wins (a COMPLETE, a
+write-back read back, removes the pending version only if it names it, or names none); after
+a batch's requests acted, a pending version is delivered once its due time is reached. With a
 lookahead L, "reached" means due <= batch time + L. When L changes between runs, a version
 may go out anywhere between the two rules (timers already set keep the old one); the
 reference accepts exactly that window and nothing else, so with a fixed lookahead it
 demands the one right batch. Outcome counts are compared per batch, and every delivery is
-compared in full (due time, destination, key, value, headers, delivery id).
+compared in full (due time, destination, key, value, headers, delivery id, partition,
+partition key, write-back, history flag).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -28,10 +31,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from kafka_scheduler import schedule as schedule_rules
 from kafka_scheduler import wheel
 from kafka_scheduler.checkpoint import settle_state_settings
 from kafka_scheduler.config import Config
-from kafka_scheduler.schedule import Action, MemoryStore, Outcome, Request, Schedule, fire, process_requests
+from kafka_scheduler.protocol import SOURCE_OFFSET
+from kafka_scheduler.schedule import (Action, MemoryStore, Outcome, Request, Schedule, WriteBack, fire,
+                                      process_requests)
 from kafka_scheduler.state_processor import in_log_order
 from kafka_scheduler.wheel_processor import log_order
 
@@ -176,6 +182,28 @@ class Version:
     least_lookahead: int  # the smallest lookahead in force since it was filed
 
 
+def identical(a: Schedule, b: Schedule) -> bool:
+    """Strictly identical versions: every field but the delivery id (what is delivered, when, where, and what
+    follows the delivery: write-back, history copy)."""
+    return dataclasses.replace(a, delivery_id="") == dataclasses.replace(b, delivery_id="")
+
+
+def protocol(current: Optional[Schedule], request: Request) -> tuple[Outcome, Optional[Schedule]]:
+    """One request against the version pending under its id: the outcome and what is pending after it."""
+    if request.action is Action.CANCEL:
+        return (Outcome.CANCEL_NOOP if current is None else Outcome.CANCELLED), None
+    if request.action is Action.COMPLETE:
+        # A write-back read back: the version it names was delivered. It never touches another (newer) one.
+        if current is not None and (request.completes is None or request.completes == current.delivery_id):
+            return Outcome.COMPLETED, None
+        return Outcome.COMPLETE_NOOP, current
+    if current is None:
+        return Outcome.SCHEDULED, request.schedule
+    if identical(current, request.schedule):
+        return Outcome.REPLACE_NOOP, current
+    return Outcome.REPLACED, request.schedule
+
+
 class Reference:
     """The protocol, plainly. ``check_batch`` applies one batch and judges an engine's deliveries."""
 
@@ -191,19 +219,14 @@ class Reference:
     def check_batch(self, now: int, requests: list[tuple[bytes, Request]], delivered: list[Schedule],
                     counts: Counter) -> None:
         expected = Counter()
-        for key, request in requests:
+        for key, request in requests:  # in log order, all before any delivery
             current = self.pending.get(key)
-            if request.action is Action.CANCEL:
-                expected[Outcome.CANCEL_NOOP if current is None else Outcome.CANCELLED] += 1
+            outcome, after = protocol(None if current is None else current.schedule, request)
+            expected[outcome] += 1
+            if after is None:
                 self.pending.pop(key, None)
-            elif current is None:
-                expected[Outcome.SCHEDULED] += 1
-                self.pending[key] = Version(request.schedule, self.lookahead_ms)
-            elif current.schedule.same_message(request.schedule):
-                expected[Outcome.REPLACE_NOOP] += 1
-            else:
-                expected[Outcome.REPLACED] += 1
-                self.pending[key] = Version(request.schedule, self.lookahead_ms)
+            elif current is None or after is not current.schedule:
+                self.pending[key] = Version(after, self.lookahead_ms)
         assert counts == expected, f"outcomes at {now}: engine {dict(counts)}, reference {dict(expected)}"
 
         by_id = {v.schedule.delivery_id: (key, v) for key, v in self.pending.items()}
@@ -223,8 +246,20 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class Extras:
+    """What the write-back dialects add to a schedule (None on an Op: a native request, none of it)."""
+
+    partition: Optional[int]
+    partition_key: Optional[bytes]
+    write_back: str  # "": none; "offset": headers name the request's offset, as every write-back dialect's do;
+    # "offset+": that and a dialect header; "fixed": headers that do not change per request
+    history: bool
+
+
+@dataclass(frozen=True)
 class Op:
-    kind: str  # ADD | REPLACE | CANCEL | ADD_NO_ID | RESEND | TWEAK | RESEND_DONE | TWEAK_DONE | CANCEL_DONE
+    kind: str  # ADD | REPLACE | CANCEL | ADD_NO_ID | RESEND | TWEAK | COMPLETE | RESEND_DONE | TWEAK_DONE
+    # | CANCEL_DONE | COMPLETE_DONE
     id: bytes = b""
     due: tuple = ("rel", 0)  # ("rel", offset from the batch time) or ("abs", instant)
     topic: str = "out"
@@ -232,7 +267,9 @@ class Op:
     value: Optional[bytes] = b"v"
     headers: tuple = ()
     resend: int = 0  # which earlier request (0 = the latest) to send again; *_DONE: of those delivered
-    tweak: str = ""  # TWEAK: the one field to change (due_ms, topic, key, value, headers)
+    tweak: str = ""  # TWEAK: the one field to change (see TWEAKED)
+    extras: Optional[Extras] = None  # ADD, REPLACE, ADD_NO_ID
+    target: str = ""  # COMPLETE: which version the write-back names (see COMPLETE_TARGETS)
 
 
 @dataclass(frozen=True)
@@ -251,21 +288,33 @@ KEYS = st.sampled_from([None, b"k", b"\x00k"])
 VALUES = st.sampled_from([None, b"", b"x", b"y"])
 HEADERS = st.sampled_from([(), (("h", b"1"),), (("h", b"2"),), (("h", b"1"), ("h", b"1")), (("h", None),),
                            (("g", b"1"),)])
+EXTRAS = st.one_of(st.none(), st.builds(
+    Extras, st.sampled_from([None, 0, 1, 2]), st.sampled_from([None, b"", b"pk", b"\x00pk"]),
+    st.sampled_from(["", "offset", "offset", "offset+", "fixed"]), st.booleans()))
 LOOKAHEADS = st.sampled_from([0, 0, 300, 1500])
 PARTITIONS = st.sampled_from([1, 1, 2, 3])
+TWEAK_FIELDS = st.sampled_from(["due_ms", "topic", "key", "value", "headers",
+                                "partition", "partition_key", "write_back", "history"])
+# The version a COMPLETE (a write-back read back) names: the one pending under the id (if none, another
+# id's, else the id's latest); an older one of the id (replaced, cancelled, delivered, or a no-op re-send's:
+# never pending); one never seen; none at all (Sky: whatever is pending). COMPLETE_DONE names a delivered
+# version: the usual write-back, read back after its delivery.
+COMPLETE_TARGETS = st.sampled_from(["pending", "pending", "older", "unknown", "none"])
 
-ops = st.one_of(
-    st.builds(Op, st.sampled_from(["ADD", "REPLACE"]), st.sampled_from(IDS), DUES, TOPICS, KEYS, VALUES, HEADERS),
-    st.builds(Op, st.just("CANCEL"), st.sampled_from(IDS)),
-    st.builds(Op, st.just("ADD_NO_ID"), st.just(b""), DUES, TOPICS, KEYS, VALUES, HEADERS),
-    st.builds(Op, st.just("RESEND"), resend=st.integers(0, 8)),
-    st.builds(Op, st.just("TWEAK"), resend=st.integers(0, 8),
-              tweak=st.sampled_from(["due_ms", "topic", "key", "value", "headers"])),
-    # Requests for ids whose version was delivered: the identical re-send, a changed one, a cancel.
-    st.builds(Op, st.sampled_from(["RESEND_DONE", "CANCEL_DONE"]), resend=st.integers(0, 3)),
-    st.builds(Op, st.just("TWEAK_DONE"), resend=st.integers(0, 3),
-              tweak=st.sampled_from(["due_ms", "topic", "key", "value", "headers"])),
-)
+OP_KINDS = [  # (strategy, weight): mostly requests that file schedules, so buckets fill and fire in part
+    (st.builds(Op, st.sampled_from(["ADD", "REPLACE"]), st.sampled_from(IDS), DUES, TOPICS, KEYS, VALUES, HEADERS,
+               extras=EXTRAS), 3),
+    (st.builds(Op, st.just("CANCEL"), st.sampled_from(IDS)), 1),
+    (st.builds(Op, st.just("ADD_NO_ID"), st.just(b""), DUES, TOPICS, KEYS, VALUES, HEADERS, extras=EXTRAS), 2),
+    (st.builds(Op, st.just("RESEND"), resend=st.integers(0, 8)), 1),
+    (st.builds(Op, st.just("TWEAK"), resend=st.integers(0, 8), tweak=TWEAK_FIELDS), 1),
+    # Requests for ids whose version was delivered: the identical re-send, a changed one, a cancel, the
+    # delivered version's write-back read back.
+    (st.builds(Op, st.sampled_from(["RESEND_DONE", "CANCEL_DONE", "COMPLETE_DONE"]), resend=st.integers(0, 3)), 1),
+    (st.builds(Op, st.just("TWEAK_DONE"), resend=st.integers(0, 3), tweak=TWEAK_FIELDS), 1),
+    (st.builds(Op, st.just("COMPLETE"), st.sampled_from(IDS), target=COMPLETE_TARGETS, resend=st.integers(0, 8)), 1),
+]
+ops = st.sampled_from([kind for kind, weight in OP_KINDS for _ in range(weight)]).flatmap(lambda kind: kind)
 # A step: a batch of requests, how far the clock moves after it (backwards too), and maybe a restart.
 steps = st.lists(st.tuples(
     st.lists(ops, max_size=6),
@@ -274,36 +323,81 @@ steps = st.lists(st.tuples(
 scripts = st.tuples(LOOKAHEADS, PARTITIONS, steps)
 
 
+def write_back_of(kind: str, key: Optional[bytes], offset: int) -> Optional[WriteBack]:
+    """The write-back of the request at ``offset`` of partition 0 of "requests"."""
+    if not kind:
+        return None
+    headers = {"offset": ((SOURCE_OFFSET, str(offset).encode()),),
+               "offset+": ((SOURCE_OFFSET, str(offset).encode()), ("dialect", key)),
+               "fixed": (("x", None),)}[kind]
+    return WriteBack("requests", 0, key, headers)
+
+
+def written_back_at(back: Optional[WriteBack], offset: int) -> Optional[WriteBack]:
+    """A re-sent request's write-back: it names the new request's offset."""
+    if back is None:
+        return None
+    return dataclasses.replace(back, headers=tuple((name, str(offset).encode() if name == SOURCE_OFFSET else value)
+                                                   for name, value in back.headers))
+
+
 TWEAKED = {  # one field changed, the smallest way that changes the message
     "due_ms": lambda due: due + 1,
     "topic": lambda topic: "other" if topic == "out" else "out",
     "key": lambda key: b"k" if key is None else None,
     "value": lambda value: b"x" if value != b"x" else b"",
     "headers": lambda headers: (("h", b"1"),) if headers != (("h", b"1"),) else (("h", None),),
+    "partition": lambda partition: 0 if partition is None else None if partition else 1,
+    "partition_key": lambda partition_key: b"pk" if partition_key is None else None,
+    "write_back": lambda back: (WriteBack("requests", 0, None, (("x", None),)) if back is None
+                                else dataclasses.replace(back, headers=back.headers + (("t", b""),))),
+    "history": lambda history: not history,
 }
 
 
-def requests_of(batch: list[Op], now: int, history: list, done: list, offset: int
-                ) -> tuple[list[tuple[bytes, Request]], int]:
+def requests_of(batch: list[Op], now: int, history: list, done: list, offset: int,
+                pending: Optional[dict] = None) -> tuple[list[tuple[bytes, Request]], int]:
     """The batch's requests (each with a fresh source offset, hence a fresh delivery id).
-    ``history``: every request so far; ``done``: the requests whose version was delivered."""
+    ``history``: every request so far; ``done``: the requests whose version was delivered;
+    ``pending``: id -> the version pending before the batch (the reference's), followed through the
+    batch's requests so that a COMPLETE can name the version pending when it is read."""
+    pending = dict(pending or {})
     out = []
     for op in batch:
         offset += 1
         version = f"requests-0-{offset}"
-        if op.kind == "CANCEL_DONE":
+        if op.kind in ("CANCEL_DONE", "COMPLETE_DONE"):
             if not done:
                 continue
-            key, request = done[-1 - op.resend % len(done)][0], Request(Action.CANCEL, None)
+            key, delivered = done[-1 - op.resend % len(done)]
             if wheel.is_internal(key):
                 continue  # nothing can name a schedule sent without an id
+            request = (Request(Action.CANCEL, None) if op.kind == "CANCEL_DONE" else
+                       Request(Action.COMPLETE, None, delivered.schedule.delivery_id))
+        elif op.kind == "COMPLETE":
+            key = sid(op.id)
+            current = pending.get(key)
+            versions = [(key, r.schedule.delivery_id) for k, r in history if k == key and r.schedule is not None]
+            if op.target == "pending":  # the id's pending version; else another id's; else the id's latest
+                named = ([(key, current.delivery_id)] if current is not None else
+                         [(k, s.delivery_id) for k, s in pending.items() if s is not None and not wheel.is_internal(k)]
+                         or versions[-1:])
+            elif op.target == "older":
+                named = [(k, v) for k, v in versions if current is None or v != current.delivery_id]
+            else:
+                named = [(key, f"elsewhere-0-{op.resend}" if op.target == "unknown" else None)]
+            if not named:
+                continue
+            key, name = named[-1 - op.resend % len(named)]
+            request = Request(Action.COMPLETE, None, name)
         elif op.kind in ("RESEND", "TWEAK", "RESEND_DONE", "TWEAK_DONE"):
             source = done if op.kind.endswith("_DONE") else history
             if not source:
                 continue
             key, request = source[-1 - op.resend % len(source)]
             if request.schedule is not None:
-                fields = {**request.schedule.__dict__, "delivery_id": version}
+                fields = {**request.schedule.__dict__, "delivery_id": version,
+                          "write_back": written_back_at(request.schedule.write_back, offset)}
                 if op.kind.startswith("TWEAK"):
                     fields[op.tweak] = TWEAKED[op.tweak](fields[op.tweak])
                 request = Request(request.action, Schedule(**fields))
@@ -315,7 +409,13 @@ def requests_of(batch: list[Op], now: int, history: list, done: list, offset: in
             due = now + op.due[1] if op.due[0] == "rel" else op.due[1]
             key = anon(offset) if op.kind == "ADD_NO_ID" else sid(op.id)
             action = Action.REPLACE if op.kind == "REPLACE" else Action.ADD
-            request = Request(action, Schedule(due, op.topic, op.key, op.value, op.headers, version))
+            extras = {}
+            if op.extras is not None:
+                extras = dict(partition=op.extras.partition, partition_key=op.extras.partition_key,
+                              write_back=write_back_of(op.extras.write_back, op.id or None, offset),
+                              history=op.extras.history)
+            request = Request(action, Schedule(due, op.topic, op.key, op.value, op.headers, version, **extras))
+        pending[key] = protocol(pending.get(key), request)[1]
         history.append((key, request))
         out.append((key, request))
     return out, offset
@@ -327,7 +427,8 @@ def check_script(script, engine_class) -> None:
     reference = Reference(lookahead_ms)
     now, offset, history, done = 10_000, 0, [], []
     for batch, advance, restart in script_steps:
-        requests, offset = requests_of(batch, now, history, done, offset)
+        pending = {key: v.schedule for key, v in reference.pending.items()}
+        requests, offset = requests_of(batch, now, history, done, offset, pending)
         delivered, counts = engine.batch(now, requests)
         reference.check_batch(now, requests, delivered, counts)
         by_version = {r.schedule.delivery_id: (key, r) for key, r in history if r.schedule is not None}
@@ -370,9 +471,29 @@ def _identical_replace_counted_as_replaced(pending, pending_digest, request):
 
 def _digest_without(field_name: str):
     def mutant(schedule: Schedule) -> bytes:
-        blank = {"headers": (), "key": None, "value": None, "topic": ""}[field_name]
+        blank = {"headers": (), "key": None, "value": None, "topic": "", "write_back": None, "partition": None,
+                 "partition_key": None, "history": False}[field_name]
         return ORIGINAL_DIGEST(Schedule(**{**schedule.__dict__, field_name: blank}))
     return mutant
+
+
+def _identity_without_write_back(self):
+    return ORIGINAL_IDENTITY(dataclasses.replace(self, write_back=None))
+
+
+def _entries_without(field_name: str):
+    def mutant(row) -> Schedule:
+        blank = {"partition": None, "partition_key": None, "write_back": None, "history": False}[field_name]
+        return dataclasses.replace(ORIGINAL_SCHEDULE_OF_ENTRY(row), **{field_name: blank})
+    return mutant
+
+
+def _completes_whatever_is_pending(request, pending_delivery_id):
+    return True
+
+
+def _completes_nothing(request, pending_delivery_id):
+    return False
 
 
 def _fire_ignoring_strikes(store, timer_ms, now_ms, lookahead_ms=0):
@@ -386,45 +507,86 @@ def _timers_without_lookahead(self, bucket, info, timer_ms):
 
 
 ORIGINAL_STEP, ORIGINAL_DIGEST, ORIGINAL_FIRE, ORIGINAL_ARM = wheel.step, wheel.digest, wheel.fire, wheel._Shard.arm
+ORIGINAL_IDENTITY, ORIGINAL_SCHEDULE_OF_ENTRY = Schedule._identity, wheel.schedule_of_entry
 
-# Each broken rule, and the tests that must catch it: the property test above ("model"; run here
-# derandomized, so the check is repeatable) and/or examples written for that defect. The
-# generator reaches a re-created bucket too rarely (measured: about one script in 1,500) for the
-# property test to be the guard there; a partial fire, about one in 500.
+# Each broken rule: what it patches, the tests that must catch it, and the layouts they run on. The
+# tests are the property test above ("model"; run here derandomized, so the check is repeatable)
+# and/or examples written for that defect. The generator reaches a re-created bucket too rarely
+# (measured: about one script in 1,500) for the property test to be the guard there. A partial fire
+# followed by a request for the id it delivered comes up in about one script in 60 (in bursts: with
+# 12 of 13 seeds tried, the first within 1,000 scripts), hence the example next to "model".
 PARTIAL_FIRE_EXAMPLE = "test_requests_after_a_partial_fire_see_the_delivered_version_as_gone"
 RECREATED_EXAMPLE = "test_identical_resend_after_delivery_is_scheduled_and_delivered_again"
+OLD_WRITE_BACK_EXAMPLE = "test_a_write_back_naming_an_old_version_never_cancels_the_newer_one"
+RESEND_WRITE_BACK_EXAMPLE = "test_write_back_of_the_delivered_version_after_a_resend_is_a_noop"
+REBUILD_EXAMPLE = "test_write_back_read_back_with_its_schedule_completes_it"
+FIELDS_EXAMPLE = "test_partition_key_partition_write_back_and_history_come_out_of_both_layouts"
+DIALECT_FIELDS_EXAMPLE = "test_replace_that_differs_only_in_what_a_dialect_adds_is_not_a_noop"
+WHEEL, BOTH = [WheelEngine], [Engine, WheelEngine]
+COMPLETES = [(schedule_rules, "completes"), (wheel, "completes")]  # the per-id and the wheel layout's use
 MUTANTS = {
-    "holds ignores partial fires": (wheel._Shard, "holds", _holds_ignoring_fires, ["model", PARTIAL_FIRE_EXAMPLE]),
-    "holds ignores re-created buckets": (wheel._Shard, "holds", _holds_ignoring_incarnation, [RECREATED_EXAMPLE]),
-    "identical replace counted as replaced": (wheel, "step", _identical_replace_counted_as_replaced, ["model"]),
-    "digest ignores headers": (wheel, "digest", _digest_without("headers"), ["model"]),
-    "digest ignores the key": (wheel, "digest", _digest_without("key"), ["model"]),
-    "digest ignores the value": (wheel, "digest", _digest_without("value"), ["model"]),
-    "digest ignores the topic": (wheel, "digest", _digest_without("topic"), ["model"]),
-    "strikes skipped at fire": (wheel, "fire", _fire_ignoring_strikes, ["model"]),
-    "timers armed without the lookahead": (wheel._Shard, "arm", _timers_without_lookahead, ["model"]),
+    "holds ignores partial fires": (
+        [(wheel._Shard, "holds", _holds_ignoring_fires)], ["model", PARTIAL_FIRE_EXAMPLE], WHEEL),
+    "holds ignores re-created buckets": (
+        [(wheel._Shard, "holds", _holds_ignoring_incarnation)], [RECREATED_EXAMPLE], WHEEL),
+    "identical replace counted as replaced": (
+        [(wheel, "step", _identical_replace_counted_as_replaced)], ["model"], WHEEL),
+    "digest ignores headers": ([(wheel, "digest", _digest_without("headers"))], ["model"], WHEEL),
+    "digest ignores the key": ([(wheel, "digest", _digest_without("key"))], ["model"], WHEEL),
+    "digest ignores the value": ([(wheel, "digest", _digest_without("value"))], ["model"], WHEEL),
+    "digest ignores the topic": ([(wheel, "digest", _digest_without("topic"))], ["model"], WHEEL),
+    "strikes skipped at fire": ([(wheel, "fire", _fire_ignoring_strikes)], ["model"], WHEEL),
+    "timers armed without the lookahead": ([(wheel._Shard, "arm", _timers_without_lookahead)], ["model"], WHEEL),
+    # COMPLETE, write-backs and the fields the write-back dialects add.
+    "complete ignores the named version": (
+        [(owner, name, _completes_whatever_is_pending) for owner, name in COMPLETES],
+        ["model", OLD_WRITE_BACK_EXAMPLE, RESEND_WRITE_BACK_EXAMPLE], BOTH),
+    "complete never completes": (
+        [(owner, name, _completes_nothing) for owner, name in COMPLETES], ["model", REBUILD_EXAMPLE], BOTH),
+    "digest ignores the write-back": (
+        [(wheel, "digest", _digest_without("write_back"))], ["model", OLD_WRITE_BACK_EXAMPLE, DIALECT_FIELDS_EXAMPLE],
+        WHEEL),
+    "digest ignores the partition": (
+        [(wheel, "digest", _digest_without("partition"))], ["model", DIALECT_FIELDS_EXAMPLE], WHEEL),
+    "digest ignores the partition key": (
+        [(wheel, "digest", _digest_without("partition_key"))], ["model", DIALECT_FIELDS_EXAMPLE], WHEEL),
+    "digest ignores the history flag": (
+        [(wheel, "digest", _digest_without("history"))], ["model", DIALECT_FIELDS_EXAMPLE], WHEEL),
+    "same message ignores the write-back": (
+        [(Schedule, "_identity", _identity_without_write_back)],
+        ["model", OLD_WRITE_BACK_EXAMPLE, DIALECT_FIELDS_EXAMPLE], [Engine]),
+    "entries lose the partition": (
+        [(wheel, "schedule_of_entry", _entries_without("partition"))], ["model", FIELDS_EXAMPLE], WHEEL),
+    "entries lose the partition key": (
+        [(wheel, "schedule_of_entry", _entries_without("partition_key"))], ["model", FIELDS_EXAMPLE], WHEEL),
+    "entries lose the write-back": (
+        [(wheel, "schedule_of_entry", _entries_without("write_back"))], ["model", FIELDS_EXAMPLE], WHEEL),
+    "entries lose the history flag": (
+        [(wheel, "schedule_of_entry", _entries_without("history"))], ["model", FIELDS_EXAMPLE], WHEEL),
 }
 
 
 @pytest.mark.parametrize("mutant", list(MUTANTS))
 def test_the_model_test_finds_each_broken_rule(mutant, monkeypatch):
-    """With one rule of the wheel layout broken, the property test (same generator, at most the same
-    number of examples, no shrinking) and the named examples fail."""
-    owner, name, replacement, caught_by = MUTANTS[mutant]
-    monkeypatch.setattr(owner, name, replacement)
+    """With one rule broken, the property test (same generator, at most the same number of examples,
+    no shrinking) and the named examples fail, on each layout the rule belongs to."""
+    patches, caught_by, engine_classes = MUTANTS[mutant]
+    for owner, name, replacement in patches:
+        monkeypatch.setattr(owner, name, replacement)
 
-    @settings(max_examples=PROPERTY_EXAMPLES, phases=[Phase.generate], derandomize=True, database=None,
-              deadline=None, suppress_health_check=list(HealthCheck))
-    @given(script=scripts)
-    def model_test(script):
-        check_script(script, WheelEngine)
+    for engine_class in engine_classes:
+        @settings(max_examples=PROPERTY_EXAMPLES, phases=[Phase.generate], derandomize=True, database=None,
+                  deadline=None, suppress_health_check=list(HealthCheck))
+        @given(script=scripts)
+        def model_test(script):
+            check_script(script, engine_class)
 
-    for test in caught_by:
-        with pytest.raises(AssertionError):
-            if test == "model":
-                model_test()
-            else:
-                globals()[test](WheelEngine(partitions=1))
+        for test in caught_by:
+            with pytest.raises(AssertionError):
+                if test == "model":
+                    model_test()
+                else:
+                    globals()[test](engine_class(partitions=1))
 
 
 # ---------------------------------------------------------------- examples, on both layouts
@@ -490,12 +652,156 @@ def test_identical_replace_is_a_noop_that_keeps_the_first_version(engine):
     sched(100, value=None, version="t-0-1"),
     sched(100, topic="elsewhere", version="t-0-1"),
     sched(101, version="t-0-1"),
-], ids=["headers", "key", "null-key", "null-value", "topic", "due"])
+    dataclasses.replace(sched(100, version="t-0-1"), partition=0),
+    dataclasses.replace(sched(100, version="t-0-1"), partition_key=b""),
+    dataclasses.replace(sched(100, version="t-0-1"), write_back=WriteBack("requests", 0, None, ())),
+    dataclasses.replace(sched(100, version="t-0-1"), history=True),
+], ids=["headers", "key", "null-key", "null-value", "topic", "due", "partition", "empty-partition-key", "write-back",
+        "history"])
 def test_replace_that_differs_in_any_field_is_not_a_noop(engine, other):
     engine.batch(0, [(sid("a"), Request(Action.ADD, sched(100)))])
     _, counts = engine.batch(1, [(sid("a"), Request(Action.REPLACE, other))])
     assert counts == Counter({Outcome.REPLACED: 1})
     assert engine.batch(101, [])[0] == [other]
+
+
+def written_back(schedule: Schedule, offset: int, key: Optional[bytes] = b"a") -> Schedule:
+    """The schedule as a write-back dialect's request at ``offset`` makes it: its write-back names that offset."""
+    back = WriteBack("requests", 0, key, ((SOURCE_OFFSET, str(offset).encode()),))
+    return dataclasses.replace(schedule, write_back=back)
+
+
+def complete(delivery_id: Optional[str]) -> Request:
+    return Request(Action.COMPLETE, None, delivery_id)
+
+
+def test_write_back_of_the_delivered_version_after_a_resend_is_a_noop(engine):
+    """The usual order in a write-back dialect: a version is delivered, the app sends the schedule again
+    (a new version), then the first version's write-back is read back. It names a version no longer
+    pending: nothing changes, and the re-send is delivered."""
+    a, b = sid("a"), sid("b")
+    v1 = written_back(sched(10_100, version="requests-0-1"), 1)
+    v2 = written_back(sched(10_700, version="requests-0-2"), 2)  # the re-send: a new version (a new offset)
+    engine.batch(10_000, [(a, Request(Action.ADD, v1))])
+    assert engine.batch(10_100, [])[0] == [v1]
+    assert engine.batch(10_150, [(a, Request(Action.ADD, v2))]) == ([], Counter({Outcome.SCHEDULED: 1}))
+    assert engine.batch(10_200, [(a, complete("requests-0-1"))]) == ([], Counter({Outcome.COMPLETE_NOOP: 1}))
+    assert engine.batch(10_700, [])[0] == [v2]
+    assert engine.batch(10_800, [(a, complete("requests-0-2"))]) == ([], Counter({Outcome.COMPLETE_NOOP: 1}))
+    # The re-send and the write-back of the version before it in one batch, the re-send due at once.
+    w1 = written_back(sched(11_000, version="requests-0-3"), 3, b"b")
+    w2 = written_back(sched(11_000, version="requests-0-4"), 4, b"b")
+    engine.batch(10_900, [(b, Request(Action.ADD, w1))])
+    assert engine.batch(11_000, [])[0] == [w1]
+    assert engine.batch(11_001, [(b, Request(Action.ADD, w2)), (b, complete("requests-0-3"))]) == (
+        [w2], Counter({Outcome.SCHEDULED: 1, Outcome.COMPLETE_NOOP: 1}))
+
+
+def test_write_back_read_back_with_its_schedule_completes_it(engine):
+    """A rebuild (or a take-over) reads a delivered request and its write-back in one batch: the version
+    is completed, never delivered again. An overdue one without a write-back is delivered."""
+    a, b, c = sid("a"), sid("b"), sid("c")
+    va = written_back(sched(5_000, b"a", "requests-0-1"), 1)
+    vb = written_back(sched(5_500, b"b", "requests-0-2"), 2, b"b")
+    vc = written_back(sched(25_000, b"c", "requests-0-3"), 3, b"c")
+    delivered, counts = engine.batch(20_000, [(a, Request(Action.ADD, va)), (b, Request(Action.ADD, vb)),
+                                              (c, Request(Action.ADD, vc)), (a, complete("requests-0-1")),
+                                              (c, complete("requests-0-3"))])
+    assert delivered == [vb] and counts == Counter({Outcome.SCHEDULED: 3, Outcome.COMPLETED: 2})
+    assert engine.batch(30_000, [])[0] == []
+    assert engine.batch(30_001, [(a, Request(Action.CANCEL, None))])[1] == Counter({Outcome.CANCEL_NOOP: 1})
+
+
+def test_a_write_back_naming_no_version_completes_whatever_is_pending(engine):
+    """A COMPLETE naming no version (as a write-back of the scheduler being replaced, without
+    x-scheduler-source-offset, may be read) completes the id's pending version, whichever it is."""
+    a = sid("a")
+    engine.batch(0, [(a, Request(Action.ADD, sched(10_000, version="requests-0-1")))])
+    assert engine.batch(1, [(a, Request(Action.REPLACE, sched(10_000, b"new", "requests-0-2")))])[1] == Counter(
+        {Outcome.REPLACED: 1})
+    assert engine.batch(2, [(a, complete(None))]) == ([], Counter({Outcome.COMPLETED: 1}))
+    assert engine.batch(3, [(a, complete(None)), (sid("b"), complete(None))]) == (
+        [], Counter({Outcome.COMPLETE_NOOP: 2}))
+    assert engine.batch(10_000, [])[0] == []
+    # Latest request wins within a batch: a version, completed, then another, due now.
+    again = sched(15_000, b"again", "requests-0-5")
+    assert engine.batch(20_000, [(a, Request(Action.ADD, sched(15_000, version="requests-0-4"))), (a, complete(None)),
+                                 (a, Request(Action.ADD, again))]) == (
+        [again], Counter({Outcome.SCHEDULED: 2, Outcome.COMPLETED: 1}))
+
+
+def test_a_write_back_naming_an_old_version_never_cancels_the_newer_one(engine):
+    a, b = sid("a"), sid("b")
+    v1 = written_back(sched(10_500, version="requests-0-1"), 1)
+    v2 = written_back(sched(10_500, version="requests-0-2"), 2)  # re-sent while pending: a new version
+    engine.batch(10_000, [(a, Request(Action.ADD, v1))])
+    assert engine.batch(10_001, [(a, Request(Action.REPLACE, v2))]) == ([], Counter({Outcome.REPLACED: 1}))
+    assert engine.batch(10_002, [(a, complete("requests-0-1")), (a, complete("elsewhere-0-2"))]) == (
+        [], Counter({Outcome.COMPLETE_NOOP: 2}))
+    assert engine.batch(10_500, [(a, complete("requests-0-1"))]) == ([v2], Counter({Outcome.COMPLETE_NOOP: 1}))
+    # All in one batch, due now: the newer version is delivered.
+    w1 = written_back(sched(10_400, version="requests-0-7"), 7, b"b")
+    w2 = written_back(sched(10_400, version="requests-0-8"), 8, b"b")
+    assert engine.batch(10_501, [(b, Request(Action.ADD, w1)), (b, Request(Action.REPLACE, w2)),
+                                 (b, complete("requests-0-7"))]) == (
+        [w2], Counter({Outcome.SCHEDULED: 1, Outcome.REPLACED: 1, Outcome.COMPLETE_NOOP: 1}))
+
+
+def test_partition_key_partition_write_back_and_history_come_out_of_both_layouts(engine):
+    """Delivered at once, from a bucket's first fire, from what a partial fire left, and sent without id:
+    every field a dialect adds comes out as it went in, next to native schedules in the same bucket."""
+    full = Schedule(10_900, "out", b"k", b"v", (("h", b"1"),), "requests-0-1", partition=2, partition_key=b"\x00pk",
+                    write_back=WriteBack("requests", 1, b"\xff\x00", ((SOURCE_OFFSET, b"1"), ("x", None))),
+                    history=True)
+    keyed = dataclasses.replace(full, delivery_id="requests-0-2", partition=None, write_back=None, history=False)
+    by_partition = dataclasses.replace(full, delivery_id="requests-0-3", partition=0, partition_key=None,
+                                       write_back=WriteBack("requests", 0, None, ()))
+    early = dataclasses.replace(full, delivery_id="requests-0-4", due_ms=10_100)
+    anonymous = dataclasses.replace(full, delivery_id="requests-0-5", due_ms=10_950)
+    now_due = dataclasses.replace(full, delivery_id="requests-0-6", due_ms=9_000)
+    native = sched(10_200, version="requests-0-7")
+    delivered, counts = engine.batch(10_000, [
+        (sid("full"), Request(Action.ADD, full)), (sid("keyed"), Request(Action.ADD, keyed)),
+        (sid("partition"), Request(Action.ADD, by_partition)), (sid("early"), Request(Action.ADD, early)),
+        (anon(5), Request(Action.ADD, anonymous)), (sid("now"), Request(Action.ADD, now_due)),
+        (sid("native"), Request(Action.ADD, native))])
+    assert delivered == [now_due] and counts == Counter({Outcome.SCHEDULED: 7})
+    assert sorted(engine.batch(10_500, [])[0], key=lambda s: s.delivery_id) == [early, native]  # a partial fire
+    assert sorted(engine.batch(11_000, [])[0], key=lambda s: s.delivery_id) == [full, keyed, by_partition, anonymous]
+    # Identical again (same write-back too): a no-op; anything else, a new version.
+    engine.batch(11_001, [(sid("full"), Request(Action.ADD, dataclasses.replace(full, due_ms=12_000)))])
+    assert engine.batch(11_002, [(sid("full"), Request(Action.ADD, dataclasses.replace(
+        full, due_ms=12_000, delivery_id="requests-0-9")))])[1] == Counter({Outcome.REPLACE_NOOP: 1})
+    assert engine.batch(12_000, [])[0] == [dataclasses.replace(full, due_ms=12_000)]
+
+
+def test_replace_that_differs_only_in_what_a_dialect_adds_is_not_a_noop(engine):
+    """Partition, partition key, write-back (any part of it: a re-send's names a new offset) and history flag
+    are part of a version: a request differing only there replaces it. Only the identical one is a no-op."""
+    base = written_back(dataclasses.replace(sched(10_500), partition=1, partition_key=b"pk"), 1)
+    back = base.write_back
+    others = {
+        "no partition": dataclasses.replace(base, partition=None),
+        "another partition": dataclasses.replace(base, partition=2),
+        "no partition key": dataclasses.replace(base, partition_key=None),
+        "another partition key": dataclasses.replace(base, partition_key=b"pk2"),
+        "no write-back": dataclasses.replace(base, write_back=None),
+        "write-back of a re-send": written_back(base, 2),
+        "write-back to another partition": dataclasses.replace(base, write_back=dataclasses.replace(back, partition=3)),
+        "write-back without key": dataclasses.replace(base, write_back=dataclasses.replace(back, key=None)),
+        "history": dataclasses.replace(base, history=True),
+    }
+    requests = [(sid(name), Request(Action.ADD, dataclasses.replace(base, delivery_id=f"requests-{i}-1")))
+                for i, name in enumerate(others)]
+    same = dataclasses.replace(base, delivery_id="same-0-1")
+    engine.batch(10_000, requests + [(sid("same"), Request(Action.ADD, same))])
+    replaces = [(sid(name), Request(Action.REPLACE, dataclasses.replace(other, delivery_id=f"requests-{i}-2")))
+                for i, (name, other) in enumerate(others.items())]
+    _, counts = engine.batch(10_001, replaces + [(sid("same"), Request(Action.REPLACE, dataclasses.replace(
+        base, delivery_id="same-0-2")))])
+    assert counts == Counter({Outcome.REPLACED: len(others), Outcome.REPLACE_NOOP: 1})
+    delivered = sorted(engine.batch(10_500, [])[0], key=lambda s: s.delivery_id)
+    assert delivered == [r.schedule for _, r in replaces] + [same]
 
 
 def test_cancel_pending_and_unknown(engine):
