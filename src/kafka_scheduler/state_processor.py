@@ -25,6 +25,7 @@ from .dialects.common import KIND_REJECT
 from .partitioning import partition_hash
 from .schedule import REJECTIONS_SID, Action, Outcome, Request, Schedule, WriteBack, fire, is_internal, \
     process_requests
+from .wheel import headers_of, optional_bytes
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -75,26 +76,14 @@ KIND_OUTCOME = "outcome"
 OUTCOME_REJECTED = "rejected"
 
 
-def _bytes(value) -> Optional[bytes]:
-    return None if value is None else bytes(value)
-
-
-def _header(h) -> tuple:
-    # Spark hands structs over as Rows or as dicts depending on the path; accept both.
-    return (h["key"], _bytes(h["value"])) if isinstance(h, dict) else (h[0], _bytes(h[1]))
-
-
-def _headers(rows) -> tuple:
-    return tuple(_header(h) for h in rows or ())
-
-
 def schedule_from_row(row) -> Schedule:
     wb_headers = row["wb_headers"]
-    return Schedule(due_ms=row["due_ms"], topic=row["topic"], key=_bytes(row["key"]), value=_bytes(row["value"]),
-                    headers=_headers(row["headers"]), delivery_id=row["delivery_id"], partition=row["partition"],
-                    partition_key=_bytes(row["partition_key"]),
+    return Schedule(due_ms=row["due_ms"], topic=row["topic"], key=optional_bytes(row["key"]),
+                    value=optional_bytes(row["value"]),
+                    headers=headers_of(row["headers"]), delivery_id=row["delivery_id"], partition=row["partition"],
+                    partition_key=optional_bytes(row["partition_key"]),
                     write_back=None if wb_headers is None else WriteBack(
-                        row["wb_topic"], row["wb_partition"], _bytes(row["wb_key"]), _headers(wb_headers)),
+                        row["wb_topic"], row["wb_partition"], optional_bytes(row["wb_key"]), headers_of(wb_headers)),
                     history=bool(row["history"]))
 
 

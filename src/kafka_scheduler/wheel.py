@@ -181,29 +181,45 @@ def entries_frame(schedules: Iterable[Schedule]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=ENTRY_COLUMNS).astype({"partition": object, "wb_partition": object})
 
 
+def missing(value) -> bool:
+    """A null cell of a frame: pandas holds a missing one as None, or NaN in a numeric column."""
+    return value is None or (isinstance(value, float) and pd.isna(value))
+
+
 def optional_int(value) -> Optional[int]:
     """An int cell of a frame: pandas may hold a missing one as None, NaN or pd.NA."""
     return None if value is None or pd.isna(value) else int(value)
 
 
+def optional_bytes(value) -> Optional[bytes]:
+    return None if missing(value) else bytes(value)
+
+
+def flag(value) -> bool:
+    return not missing(value) and bool(value)
+
+
+def header_pairs(cell) -> list:
+    """(name, value) pairs of a headers cell: tuples, or the dicts and Rows Spark and Arrow hand over."""
+    if missing(cell):
+        return []
+    return [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in cell]
+
+
+def headers_of(cell) -> tuple:
+    return tuple((name, optional_bytes(value)) for name, value in header_pairs(cell))
+
+
 def schedule_of_entry(r) -> Schedule:
-    """A Schedule from a row of an entries frame (itertuples)."""
+    """A Schedule from a row (itertuples) of an entries frame or of the processor's request frame."""
     wb_headers = getattr(r, "wb_headers", None)
-    has_back = wb_headers is not None and not (isinstance(wb_headers, float) and pd.isna(wb_headers))
-    return Schedule(int(r.due_ms), r.topic, r.key, r.value, tuple(tuple(h) for h in r.headers), r.delivery_id,
+    return Schedule(int(r.due_ms), r.topic, optional_bytes(r.key), optional_bytes(r.value), headers_of(r.headers),
+                    r.delivery_id,
                     partition=optional_int(getattr(r, "partition", None)),
-                    partition_key=_optional_bytes(getattr(r, "partition_key", None)),
-                    write_back=WriteBack(r.wb_topic, int(r.wb_partition), _optional_bytes(r.wb_key),
-                                         tuple(tuple(h) for h in wb_headers)) if has_back else None,
-                    history=_flag(getattr(r, "history", False)))
-
-
-def _flag(value) -> bool:
-    return value is not None and not (isinstance(value, float) and pd.isna(value)) and bool(value)
-
-
-def _optional_bytes(value) -> Optional[bytes]:
-    return None if value is None or (isinstance(value, float) and pd.isna(value)) else bytes(value)
+                    partition_key=optional_bytes(getattr(r, "partition_key", None)),
+                    write_back=None if missing(wb_headers) else WriteBack(
+                        r.wb_topic, int(r.wb_partition), optional_bytes(r.wb_key), headers_of(wb_headers)),
+                    history=flag(getattr(r, "history", False)))
 
 
 def schedules_of(frame: pd.DataFrame) -> list[Schedule]:

@@ -21,8 +21,8 @@ from .protocol import DELIVERY_ID
 from .partitioning import partition_hash
 from .schedule import Action, Request, is_internal
 from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
-from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, entries_frame, fire, optional_int, \
-    schedule_of_entry
+from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, entries_frame, fire, flag, header_pairs, \
+    missing, optional_int, schedule_of_entry
 
 REJECTIONS_SHARD = -1
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
@@ -42,27 +42,13 @@ def shard_column(shards: int) -> Column:
         F.pmod(F.xxhash64("sid"), F.lit(shards)).cast("int"))
 
 
-def _header_pairs(cell) -> list:
-    if cell is None:
-        return []
-    return [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in cell]
-
-
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and pd.isna(value))
-
-
-def _bytes(value) -> Optional[bytes]:
-    return None if _missing(value) else bytes(value)
-
-
 def to_blob(entries: pd.DataFrame) -> bytes:
     frame = entries[ENTRY_COLUMNS].copy()
-    frame["headers"] = [_header_pairs(h) for h in frame["headers"]]
-    frame["wb_headers"] = [None if _missing(h) else _header_pairs(h) for h in frame["wb_headers"]]
+    frame["headers"] = [header_pairs(h) for h in frame["headers"]]
+    frame["wb_headers"] = [None if missing(h) else header_pairs(h) for h in frame["wb_headers"]]
     for column in ("partition", "wb_partition"):
         frame[column] = pd.array([optional_int(v) for v in frame[column]], dtype="Int32")
-    frame["history"] = [v is True or v == 1 for v in frame["history"]]
+    frame["history"] = [flag(v) for v in frame["history"]]
     table = pa.Table.from_pandas(frame, schema=CHUNK_SCHEMA, preserve_index=False)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, CHUNK_SCHEMA, options=_IPC_OPTIONS) as writer:
@@ -177,27 +163,27 @@ def _outcomes(counts: Counter) -> pd.DataFrame:
 
 
 def _header_dicts(cell) -> list:
-    return [{"key": k, "value": v} for k, v in _header_pairs(cell)]
+    return [{"key": k, "value": v} for k, v in header_pairs(cell)]
 
 
 def deliveries_frame(entries: pd.DataFrame) -> pd.DataFrame:
     headers = [_header_dicts(h) + [{"key": DELIVERY_ID, "value": d.encode()}]
                for h, d in zip(entries["headers"], entries["delivery_id"])]
     extras = {}
-    if "wb_headers" in entries and not entries["wb_headers"].map(_missing).all() \
-            or "partition_key" in entries and not entries["partition_key"].map(_missing).all() \
-            or "partition" in entries and not entries["partition"].map(_missing).all() \
-            or "history" in entries and entries["history"].map(lambda v: v is True or v == 1).any():
+    if "wb_headers" in entries and not entries["wb_headers"].map(missing).all() \
+            or "partition_key" in entries and not entries["partition_key"].map(missing).all() \
+            or "partition" in entries and not entries["partition"].map(missing).all() \
+            or "history" in entries and entries["history"].map(flag).any():
         # Only dialects other than native get here: the frames of native deliveries skip these columns.
         extras = {
             "partition": pd.array([optional_int(v) for v in entries["partition"]], dtype="Int32"),
-            "partition_hash": pd.array([None if _missing(k) else partition_hash(bytes(k))
+            "partition_hash": pd.array([None if missing(k) else partition_hash(bytes(k))
                                         for k in entries["partition_key"]], dtype="Int32"),
             "wb_topic": entries["wb_topic"].to_numpy(),
             "wb_partition": pd.array([optional_int(v) for v in entries["wb_partition"]], dtype="Int32"),
             "wb_key": entries["wb_key"].to_numpy(),
-            "wb_headers": [None if _missing(h) else _header_dicts(h) for h in entries["wb_headers"]],
-            "history": [v is True or v == 1 for v in entries["history"]],
+            "wb_headers": [None if missing(h) else _header_dicts(h) for h in entries["wb_headers"]],
+            "history": [flag(v) for v in entries["history"]],
         }
     return _records(KIND_DELIVER, entries["topic"].to_numpy(), entries["key"].to_numpy(),
                     entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy(), **extras)
@@ -239,13 +225,8 @@ class WheelProcessor(StatefulProcessor):
         requests = []
         for row in log_order(frame[~anonymous_mask]).itertuples(index=False):
             action = Action(row.action)
-            schedule = schedule_of_entry(row._replace(
-                key=_bytes(row.key), value=_bytes(row.value),
-                headers=tuple((k, _bytes(v)) for k, v in _header_pairs(row.headers)),
-                wb_headers=None if _missing(row.wb_headers) else tuple(
-                    (k, _bytes(v)) for k, v in _header_pairs(row.wb_headers)))) \
-                if action in (Action.ADD, Action.REPLACE) else None
-            completes = None if _missing(row.completes) else row.completes
+            schedule = schedule_of_entry(row) if action in (Action.ADD, Action.REPLACE) else None
+            completes = None if missing(row.completes) else row.completes
             requests.append((bytes(row.sid), Request(action, schedule, completes)))
         counts, due_now, anonymous_due = apply_requests(
             self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous, self.lookahead_ms)

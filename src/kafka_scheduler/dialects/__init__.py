@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from . import native
 from ..protocol import DIALECT_NAMES
-from .common import HEADER_TYPE, NORMALIZED_COLUMNS, DecodeSettings, normalize
+from .common import NORMALIZED_COLUMNS, OPTIONAL_COLUMNS, DecodeSettings, normalize
 
 DIALECTS: dict[str, ModuleType] = {"native": native}
 
@@ -34,11 +34,6 @@ def _register() -> None:
 
 
 _register()
-
-# Types of the columns a dialect may leave out (normalize fills them), for the multi-dialect pick.
-_OPTIONAL_TYPES = {"_completes": "string", "_partition": "int", "_partition_key": "binary",
-                   "_wb_headers": HEADER_TYPE, "_history": "boolean"}
-
 
 def _parsed(module, settings) -> dict[str, Column]:
     parsed = getattr(module, "parsed_columns", None)
@@ -72,7 +67,7 @@ def decode(kafka_rows: DataFrame, inputs: Mapping[str, str], settings: DecodeSet
     names = list(dict.fromkeys(name for cols in columns.values() for name in cols))
     picked = []
     for name in names:
-        fallback = F.lit(None).cast(_OPTIONAL_TYPES[name]) if name in _OPTIONAL_TYPES else None
+        fallback = F.lit(None).cast(OPTIONAL_COLUMNS[name]) if name in OPTIONAL_COLUMNS else None
         choices = [(of(d), columns[d].get(name, fallback)) for d in topics_of]
         expression = reduce(lambda acc, choice: acc.when(*choice), choices[1:], F.when(*choices[0]))
         if name == "_reasons":

@@ -79,6 +79,11 @@ class DecodeSettings:
                    max_ahead_ms=config.max_ahead_days * 86_400_000)
 
 
+# The request columns a dialect may leave out, with their types (normalize fills them with null).
+OPTIONAL_COLUMNS = {"_completes": "string", "_partition": "int", "_partition_key": "binary",
+                    "_wb_headers": HEADER_TYPE, "_history": "boolean"}
+
+
 def headers_or_empty() -> Column:
     return F.coalesce(F.col("headers"), F.array().cast(HEADER_TYPE))
 
@@ -210,8 +215,8 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
     (string), ``_partition`` (int), ``_partition_key`` (binary), ``_wb_headers`` (the write-back's
     headers; null: none) and ``_history`` (boolean).
     """
-    def optional(name: str, type_name: str) -> Column:
-        return F.col(name) if name in decoded.columns else F.lit(None).cast(type_name)
+    def optional(name: str) -> Column:
+        return F.col(name) if name in decoded.columns else F.lit(None).cast(OPTIONAL_COLUMNS[name])
 
     rejected = F.size("_reasons") > 0
     rejection_headers = F.concat(
@@ -240,20 +245,20 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
         F.col("offset").alias("src_offset"),
         F.unix_millis(F.col("timestamp")).alias("src_ts_ms"),
         pick(F.lit(None).cast("long"), entry_bytes(F.col("_key"), F.col("_value"), F.col("_headers"))
-             + F.when(optional("_wb_headers", HEADER_TYPE).isNotNull(),
-                      entry_bytes(F.col("key"), F.lit(None).cast("binary"), optional("_wb_headers", HEADER_TYPE))
+             + F.when(optional("_wb_headers").isNotNull(),
+                      entry_bytes(F.col("key"), F.lit(None).cast("binary"), optional("_wb_headers"))
                       - F.lit(ENTRY_OVERHEAD_BYTES)).otherwise(F.lit(0))
              ).alias("entry_bytes"),
-        pick(F.lit(None).cast("string"), optional("_completes", "string")).alias("completes"),
-        pick(F.lit(None).cast("int"), optional("_partition", "int")).alias("partition"),
-        pick(F.lit(None).cast("binary"), optional("_partition_key", "binary")).alias("partition_key"),
-        *[pick(F.lit(None).cast(type_name), F.when(optional("_wb_headers", HEADER_TYPE).isNotNull(), column)
+        pick(F.lit(None).cast("string"), optional("_completes")).alias("completes"),
+        pick(F.lit(None).cast("int"), optional("_partition")).alias("partition"),
+        pick(F.lit(None).cast("binary"), optional("_partition_key")).alias("partition_key"),
+        *[pick(F.lit(None).cast(type_name), F.when(optional("_wb_headers").isNotNull(), column)
                ).alias(name)
           for name, column, type_name in (("wb_topic", F.col("topic"), "string"),
                                           ("wb_partition", F.col("partition"), "int"),
                                           ("wb_key", F.col("key"), "binary"),
-                                          ("wb_headers", optional("_wb_headers", HEADER_TYPE), HEADER_TYPE))],
-        pick(F.lit(False), F.coalesce(optional("_history", "boolean"), F.lit(False))).alias("history"),
+                                          ("wb_headers", optional("_wb_headers"), HEADER_TYPE))],
+        pick(F.lit(False), F.coalesce(optional("_history"), F.lit(False))).alias("history"),
     )
 
 
