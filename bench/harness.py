@@ -1,5 +1,6 @@
 """What every benchmark scenario needs: a broker, the real scheduler job, a fast producer of
-native requests, a consumer that timestamps deliveries, process memory, and the results file.
+native requests, a consumer that timestamps deliveries, process memory and CPU time, the job's
+log lines as they appear, and the results file.
 
 Lateness is measured on the broker's clock: destination topics use LogAppendTime, so a
 delivered record's timestamp is when the broker appended it; each request carries its
@@ -11,11 +12,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from array import array
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +37,8 @@ from kafka_scheduler.topics import wait_for_broker
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
 DUE_HEADER = "bench-due-ms"
+SENT_HEADER = "bench-sent-ms"  # only on requests whose send time is measured apart (steady's already-due ones)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def log(message: str) -> None:
@@ -109,35 +115,103 @@ def write_result(scenario: str, parameters: dict, figures: dict, notes: str = ""
 # ---------------------------------------------------------------- processes
 
 
-def process_tree_rss(pid: int) -> dict[str, int]:
-    """Resident bytes of ``pid`` and its descendants, grouped as jvm / python-worker / python-driver / other."""
+def _process_table() -> tuple[dict[int, list[int]], dict[int, Path]]:
+    """Children of every process (by parent pid), and each process's /proc entry."""
     children: dict[int, list[int]] = {}
-    commands: dict[int, str] = {}
-    rss: dict[int, int] = {}
+    entries: dict[int, Path] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            for line in (entry / "status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss[int(entry.name)] = int(line.split()[1]) * 1024
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(entry.name))
-    groups = {"jvm": 0, "python_workers": 0, "python_driver": 0, "other": 0}
-    stack = [pid]
+        entries[int(entry.name)] = entry
+    return children, entries
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (the JVM, Spark's Python daemon and its workers)."""
+    children, _ = _process_table()
+    found, stack = [], [pid]
     while stack:
         current = stack.pop()
+        found.append(current)
         stack.extend(children.get(current, []))
-        command = commands.get(current, "")
-        group = ("jvm" if "java" in command.split(" ")[0] else
-                 "python_driver" if current == pid else
-                 "python_workers" if "python" in command else "other")
-        groups[group] += rss.get(current, 0)
+    return found
+
+
+def _group(pid: int, root: int, command: str) -> str:
+    return ("jvm" if command.split(" ")[0].endswith("java") else
+            "python_driver" if pid == root else
+            "python_workers" if "python" in command else "other")
+
+
+def _command(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+
+
+def jvm_running(pid: int) -> bool:
+    """Whether a java process is in ``pid``'s tree yet."""
+    for current in _descendants(pid):
+        try:
+            if _command(current).split(" ")[0].endswith("java"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def process_tree_rss(pid: int) -> dict[str, int]:
+    """Resident bytes of ``pid`` and its descendants, grouped as jvm / python-worker / python-driver / other."""
+    groups = {"jvm": 0, "python_workers": 0, "python_driver": 0, "other": 0}
+    for current in _descendants(pid):
+        try:
+            command = _command(current)
+            rss = next((int(line.split()[1]) * 1024 for line in Path(f"/proc/{current}/status").read_text().splitlines()
+                        if line.startswith("VmRSS:")), 0)
+        except (OSError, ValueError, IndexError):
+            continue
+        groups[_group(current, pid, command)] += rss
     return groups
+
+
+def process_tree_cpu(pid: int) -> dict[tuple[int, int], tuple[str, str, float]]:
+    """CPU seconds (user + system) of ``pid`` and its descendants: (pid, start tick) -> (group, command, seconds).
+
+    Each process's figure includes its reaped children (cutime + cstime), so the difference of two
+    samples' sums counts a Python worker that ended in between too: its time moved to its parent.
+    """
+    sample = {}
+    for current in _descendants(pid):
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            command = _command(current)
+        except (OSError, ValueError, IndexError):
+            continue
+        # Fields 14-17 of proc(5) (utime, stime, cutime, cstime) and 22 (starttime); the split starts at field 3.
+        ticks = sum(int(v) for v in fields[11:15])
+        sample[(current, int(fields[19]))] = (_group(current, pid, command), command[:160], ticks / CLOCK_TICKS)
+    return sample
+
+
+def cpu_between(before: dict, after: dict, seconds: float) -> dict:
+    """Percent of one core used between two ``process_tree_cpu`` samples, in all and per group and process."""
+    groups = {"jvm": 0.0, "python_driver": 0.0, "python_workers": 0.0, "other": 0.0}
+    processes = []
+    for key, (group, command, used) in after.items():
+        delta = used - (before[key][2] if key in before else 0.0)
+        groups[group] += delta
+        processes.append({"pid": key[0], "group": group, "command": command, "cpu_s": round(delta, 2),
+                          "new": key not in before})
+    # A process that ended without being reaped inside the tree: its time since ``before`` is lost, say so.
+    gone = [{"pid": key[0], "group": group, "command": command} for key, (group, command, _) in before.items()
+            if key not in after]
+    total = sum(groups.values())
+    return {"cpu_percent_of_one_core": round(100 * total / seconds, 2), "cpu_seconds": round(total, 2),
+            **{f"cpu_percent_{g}": round(100 * v / seconds, 2) for g, v in groups.items()},
+            "processes": sorted(processes, key=lambda p: -p["cpu_s"]), "ended_processes": gone}
 
 
 def directory_bytes(path: Path) -> int:
@@ -153,6 +227,7 @@ class Scheduler:
     process: Optional[subprocess.Popen] = None
     started_at: float = 0.0
     peak_rss: dict = field(default_factory=dict)
+    watcher: Optional["LogWatcher"] = None
 
     @property
     def checkpoint(self) -> Path:
@@ -165,10 +240,13 @@ class Scheduler:
     def start(self, wait: bool = True) -> "Scheduler":
         command = [sys.executable, "-m", "kafka_scheduler", "run", "--bootstrap-servers", self.bootstrap,
                    "--app-id", self.app_id, "--checkpoint-dir", str(self.checkpoint), *self.extra_args]
+        # Only this run's lines: a restart appends to the same file.
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.started_at = time.time()
         with open(self.log_path, "ab") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.watcher = LogWatcher(self.log_path, offset, self.process)
         if wait:
             wait_until(lambda: self.process.poll() is not None or "running: reading" in self.log(), 300,
                        "the scheduler to start")
@@ -202,12 +280,86 @@ class Scheduler:
             return self.process.wait()
 
 
+class LogWatcher(threading.Thread):
+    """Tails the job's log and notes the wall time each line appeared (the job's own timestamps are whole
+    seconds): start-up phases, and the last value of a figure the job logs (e.g. ``index: N entries``)."""
+
+    def __init__(self, path: Path, offset: int, process: subprocess.Popen, interval: float = 0.02):
+        super().__init__(daemon=True, name="bench-log-watcher")
+        self.path, self.offset, self.process, self.interval = path, offset, process, interval
+        self.lines: list[tuple[float, str]] = []
+        self._lock = threading.Lock()
+        self.start()
+
+    def run(self) -> None:
+        pending = b""
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            while True:
+                ended = self.process.poll() is not None
+                chunk = handle.read()
+                now = time.time()
+                if chunk:
+                    *complete, pending = (pending + chunk).split(b"\n")
+                    with self._lock:
+                        self.lines.extend((now, line.decode(errors="replace")) for line in complete)
+                elif ended:
+                    return
+                time.sleep(self.interval)
+
+    def first(self, pattern: str) -> Optional[tuple[float, re.Match]]:
+        """(wall time, match) of the first line matching ``pattern``, or None."""
+        regex = re.compile(pattern)
+        with self._lock:
+            lines = list(self.lines)
+        for seen, line in lines:
+            match = regex.search(line)
+            if match:
+                return seen, match
+        return None
+
+    def last(self, pattern: str) -> Optional[tuple[float, re.Match]]:
+        regex = re.compile(pattern)
+        with self._lock:
+            lines = list(self.lines)
+        for seen, line in reversed(lines):
+            match = regex.search(line)
+            if match:
+                return seen, match
+        return None
+
+
+INDEX_LINE = r"index: (\d+) entries"
+
+
+def index_entries(scheduler: "Scheduler") -> Optional[int]:
+    """The id index's size as the job last logged it (contract: ``index: N entries`` whenever N changes)."""
+    found = scheduler.watcher.last(INDEX_LINE) if scheduler.watcher else None
+    return int(found[1].group(1)) if found else None
+
+
+class EndOffsets:
+    """The number of records in a topic, from a consumer kept open (cheap enough to poll every 0.2 s)."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets"})
+        partitions = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        self.partitions = [TopicPartition(topic, p) for p in partitions]
+
+    def total(self) -> int:
+        return sum(self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in self.partitions)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 class Environment:
     """A broker (ours, on a free port, unless one is given) and helpers around it."""
 
     def __init__(self, workdir: Path, bootstrap: Optional[str] = None):
         self.workdir = workdir
         self.broker = None
+        self.schedulers: list[Scheduler] = []
         if bootstrap is None:
             self.broker = LocalBroker(free_port(), workdir / "broker", heap="1g")
             log("starting a local broker")
@@ -217,6 +369,9 @@ class Environment:
         self.admin = wait_for_broker(bootstrap)
 
     def close(self) -> None:
+        # A scenario that failed half-way leaves its job running: stop it before its broker goes.
+        for scheduler in self.schedulers:
+            scheduler.stop()
         if self.broker is not None:
             self.broker.stop()
 
@@ -232,7 +387,9 @@ class Environment:
         app_id = app_id or f"bench-{uuid.uuid4().hex[:6]}"
         workdir = self.workdir / app_id
         workdir.mkdir(parents=True, exist_ok=True)
-        return Scheduler(self.bootstrap, app_id, workdir, extra_args)
+        scheduler = Scheduler(self.bootstrap, app_id, workdir, extra_args)
+        self.schedulers.append(scheduler)
+        return scheduler
 
     def end_offsets(self, topic: str) -> int:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-offsets"})
@@ -289,12 +446,15 @@ class RequestProducer:
                         headers=headers)
         self._produce(record.key, record.value, list(record.headers or ()))
 
-    def add(self, destination: str, due_ms: int, request_id: Optional[str], value: bytes = b"payload") -> None:
+    def add(self, destination: str, due_ms: int, request_id: Optional[str], value: bytes = b"payload",
+            sent_ms: Optional[int] = None) -> None:
         if self.dialect != "native":
             self._encoded("schedule", destination, due_ms, request_id, value)
             return
         # No action header: ADD is the default, and the existing scenarios' figures were taken without it.
         headers = self._message_headers(destination, due_ms)
+        if sent_ms is not None:
+            headers.append((SENT_HEADER, str(sent_ms).encode()))
         if request_id is not None:
             headers.append(("x-scheduler-request-id", request_id.encode()))
         self._produce(request_id.encode() if request_id else None, value, headers)
@@ -323,29 +483,45 @@ class RequestProducer:
 
 class DeliveryReader:
     """Consumes a destination topic; keeps (broker append time, due time) per delivery, and with
-    ``keep_values`` the value delivered under each key (the bench keys every request by its id)."""
+    ``keep_values`` the value delivered under each key (the bench keys every request by its id).
 
-    def __init__(self, bootstrap: str, topic: str, keep_values: bool = False):
+    Deliveries of requests sent with a send time (``SENT_HEADER``) are kept apart in ``sent_deliveries``
+    as (append time, due time, send time), out of the lateness figures. ``compact``: append and due
+    times in two int64 arrays instead of a list of tuples, for herds of millions.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, keep_values: bool = False, compact: bool = False):
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
                                   "enable.auto.commit": False, "fetch.max.bytes": 50_000_000})
         partitions = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
         self.consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        self.compact = compact
         self.deliveries: list[tuple[int, int]] = []
+        self.appended_ms = array("q")
+        self.due_ms = array("q")
+        self.sent_deliveries: list[tuple[int, int, int]] = []
         self.delivery_ids: set[bytes] = set()
         self.duplicates = 0
         self.values: Optional[dict[bytes, bytes]] = {} if keep_values else None
         # Keys delivered again under another delivery id: two versions of one schedule both fired.
         self.keys_delivered_twice: set[bytes] = set()
 
+    @property
+    def count(self) -> int:
+        """Distinct deliveries read so far, of every kind."""
+        return len(self.delivery_ids)
+
     def poll(self, seconds: float = 0.2) -> int:
         for message in self.consumer.consume(10_000, seconds):
             if message.error() is not None:
                 continue
-            due = appended = None
+            due = sent = None
             delivery_id = None
             for name, value in message.headers() or []:
                 if name == DUE_HEADER:
                     due = int(value)
+                elif name == SENT_HEADER:
+                    sent = int(value)
                 elif name == "x-scheduler-delivery-id":
                     delivery_id = value
             appended = message.timestamp()[1]
@@ -353,16 +529,27 @@ class DeliveryReader:
                 self.duplicates += 1
                 continue
             self.delivery_ids.add(delivery_id)
-            self.deliveries.append((appended, due))
+            if sent is not None:
+                self.sent_deliveries.append((appended, due, sent))
+            elif self.compact:
+                self.appended_ms.append(appended)
+                self.due_ms.append(due)
+            else:
+                self.deliveries.append((appended, due))
             if self.values is not None:
                 key = message.key()
                 if key in self.values:
                     self.keys_delivered_twice.add(key)
                 self.values[key] = message.value()
-        return len(self.deliveries)
+        return self.count
+
+    def appended(self) -> list[int]:
+        """Append times (ms) of the deliveries in the lateness figures, sorted."""
+        return sorted(self.appended_ms if self.compact else (a for a, _ in self.deliveries))
 
     def lateness_figures(self) -> dict:
-        lateness = sorted((appended - due) / 1000 for appended, due in self.deliveries)
+        pairs = zip(self.appended_ms, self.due_ms) if self.compact else self.deliveries
+        lateness = sorted((appended - due) / 1000 for appended, due in pairs)
         return {
             "delivered": len(lateness),
             "early": sum(1 for value in lateness if value < 0),

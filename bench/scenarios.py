@@ -1,13 +1,41 @@
 """The benchmark scenarios. Each runs against a broker and the real `kafka-scheduler run` job,
 prints its figures and appends a JSON result to bench/results/.
 
-    kafka-scheduler bench steady --rate 1000 --duration 60
-    kafka-scheduler bench ingest --count 1000000
-    kafka-scheduler bench herd --count 1000000
+    kafka-scheduler bench steady --rate 1000 --duration 60 [--lead 2]
+    kafka-scheduler bench ingest --count 1000000 [--no-ids | --mix]
+    kafka-scheduler bench herd --count 10000000 [--no-ids] [--lead S]
     kafka-scheduler bench pending --count 10000000
     kafka-scheduler bench restart --count 1000000
+    kafka-scheduler bench idle [--count 10000] [--duration 60]
     kafka-scheduler bench strikes --count 1000000 --strikes 500000 --wave 5000 [--deliver]
-    make bench            # all six with the issue's target sizes
+    make bench            # `bench all`: the PLAN below, at the issues' target sizes
+
+steady: --rate requests/s with ids for --duration s, each due --lead s after it is sent, except
+every 50th (2%) sent already due (due 1 s before sending). Lateness (broker append time - due
+time) p50/p99/max of the others; the already-due ones apart as send-to-delivery p50/p99/max
+(`already_due_*`); early and lost counted over all.
+
+ingest: --count ADDs with unique ids (default) or none (--no-ids), due a month ahead; or --mix:
+of every 20 requests 4 replace and 1 cancels an id sent before and still pending (picked at
+random), the rest add new ids. Accepted/s overall (all requests, first sent to last committed)
+and between the first and last commit; with --mix also the job's logged outcome counts.
+
+herd: --count schedules (ids unless --no-ids) all due at one instant --lead s after the start;
+the default --lead leaves time to ingest at 20,000/s, and the run stops early with a message if
+the pace between commits cannot make it. Deliveries are counted on the broker while they come
+and read back afterwards: first/last delivery after the instant, lateness, early, lost,
+duplicates; then up to 60 s for the job's `index: N entries` line to reach 0
+(`index_entries_after`; null if the job does not log it).
+
+restart: --count pending far ahead and one due 15 s later; stop the job, let that one fall due,
+start it again: first overdue delivery after process start, and the start-up steps as the log
+lines appeared (`spark: starting`, `running:`, `first batch done`) and the JVM process showed.
+
+idle: a warmed-up job, --count schedules due an hour ahead, committed, 10 s quiet, then the CPU
+time (utime + stime from /proc, reaped children included) of the job's whole process tree over
+--duration s: `cpu_percent_of_one_core`, per group (JVM, driver Python, Python workers) and per
+process (in `details`), and the micro-batches run meanwhile; then 20 requests, one every 5 s,
+each due --lead (3) s after sending: wake-up lateness p50/max, early, lost.
 
 strikes: a replace or cancel of a pending schedule strikes its old version out of its time
 bucket (lazy deletion). Phase 1 files --count schedules with request ids, all due at one
@@ -27,19 +55,21 @@ none early, no duplicates.
 from __future__ import annotations
 
 import argparse
+import random
 import re
 import shutil
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Optional
 
 from kafka_scheduler.checkpoint import last_committed_batch
 from kafka_scheduler.protocol import DIALECT_NAMES
 
-from .harness import (DeliveryReader, Environment, RequestProducer, directory_bytes, log, percentile, wait_until,
-                      write_result)
+from .harness import (DeliveryReader, EndOffsets, Environment, RequestProducer, cpu_between, directory_bytes,
+                      index_entries, jvm_running, log, percentile, process_tree_cpu, wait_until, write_result)
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
@@ -50,20 +80,31 @@ def _ids(prefix: str, count: int):
 
 def _ingest(env: Environment, scheduler, destination: str, count: int, due_ms: Callable[[int], int],
             prefix: str, time_budget: float, no_ids: bool = False, requests: Optional[str] = None,
-            dialect: str = "native") -> dict:
-    """Produce ``count`` ADDs as fast as possible and wait until the scheduler has committed them all.
+            dialect: str = "native", send: Optional[Callable[[RequestProducer, int], None]] = None,
+            finish_by: Optional[float] = None, too_slow: str = "") -> dict:
+    """Produce ``count`` requests as fast as possible and wait until the scheduler has committed them all.
 
-    Returns the producer rate and the scheduler's sustained acceptance rate (10%..90% of the
-    committed offsets, which excludes start-up and the last partial batch).
+    ``send(producer, i)`` sends the i-th request (default: an ADD due at ``due_ms(i)``). ``finish_by``
+    (epoch s): give up with a RuntimeError (``too_slow`` says why it matters) as soon as the pace
+    between commits, over at least 60 s, cannot commit them all by then.
+
+    Returns the producer rate and the scheduler's acceptance rate, overall (from the first request
+    sent to the last one committed) and between the first and the last commit seen (without the
+    wait for the first batch).
     """
     requests = requests or f"{scheduler.app_id}-schedule-requests"
     base = scheduler.committed(requests)
     producer = RequestProducer(env.bootstrap, requests, dialect)
+    if send is None:
+        def send(producer_: RequestProducer, i: int) -> None:
+            producer_.add(destination, due_ms(i), None if no_ids else f"{prefix}-{i}")
     progress_points: list[tuple[float, int]] = []
     started = time.time()
-    log(f"producing {count:,} {dialect} requests" + (" without request ids" if no_ids else " with unique request ids"))
-    for i, request_id in enumerate(_ids(prefix, count)):
-        producer.add(destination, due_ms(i), None if no_ids else request_id)
+    what = ("without request ids" if no_ids else "with unique request ids") if prefix != "mix" else \
+        "(adds, replaces and cancels)"
+    log(f"producing {count:,} {dialect} requests {what}")
+    for i in range(count):
+        send(producer, i)
         if i % 100_000 == 99_999:
             scheduler.sample_memory()
     producer.flush()
@@ -76,14 +117,23 @@ def _ingest(env: Environment, scheduler, destination: str, count: int, due_ms: C
 
     def committed_all() -> bool:
         done = scheduler.committed(requests) - base
+        now = time.time()
         if done and (not progress_points or done > progress_points[-1][1]):
-            progress_points.append((time.time(), done))
+            progress_points.append((now, done))
         scheduler.sample_memory()
+        if finish_by is not None and done < count and len(progress_points) >= 2:
+            (t0, n0), (t1, n1) = progress_points[0], progress_points[-1]
+            if now - t0 >= 60 and t1 > t0:
+                pace = (n1 - n0) / (t1 - t0)
+                if now + (count - done) / max(pace, 1e-9) > finish_by:
+                    raise RuntimeError(
+                        f"ingest too slow: {pace:,.0f}/s between commits ({done:,} of {count:,} committed); "
+                        f"the rest would need {(count - done) / max(pace, 1e-9):,.0f}s, {finish_by - now:,.0f}s "
+                        f"are left{too_slow}")
         return done >= count
 
     wait_until(committed_all, time_budget, "the requests to be committed", interval=0.2, progress=progress)
     finished = time.time()
-    # Between the first and the last commit: the scheduler's own pace, without the wait for the first batch.
     (t0, n0), (t1, n1) = progress_points[0], progress_points[-1]
     sustained = (n1 - n0) / (t1 - t0) if t1 > t0 else None
     return {"produced_per_s": round(count / produced_s), "accepted_per_s_overall": round(count / (finished - started)),
@@ -123,6 +173,33 @@ def _warmed_up(env: Environment, args, app_id: Optional[str] = None, inputs: tup
     return scheduler
 
 
+ALREADY_DUE_EVERY = 50  # steady: every 50th request (2%) is already due when sent
+ALREADY_DUE_BY_MS = 1000  # ... due this long before it is sent
+
+
+def _settle_and_count(reader: DeliveryReader, expected: int, timeout: float, what: str) -> None:
+    """Wait for ``expected`` deliveries; on a timeout keep going (what is missing is counted as lost),
+    and read a few seconds more so that duplicates arriving late are counted too."""
+    try:
+        wait_until(lambda: reader.poll() >= expected, timeout, what,
+                   progress=lambda: f"{reader.count:,} of {expected:,}")
+    except TimeoutError as exc:
+        log(f"  {exc}: counting what arrived")
+    settle_until = time.time() + 3
+    while time.time() < settle_until:
+        reader.poll(0.5)
+
+
+def _send_to_delivery(sent: list[tuple[int, int, int]], prefix: str) -> dict:
+    """Figures of deliveries measured from their send time: (append ms, due ms, sent ms) each."""
+    delays = sorted((appended - sent_ms) / 1000 for appended, _, sent_ms in sent)
+    return {f"{prefix}_delivered": len(delays),
+            f"{prefix}_early": sum(1 for appended, due, _ in sent if appended < due),
+            f"{prefix}_send_to_delivery_p50_s": round(percentile(delays, 0.5), 3) if delays else None,
+            f"{prefix}_send_to_delivery_p99_s": round(percentile(delays, 0.99), 3) if delays else None,
+            f"{prefix}_send_to_delivery_max_s": round(delays[-1], 3) if delays else None}
+
+
 def steady(env: Environment, args) -> dict:
     flags, _ = _dialect_inputs(env, argparse.Namespace(dialect="native", with_dialects=args.with_dialects))
     scheduler = _warmed_up(env, args, inputs=flags)
@@ -130,26 +207,77 @@ def steady(env: Environment, args) -> dict:
     reader = DeliveryReader(env.bootstrap, destination)
     producer = RequestProducer(env.bootstrap, f"{scheduler.app_id}-schedule-requests")
     total = int(args.rate * args.duration)
-    log(f"steady: {args.rate}/s for {args.duration}s, each due {args.lead}s after it is sent")
+    log(f"steady: {args.rate}/s for {args.duration}s, each due {args.lead}s after it is sent, "
+        f"every {ALREADY_DUE_EVERY}th already due {ALREADY_DUE_BY_MS / 1000:.0f}s before")
     started = time.time()
+    already_due = 0
     for i, request_id in enumerate(_ids("steady", total)):
         target = started + i / args.rate
         while time.time() < target:
             reader.poll(0)
             time.sleep(min(0.002, max(0.0, target - time.time())))
-        producer.add(destination, int(time.time() * 1000 + args.lead * 1000), request_id)
+        now_ms = int(time.time() * 1000)
+        if i % ALREADY_DUE_EVERY == ALREADY_DUE_EVERY // 2:
+            producer.add(destination, now_ms - ALREADY_DUE_BY_MS, request_id, sent_ms=now_ms)
+            already_due += 1
+        else:
+            producer.add(destination, int(now_ms + args.lead * 1000), request_id)
         if i % max(1, int(args.rate)) == 0:
             producer.producer.poll(0)
             scheduler.sample_memory()
     producer.flush()
-    wait_until(lambda: reader.poll() >= total, args.lead + 120, "all deliveries",
-               progress=lambda: f"{len(reader.deliveries):,} of {total:,}")
-    appended = sorted(a for a, _ in reader.deliveries)
+    _settle_and_count(reader, total, args.lead + 120, "all deliveries")
+    appended = reader.appended()
     figures = reader.lateness_figures()
-    figures["deliveries_per_s"] = round((len(appended) - 1) / max(1e-9, (appended[-1] - appended[0]) / 1000))
+    figures["deliveries_per_s"] = round((len(appended) - 1) / max(1e-9, (appended[-1] - appended[0]) / 1000)) \
+        if len(appended) > 1 else None
+    figures.update(_send_to_delivery(reader.sent_deliveries, "already_due"))
+    figures.update({"sent": total, "already_due_sent": already_due,
+                    "early_all": figures["early"] + figures["already_due_early"],
+                    "lost": total - reader.count})
     reader.close()
     scheduler.stop()
     return figures
+
+
+MIX_REPLACE_SLOTS = (5, 10, 15, 19)  # ingest --mix: of every 20 requests, 4 replace (20%) ...
+MIX_CANCEL_SLOTS = (7,)  # ... 1 cancels (5%), the rest add
+
+
+def _mix_sender(destination: str, far: int, counts: Counter) -> Callable[[RequestProducer, int], None]:
+    """ingest --mix: adds with new ids; replaces and cancels of ids picked at random among those added and not
+    cancelled yet (every request of an id goes to the id's partition, so the add is read first)."""
+    rng = random.Random(7)
+    pending: list[str] = []
+
+    def send(producer: RequestProducer, i: int) -> None:
+        slot = i % 20
+        if pending and slot in MIX_REPLACE_SLOTS:
+            producer.replace(destination, far + i, pending[rng.randrange(len(pending))], b"replaced")
+            counts["replace"] += 1
+        elif pending and slot in MIX_CANCEL_SLOTS:
+            j = rng.randrange(len(pending))
+            pending[j], pending[-1] = pending[-1], pending[j]
+            producer.cancel(pending.pop())
+            counts["cancel"] += 1
+        else:
+            request_id = f"mix-{i}"
+            producer.add(destination, far + i, request_id)
+            pending.append(request_id)
+            counts["add"] += 1
+    return send
+
+
+def _logged_outcomes(log_text: str, after_batch: int) -> dict[str, int]:
+    """Outcome counts summed over the job's batch lines after ``after_batch`` (metrics.BatchSummary.log_line)."""
+    outcomes: Counter = Counter()
+    for match in re.finditer(r"batch (\d+): (\d+) requests \(([^)]*)\)", log_text):
+        if int(match.group(1)) > after_batch:
+            for part in match.group(3).split(","):
+                n, _, name = part.strip().partition(" ")
+                if n.isdigit():
+                    outcomes[name] += int(n)
+    return dict(sorted(outcomes.items()))
 
 
 def ingest(env: Environment, args) -> dict:
@@ -159,31 +287,79 @@ def ingest(env: Environment, args) -> dict:
     far = int(time.time() * 1000) + FAR_FUTURE_MS
     if args.dialect != "native" and args.no_ids:
         raise RuntimeError(f"--no-ids: every {args.dialect} request carries an id (the record key)")
+    if args.mix and (args.no_ids or args.dialect != "native"):
+        raise RuntimeError("--mix: native requests with ids only (replaces and cancels need the ids)")
     requests = next((t for t, d in inputs.items() if d == args.dialect), None)
+    after_batch = last_committed_batch(scheduler.checkpoint) or -1
+    counts: Counter = Counter()
     # As native: due times 1 ms apart (Karafka and ETF1 round them up to whole seconds: the same buckets).
-    figures = _ingest(env, scheduler, destination, args.count, lambda i: far + i, "ingest", args.time_budget,
-                      args.no_ids, requests, args.dialect)
+    figures = _ingest(env, scheduler, destination, args.count, lambda i: far + i, "mix" if args.mix else "ingest",
+                      args.time_budget, args.no_ids, requests, args.dialect,
+                      send=_mix_sender(destination, far, counts) if args.mix else None)
+    if args.mix:
+        figures.update({"adds": counts["add"], "replaces": counts["replace"], "cancels": counts["cancel"]})
+        # The job's own account: a replace or cancel that found nothing to act on shows as a no-op.
+        figures["logged_outcomes"] = _logged_outcomes(scheduler.log(), after_batch)
+    figures["index_entries"] = index_entries(scheduler)
     scheduler.stop()
     return figures
+
+
+HERD_INGEST_PLANNED_PER_S = 20_000  # herd's default --lead: ingest at 2/3 of the issue's 30,000/s still fits
+INDEX_SETTLE_S = 60  # herd: how long the index may take to forget the delivered schedules
 
 
 def herd(env: Environment, args) -> dict:
     scheduler = _warmed_up(env, args)
     destination = env.topic("herd", partitions=4)
-    reader = DeliveryReader(env.bootstrap, destination)
     due = int(time.time() * 1000 + args.lead * 1000)
-    ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: due, "herd", args.lead, args.no_ids)
+    log(f"herd: {args.count:,} due {args.lead:.0f}s from now, "
+        f"{'without ids' if args.no_ids else 'with unique request ids'}")
+    too_slow = (f" before the herd falls due: --lead {args.lead:.0f}s for {args.count:,} needs about "
+                f"{args.count / max(1.0, args.lead - 30):,.0f}/s (the default plans for {HERD_INGEST_PLANNED_PER_S:,}/s; "
+                f"the issue targets >= 30,000/s with ids); give a longer --lead to measure the herd anyway")
+    ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: due, "herd",
+                             max(1.0, due / 1000 - 1 - time.time()), args.no_ids,
+                             finish_by=due / 1000 - 1, too_slow=too_slow)
     if time.time() * 1000 > due:
         raise RuntimeError("ingest took longer than --lead: the herd was not all pending at its due instant")
-    log(f"all {args.count:,} pending; due in {(due - time.time() * 1000) / 1000:.1f}s")
-    wait_until(lambda: reader.poll(0.5) >= args.count, args.lead + args.time_budget, "the herd to be delivered",
-               interval=0, progress=lambda: f"{len(reader.deliveries):,} of {args.count:,}")
-    appended = sorted(a for a, _ in reader.deliveries)
+    at_due = index_entries(scheduler)
+    log(f"all {args.count:,} pending (index: {at_due} entries); due in {(due - time.time() * 1000) / 1000:.1f}s")
+    # Counted on the broker, read afterwards: a consumer reading millions meanwhile would take a core from the job.
+    offsets = EndOffsets(env.bootstrap, destination)
+    wait_until(lambda: offsets.total() >= args.count, args.lead + args.time_budget, "the herd to be delivered",
+               progress=lambda: f"{offsets.total():,} of {args.count:,}")
+    delivered_at = time.time()
+    offsets.close()
+
+    index_after = index_entries(scheduler)
+    if index_after is not None:
+        log(f"all delivered; waiting up to {INDEX_SETTLE_S}s for the id index to empty (now {index_after:,})")
+        try:
+            wait_until(lambda: index_entries(scheduler) == 0, INDEX_SETTLE_S, "the index to empty",
+                       progress=lambda: f"index: {index_entries(scheduler)} entries")
+        except TimeoutError as exc:
+            log(f"  {exc}")
+        index_after = index_entries(scheduler)
+    last_line = scheduler.watcher.last(r"index: \d+ entries")
+
+    reader = DeliveryReader(env.bootstrap, destination, compact=True)
+    # Until the topic is read to its end: nothing new for 5 s (the reader counts duplicates apart).
+    last_news, seen = time.time(), -1
+    while time.time() - last_news < 5:
+        reader.poll(1.0)
+        if reader.count + reader.duplicates != seen:
+            seen, last_news = reader.count + reader.duplicates, time.time()
+    appended = reader.appended()
     figures = reader.lateness_figures()
     figures.update({"due_to_last_delivery_s": round((appended[-1] - due) / 1000, 2),
                     "due_to_first_delivery_s": round((appended[0] - due) / 1000, 2),
                     "deliveries_per_s": round(len(appended) / max(1e-9, (appended[-1] - appended[0]) / 1000)),
-                    "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"]})
+                    "lost": args.count - reader.count,
+                    "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],
+                    "index_entries_at_due": at_due, "index_entries_after": index_after,
+                    "index_last_logged_after_all_delivered_s":
+                        round(last_line[0] - delivered_at, 1) if last_line and index_after is not None else None})
     reader.close()
     scheduler.stop()
     return figures
@@ -226,12 +402,113 @@ def restart(env: Environment, args) -> dict:
     wait_until(lambda: time.time() * 1000 > overdue_due + 1000, 60, "the schedule to fall due while stopped")
     log("starting it again")
     scheduler.start(wait=False)
-    wait_until(lambda: reader.poll() >= 1, args.time_budget, "the overdue delivery",
+    jvm_seen: list[float] = []
+
+    def delivered() -> bool:
+        if not jvm_seen and jvm_running(scheduler.process.pid):
+            jvm_seen.append(time.time())
+        return reader.poll() >= 1
+
+    wait_until(delivered, args.time_budget, "the overdue delivery",
                progress=lambda: "restoring" if "first batch" not in scheduler.log() else "first batch done")
     first_delivery = reader.deliveries[0][0] / 1000
     figures = {"start_to_first_overdue_delivery_s": round(first_delivery - scheduler.started_at, 2),
                "pending_at_restart": args.count + 1}
+    figures.update(_startup_breakdown(scheduler, jvm_seen[0] if jvm_seen else None, first_delivery))
     reader.close()
+    scheduler.stop()
+    return figures
+
+
+# Start-up milestones in the job's log (pipeline.py), in the order they appear.
+STARTUP_LINES = (("spark_starting", r"spark: starting"), ("running", r"running: reading"),
+                 ("first_batch_done", r"first batch done ([\d.]+)s after start"))
+
+
+def _startup_breakdown(scheduler, jvm_seen: Optional[float], first_delivery: float) -> dict:
+    """Seconds from process start to each milestone, as the bench saw the log lines appear (the log's own
+    timestamps are whole seconds), and the steps between them. The JVM milestone is when a java process
+    first showed in the job's process tree (polled with the delivery, every 0.2 s)."""
+    started = scheduler.started_at
+    seen = {"jvm_process": jvm_seen}
+    for name, pattern in STARTUP_LINES:
+        found = scheduler.watcher.first(pattern)
+        seen[name] = found[0] if found else None
+    seen["first_overdue_delivery"] = first_delivery
+    figures = {f"startup_{name}_s": round(at - started, 2) if at else None for name, at in seen.items()}
+    logged = scheduler.watcher.first(STARTUP_LINES[-1][1])
+    # The job's own clock starts when its Scheduler object is made, after imports and argument parsing.
+    figures["first_batch_done_as_logged_s"] = float(logged[1].group(1)) if logged else None
+    steps, previous = {}, ("process_start", started)
+    for name in ("spark_starting", "jvm_process", "running", "first_batch_done", "first_overdue_delivery"):
+        if seen[name] is not None:
+            steps[f"{previous[0]}->{name}"] = round(seen[name] - previous[1], 2)
+            previous = (name, seen[name])
+    figures["startup_steps_s"] = steps
+    return figures
+
+
+IDLE_PENDING_AHEAD_MS = 3_600_000  # idle: the pending schedules are due an hour ahead
+IDLE_SETTLE_S = 10  # idle: quiet time after the last commit before measuring
+IDLE_SAMPLE_S = 5  # idle: CPU timeline resolution
+WAKEUPS, WAKEUP_EVERY_S = 20, 5  # idle: then this many requests, one every 5 s, each due --lead s after sending
+
+
+def idle(env: Environment, args) -> dict:
+    """CPU of the whole job (driver Python, JVM, Python workers) with nothing due for an hour and nothing
+    arriving, then whether requests sent one by one still wake it up on time."""
+    scheduler = _warmed_up(env, args)
+    requests = f"{scheduler.app_id}-schedule-requests"
+    pending_topic = env.topic("idle")
+    early_reader = DeliveryReader(env.bootstrap, pending_topic)
+    far = int(time.time() * 1000) + IDLE_PENDING_AHEAD_MS
+    _ingest(env, scheduler, pending_topic, args.count, lambda i: far + i, "idle", args.time_budget)
+    log(f"{args.count:,} pending an hour ahead, committed; quiet for {IDLE_SETTLE_S}s, "
+        f"then measuring CPU for {args.duration:.0f}s")
+    time.sleep(IDLE_SETTLE_S)
+
+    pid = scheduler.process.pid
+    batch_before = last_committed_batch(scheduler.checkpoint) or 0
+    first = previous = process_tree_cpu(pid)
+    started = previous_at = time.monotonic()
+    timeline = []
+    while (now := time.monotonic()) < started + args.duration:
+        time.sleep(min(IDLE_SAMPLE_S, started + args.duration - now))
+        sample, at = process_tree_cpu(pid), time.monotonic()
+        timeline.append(cpu_between(previous, sample, at - previous_at)["cpu_percent_of_one_core"])
+        previous, previous_at = sample, at
+    measured = cpu_between(first, previous, previous_at - started)
+    batches = (last_committed_batch(scheduler.checkpoint) or 0) - batch_before
+    log(f"idle: {measured['cpu_percent_of_one_core']}% of one core, {batches} micro-batches in "
+        f"{previous_at - started:.0f}s; now {WAKEUPS} requests, one every {WAKEUP_EVERY_S}s, due {args.lead}s later")
+
+    wake_topic = env.topic("wake-up")
+    reader = DeliveryReader(env.bootstrap, wake_topic)
+    producer = RequestProducer(env.bootstrap, requests)
+    wake_cpu_before, wake_started = process_tree_cpu(pid), time.monotonic()
+    for i in range(WAKEUPS):
+        producer.add(wake_topic, int(time.time() * 1000 + args.lead * 1000), f"wake-up-{i}")
+        producer.flush()
+        send_next = time.time() + WAKEUP_EVERY_S
+        while time.time() < send_next:
+            reader.poll(0.2)
+    _settle_and_count(reader, WAKEUPS, args.lead + 60, "the wake-up deliveries")
+    wake_cpu = cpu_between(wake_cpu_before, process_tree_cpu(pid), time.monotonic() - wake_started)
+    early_reader.poll(1.0)
+    wake = reader.lateness_figures()
+    figures = {"cpu_percent_of_one_core": measured["cpu_percent_of_one_core"],
+               **{k: v for k, v in measured.items() if k.startswith("cpu_percent_") and k != "cpu_percent_of_one_core"},
+               "measured_s": round(previous_at - started, 1), "micro_batches_while_idle": batches,
+               "pending": args.count, "pending_delivered_early": early_reader.count,
+               "wakeups_sent": WAKEUPS, "wakeups_delivered": wake["delivered"], "wakeups_lost": WAKEUPS - reader.count,
+               "wakeups_early": wake["early"], "wakeups_duplicates": wake["duplicates"],
+               "wakeup_lateness_p50_s": wake["lateness_p50_s"], "wakeup_lateness_max_s": wake["lateness_max_s"],
+               "cpu_percent_during_wakeups": wake_cpu["cpu_percent_of_one_core"],
+               "details": {"cpu_percent_per_5s": timeline, "processes": measured["processes"],
+                           "ended_processes": measured["ended_processes"],
+                           "wakeup_lateness_s": sorted(round((a - d) / 1000, 3) for a, d in reader.deliveries)}}
+    reader.close()
+    early_reader.close()
     scheduler.stop()
     return figures
 
@@ -434,27 +711,29 @@ def _check_deliveries(reader: DeliveryReader, plan: list[tuple[str, str]], count
 
 
 SCENARIOS = {"steady": steady, "ingest": ingest, "herd": herd, "pending": pending, "restart": restart,
-             "strikes": strikes}
+             "strikes": strikes, "idle": idle}
 
 # The issue's target sizes, as a single scenario runs them by default.
 TARGETS = {
     "steady": {"rate": 1000, "duration": 60},
     "ingest": {"count": 1_000_000},
-    "herd": {"count": 1_000_000},
+    "herd": {"count": 10_000_000},
     "pending": {"count": 10_000_000},
     "restart": {"count": 1_000_000},
     "strikes": {"count": 1_000_000, "strikes": 500_000, "wave": 5_000},
+    "idle": {"count": 10_000, "duration": 60},
 }
 
-# What `make bench` (scenario "all") runs: every target, with and without the tuning that matters.
+# What `make bench` (scenario "all") runs: every target of issue 7 with default settings, then pending and strikes.
 PLAN = [
-    ("steady", {"scheduler_args": ("--lookahead=1500ms",)}),
     ("steady", {}),
     ("ingest", {}),
     ("ingest", {"no_ids": True}),
-    ("herd", {"no_ids": True}),
+    ("ingest", {"mix": True}),
+    ("herd", {}),
+    ("restart", {}),
+    ("idle", {}),
     ("pending", {"no_ids": True}),
-    ("restart", {"no_ids": True}),
     ("strikes", {}),
 ]
 
@@ -462,14 +741,16 @@ PLAN = [
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", choices=[*SCENARIOS, "all"], help="which scenario ('all' = make bench)")
     parser.add_argument("--rate", type=float, default=1000, help="steady: schedules per second (default 1000)")
-    parser.add_argument("--duration", type=float, default=60, help="steady: seconds of load (default 60)")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="steady: seconds of load; idle: seconds of CPU measurement (default 60 each)")
     parser.add_argument("--lead", type=float, default=None,
-                        help="steady: due this many seconds after sending (default 3); herd, strikes --deliver: "
-                             "the instant all are due, in seconds from the start of ingest (default: enough to "
-                             "ingest them first, and for strikes to send the strikes too)")
+                        help="steady: due this many seconds after sending (default 2); idle: the wake-up requests "
+                             "likewise (default 3); herd, strikes --deliver: the instant all are due, in seconds "
+                             "from the start of ingest (default: enough to ingest them first, for herd at "
+                             f"{HERD_INGEST_PLANNED_PER_S:,}/s, and for strikes to send the strikes too)")
     parser.add_argument("--count", type=int, default=None,
-                        help="ingest/herd/pending/restart/strikes: number of schedules (default 1,000,000; "
-                             "pending 10,000,000)")
+                        help="ingest/herd/pending/restart/strikes: number of requests (default 1,000,000; "
+                             "herd and pending 10,000,000); idle: schedules pending an hour ahead (default 10,000)")
     parser.add_argument("--strikes", type=int, default=None,
                         help="strikes: cancels and replaces (half each) of distinct pending schedules "
                              "(default 500,000)")
@@ -479,6 +760,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deliver", action="store_true",
                         help="strikes: make the bucket due just after the strikes (see --lead), then check what "
                              "is delivered: the uncancelled schedules, replaced ones with their new value")
+    parser.add_argument("--mix", action="store_true",
+                        help="ingest: 20%% replaces and 5%% cancels of ids sent before and still pending, the rest "
+                             "adds with new ids (--count is all of them)")
     parser.add_argument("--dialect", choices=DIALECT_NAMES, default="native",
                         help="ingest: write the requests in this dialect, to a topic of their own")
     parser.add_argument("--with-dialects", action="store_true",
@@ -502,10 +786,15 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
         setattr(scenario_args, key, value)
     if scenario_args.count is None:
         scenario_args.count = defaults.get("count", 0)
+    if scenario_args.duration is None:
+        scenario_args.duration = defaults.get("duration", 60)
     if name == "steady":
+        scenario_args.lead = 2.0 if args.lead is None else args.lead
+    elif name == "idle":
         scenario_args.lead = 3.0 if args.lead is None else args.lead
     elif name == "herd" and args.lead is None:
-        scenario_args.lead = 30 + scenario_args.count / 8000  # time to ingest them all first
+        # Time to produce and ingest them all first; slower than planned and the run stops early, saying so.
+        scenario_args.lead = 30 + scenario_args.count / HERD_INGEST_PLANNED_PER_S
     if name == "strikes":
         for key in ("strikes", "wave"):
             if getattr(scenario_args, key) is None:

@@ -319,12 +319,16 @@ def build_parser() -> argparse.ArgumentParser:
     replace.set_defaults(handler=cmd_schedule)
 
     bench = commands.add_parser("bench", help="run a benchmark scenario",
-                                description="Benchmark the real job against a local broker: steady (lateness), "
-                                            "ingest (schedules/s), herd (many due at once), pending (memory), "
-                                            "restart (time to first overdue delivery), strikes (cancels and "
-                                            "replaces per second as one time bucket's struck versions pile up; "
-                                            "--deliver also checks the outcome). Prints the figures and "
-                                            "writes bench/results/<time>-<scenario>.json.")
+                                description="Benchmark the real job against a local broker: steady (lateness, "
+                                            "and send-to-delivery of requests already due when sent), ingest "
+                                            "(requests/s with ids, --no-ids, or a --mix of adds, replaces and "
+                                            "cancels), herd (many due at once; the id index afterwards), pending "
+                                            "(memory), restart (time to first overdue delivery and its start-up "
+                                            "steps), idle (CPU of the whole job with nothing to do, then wake-up "
+                                            "lateness), strikes (cancels and replaces per second as one time "
+                                            "bucket's struck versions pile up; --deliver also checks the "
+                                            "outcome). Prints the figures and writes "
+                                            "bench/results/<time>-<scenario>.json.")
     try:
         _bench_module().add_arguments(bench)
     except CommandError:
