@@ -51,7 +51,7 @@ def committed_offsets(checkpoint_dir: str | Path) -> dict[str, dict[int, int]]:
 STATE_FILE = "kafka-scheduler-state.json"
 # The version of the state schema this code writes and reads. 2: the first format with a settings file.
 # 3: schedules carry partition, partition key, write-back and history (dialects); the inputs are recorded.
-STATE_FORMAT = 3
+STATE_FORMAT = 4
 _LAYOUTS = ("wheel", "per-id")
 
 

@@ -18,6 +18,7 @@ ENV_PREFIX = "KAFKA_SCHEDULER_"
 REQUESTS_SUFFIX = "-schedule-requests"
 REJECTIONS_SUFFIX = "-schedule-rejections"
 HISTORY_SUFFIX = "-schedule-history"
+TICKS_SUFFIX = "-scheduler-ticks"
 
 _TRIGGER = re.compile(r"^\s*(\d+(\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?)\s*$", re.I)
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -137,12 +138,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_requests_per_batch", _positive_int, 500_000,
            "cap on request records read per micro-batch: bounds memory and batch time when catching up", "N"),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
-    Option("lookahead", _duration_ms, 0,
-           "prepare deliveries due within this window in the current batch and write each at its due time "
-           "(lower lateness; a replace or cancel must then arrive this much before the due time)", "DURATION"),
-    Option("state_layout", _choice("wheel", "per-id"), "wheel",
-           "how pending schedules are kept: 'wheel' (time buckets per shard, bulk) or 'per-id' (one key per "
-           "schedule); fixed in the checkpoint at its first run", "LAYOUT"),
+    Option("lookahead", _duration_ms, 1500,
+           "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
+           "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
+           "micro-batch after its due time", "DURATION"),
+    Option("max_held", _positive_int, 200_000,
+           "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
+           "itself, each slice at its due time", "N"),
+    Option("state_layout", _choice("wheel"), "wheel",
+           "how pending schedules are kept: 'wheel' (time buckets per shard, bulk; the only layout since the "
+           "per-id one was retired); recorded in the checkpoint", "LAYOUT"),
     Option("shards", _positive_int, None,
            "state shards of the wheel layout (default: twice --partitions); fixed in the checkpoint at its first run",
            "N"),
@@ -164,7 +169,8 @@ class Config:
     history: bool = False
     max_requests_per_batch: Optional[int] = 500_000
     driver_memory: str = "1g"
-    lookahead: int = 0  # milliseconds
+    lookahead: int = 1500  # milliseconds
+    max_held: int = 200_000
     state_layout: str = "wheel"
     shards: Optional[int] = None  # None: twice the partitions
     # (option name, "--flag" or "KAFKA_SCHEDULER_<NAME>") of each option set explicitly: settings recorded in the
@@ -196,6 +202,11 @@ class Config:
         return self.app_id + HISTORY_SUFFIX
 
     @property
+    def ticks_topic(self) -> str:
+        """Wake-up ticks the driver writes for itself (timed_writer.Wakeups)."""
+        return self.app_id + TICKS_SUFFIX
+
+    @property
     def input_topics(self) -> dict[str, str]:
         """Each topic read, with its dialect."""
         return dict(self.inputs) if self.inputs else {self.requests_topic: "native"}
@@ -203,7 +214,7 @@ class Config:
     @property
     def own_topics(self) -> tuple[str, ...]:
         """Topics a delivery may never go to: the app's own and every input (a delivery there would loop)."""
-        own = (self.requests_topic, self.rejections_topic, self.history_topic)
+        own = (self.requests_topic, self.rejections_topic, self.history_topic, self.ticks_topic)
         return own + tuple(t for t in self.input_topics if t not in own)
 
     def given_by(self, name: str) -> Optional[str]:

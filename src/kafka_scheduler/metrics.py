@@ -13,7 +13,9 @@ class BatchSummary:
     batch_id: int
     outcomes: Counter = field(default_factory=Counter)  # one per request: scheduled, replaced, ..., rejected
     delivered: int = 0  # records written to destination topics
-    held: int = 0  # of those, how many the sink held until their due time (with a lookahead)
+    held: int = 0  # of those, how many were prepared ahead and held until their due time
+    prepared_records: int = 0  # records of prepared deliveries (with their write-backs and history copies)
+    withdrawn: int = 0  # prepared deliveries of earlier batches withdrawn before they were written
     dead_lettered: int = 0  # deliveries diverted to the rejections topic (destination missing)
     written_back: int = 0  # write-backs sent to source topics (Karafka, ETF1, Sky inputs)
     earliest_due_ms: Optional[int] = None  # of the deliveries in this batch, for the lateness figure
@@ -27,7 +29,7 @@ class BatchSummary:
 
     @property
     def busy(self) -> bool:
-        return bool(self.outcomes or self.delivered or self.dead_lettered)
+        return bool(self.outcomes or self.delivered or self.dead_lettered or self.withdrawn)
 
     def log_line(self) -> str:
         parts = [f"batch {self.batch_id}:"]
@@ -37,6 +39,8 @@ class BatchSummary:
         parts.append(f"{self.delivered} delivered")
         if self.held:
             parts.append(f"({self.held} held until due)")
+        if self.withdrawn:
+            parts.append(f"({self.withdrawn} withdrawn before their due time)")
         if self.delivered and self.earliest_due_ms is not None:
             parts.append(f"(max lateness {max(0, self.written_at_ms - self.earliest_due_ms) / 1000:.2f}s)")
         if self.written_back:
@@ -60,7 +64,7 @@ class Totals:
 
     def add(self, summary: BatchSummary) -> None:
         self.outcomes.update(summary.outcomes)
-        self.delivered += summary.delivered
+        self.delivered += summary.delivered - summary.withdrawn
         self.dead_lettered += summary.dead_lettered
         self.written_back += summary.written_back
         self.batches += 1

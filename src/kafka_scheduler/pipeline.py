@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from .checkpoint import checkpoint_files, is_local, last_committed_batch, settle_state_settings, \
@@ -24,10 +25,11 @@ from .dialects import DecodeSettings, decode
 from .jars import jar_paths
 from .metrics import BatchSummary, Totals
 from .sinks import RecordSink
-from .state_processor import OUTPUT_SCHEMA, SchedulerProcessor
+from .state_processor import OUTPUT_SCHEMA
+from .timed_writer import TimedWriter, Wakeups
 from .topics import TopicDirectory, ensure_topics, wait_for_broker
 from .wheel import BUCKET_MS
-from .wheel_processor import WheelProcessor, shard_column
+from .wheel_processor import WheelProcessor, with_shards
 
 log = logging.getLogger("kafka_scheduler")
 
@@ -48,6 +50,9 @@ def spark_settings(config: Config) -> dict[str, str]:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.streaming.minBatchesToRetain": "20",
+        # No micro-batch without new input: an idle job then costs next to nothing. Timers fire in the batches
+        # the driver's wake-up ticks cause (timed_writer.Wakeups).
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -84,12 +89,13 @@ def reads_all_first(config: Config) -> bool:
     return config.catch_up_first and any(d != "native" for d in config.input_topics.values())
 
 
-def build_stream(spark, config: Config):
-    """The streaming DataFrame of output rows (deliveries, rejections, outcome counts)."""
+def build_stream(spark, config: Config, run: str = ""):
+    """The streaming DataFrame of output rows (deliveries, rejections, outcome counts, armed timers,
+    withdrawals). ``run`` names this driver process (its timed writer holds what the batches prepare)."""
     inputs = config.input_topics
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", config.bootstrap_servers)
-              .option("subscribe", ",".join(inputs))
+              .option("subscribe", ",".join([*inputs, config.ticks_topic]))
               .option("startingOffsets", "earliest")
               .option("includeHeaders", "true")
               # The consumer's default 500 ms fetch wait was measured to add ~0.5 s to every batch
@@ -98,12 +104,8 @@ def build_stream(spark, config: Config):
     if config.max_requests_per_batch and not reads_all_first(config):
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
     requests = decode(reader.load(), inputs, DecodeSettings.from_config(config))
-    if config.state_layout == "wheel":
-        return requests.withColumn("shard", shard_column(config.shards)).groupBy("shard").transformWithStateInPandas(
-            statefulProcessor=WheelProcessor(config.lookahead), outputStructType=OUTPUT_SCHEMA,
-            outputMode="Update", timeMode="ProcessingTime")
-    return requests.groupBy("sid").transformWithState(
-        statefulProcessor=SchedulerProcessor(config.lookahead), outputStructType=OUTPUT_SCHEMA,
+    return with_shards(requests, config.shards, config.ticks_topic).groupBy("shard").transformWithStateInPandas(
+        statefulProcessor=WheelProcessor(config.lookahead, run), outputStructType=OUTPUT_SCHEMA,
         outputMode="Update", timeMode="ProcessingTime")
 
 
@@ -153,6 +155,9 @@ class Scheduler:
                               f"check --input; the scheduler creates only its own topics")
         wanted = [t for t in inputs if t not in foreign] + [config.rejections_topic, config.history_topic]
         created = ensure_topics(admin, wanted, config.partitions)
+        # One partition: a tick only has to be read; an hour of them is more than a restart needs.
+        created += ensure_topics(admin, [config.ticks_topic], 1,
+                                 config={"retention.ms": str(3_600_000), "segment.ms": str(600_000)})
         log.info("topics: %s%s", ", ".join(wanted), f" (created {', '.join(created)})" if created else " (exist)")
         resumed = last_committed_batch(config.checkpoint_dir)
         log.info("checkpoint: %s (%s)", os.path.abspath(config.checkpoint_dir),
@@ -170,8 +175,12 @@ class Scheduler:
                 raise
             config = self.config
             log.info("checkpoint: %s", _state_text(config))
-        sink = self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch)
-        self.query = (build_stream(spark, config).writeStream
+        run = uuid.uuid4().hex
+        self.writer = TimedWriter(config.bootstrap_servers, config.max_held) if config.lookahead else None
+        self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic)
+        sink = self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
+                                      writer=self.writer, wakeups=self.wakeups)
+        self.query = (build_stream(spark, config, run).writeStream
                       .queryName(config.app_id)
                       .foreachBatch(sink)
                       .option("checkpointLocation", config.checkpoint_dir)
@@ -179,11 +188,15 @@ class Scheduler:
                       .start())
         if reads_all_first(config):
             log.info("catching up: the first batch reads every input to its end before delivering anything")
+        self.wakeups.start()
         log.info("running: reading %s; stop with Ctrl-C or SIGTERM",
                  ", ".join(f"{t} ({d})" for t, d in inputs.items()))
         try:
             return self._wait()
         finally:
+            self.wakeups.close()
+            if self.writer is not None:
+                self.writer.close()
             spark.stop()
 
     def _start_new_generation(self, spark=None) -> None:

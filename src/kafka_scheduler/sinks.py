@@ -23,8 +23,11 @@ from .dialects.common import header
 from .protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
     SOURCE_TOPIC
 from .metrics import BatchSummary
+from .dialects.common import KIND_REJECT
 from .state_processor import KIND_DELIVER, KIND_OUTCOME
+from .timed_writer import TimedWriter, Wakeups
 from .topics import TopicDirectory
+from .wheel_processor import KIND_TIMER, KIND_WITHDRAW
 
 log = logging.getLogger(__name__)
 
@@ -52,27 +55,39 @@ class StopRequested(Exception):
 
 class RecordSink:
     def __init__(self, config: Config, topics: TopicDirectory, stop_requested: threading.Event,
-                 on_batch: Optional[Callable[[BatchSummary], None]] = None):
+                 on_batch: Optional[Callable[[BatchSummary], None]] = None, writer: Optional[TimedWriter] = None,
+                 wakeups: Optional[Wakeups] = None):
         self.config = config
         self.topics = topics
         self.stop_requested = stop_requested
         self.on_batch = on_batch
+        self.writer = writer
+        self.wakeups = wakeups
         self.refused_batch: Optional[int] = None  # set when a stop made it refuse a batch
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self.stop_requested.is_set():
             self.refused_batch = batch_id
             raise StopRequested(f"stop requested before batch {batch_id}")
+        started_ms = int(time.time() * 1000)
         batch = batch.persist()
         started = time.monotonic()
         try:
-            summary, per_topic, partitioned = self._summarise(batch, batch_id)
+            summary, per_topic, partitioned, timers, withdrawn = self._summarise(batch, batch_id)
             summary.compute_s = time.monotonic() - started
+            if withdrawn and self.writer is not None:
+                summary.withdrawn = self.writer.withdraw(withdrawn)
+            if timers and self.wakeups is not None:
+                self.wakeups.add(timers)
             missing = self.topics.missing(set(per_topic)) if per_topic else set()
             counts = self.topics.partition_counts(set(partitioned) - missing) if partitioned else {}
             if summary.delivered or summary.outcomes.get("rejected"):
                 records, summary.dead_lettered = self._records(batch, missing, counts, per_topic, partitioned)
-                summary.held = self._write(records)
+                summary.held = self._write(records, summary.prepared_records)
+            if self.writer is not None and not self.writer.wait_written(started_ms):
+                # The batch retires prepared schedules due by its time from state: it must not commit before
+                # the writer wrote them. A writer this far behind is broken; failing the batch keeps them.
+                raise RuntimeError("the timed writer did not write the deliveries due before this batch in time")
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
             summary.delivered -= summary.dead_lettered
@@ -85,17 +100,20 @@ class RecordSink:
         records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
             .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS).save()
 
-    def _write(self, records: DataFrame, now_ms: Optional[int] = None) -> int:
-        """Everything due by ``now_ms`` (default: now) at once; with a lookahead, the rest in slices, each
-        at its due time. Returns how many deliveries (not history copies) were held until their due time.
-        """
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        if not self.config.lookahead:
+    def _write(self, records: DataFrame, prepared_records: int) -> int:
+        """What is due now at once; prepared deliveries (and their write-backs and copies, which carry their
+        due time) to the timed writer, or, beyond the room it has, in slices, each at its due time. Returns
+        how many deliveries were held until their due time."""
+        if not prepared_records:
             self._save(records)
             return 0
-        held = F.col("due_ms").isNotNull() & (F.col("due_ms") > now_ms)
-        # Write-backs and history copies carry their delivery's due time, so they go out with it.
+        held = F.coalesce(F.col("prepared"), F.lit(False))
         self._save(records.filter(~held))
+        if self.writer is not None and prepared_records <= self.writer.room():
+            rows = records.filter(held).select("delivery_id", "due_ms", "kind", "topic", "partition", "key", "value",
+                                               "headers").collect()
+            self.writer.hold(rows)
+            return sum(1 for row in rows if row["kind"] == KIND_DELIVER)
         slice_of = F.ceil(F.col("due_ms") / F.lit(HOLD_SLICE_MS)).cast("long")
         rows = records.filter(held).groupBy(slice_of.alias("slice")).agg(
             F.sum(F.when(F.col("kind") == KIND_DELIVER, 1).otherwise(0)).alias("deliveries")).collect()
@@ -107,19 +125,34 @@ class RecordSink:
             self._save(records.filter(held & (slice_of == number)))
         return sum(row["deliveries"] for row in rows)
 
-    def _summarise(self, batch: DataFrame, batch_id: int) -> tuple[BatchSummary, Counter, dict[str, int]]:
-        """Outcome counts, deliveries per destination topic, and the highest explicit partition per topic that
-        deliveries name (-1 when they only name partition keys), in one Spark job."""
+    def _summarise(self, batch: DataFrame, batch_id: int
+                   ) -> tuple[BatchSummary, Counter, dict[str, int], list[int], list[str]]:
+        """Outcome counts, deliveries per destination topic, the highest explicit partition per topic that
+        deliveries name (-1 when they only name partition keys), the timer instants the state armed and the
+        delivery ids it withdrew, in one Spark job."""
+        prepared = F.coalesce(F.col("prepared"), F.lit(False))
         rows = batch.groupBy("kind", "topic").agg(
-            F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"), F.min("due_ms").alias("earliest_due"),
+            F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"),
+            F.min(F.when(~prepared, F.col("due_ms"))).alias("earliest_due"),
             F.count("wb_headers").alias("write_backs"), F.max("partition").alias("max_partition"),
             F.count("partition_hash").alias("hashed"),
+            F.sum(F.when(prepared, 1 + F.when(F.col("wb_headers").isNotNull(), 1).otherwise(0)
+                         + F.when(F.col("history") | F.lit(self.config.history), 1).otherwise(0))
+                  ).alias("prepared_records"),
+            F.collect_set(F.when(F.col("kind") == KIND_TIMER, F.col("due_ms"))).alias("timers"),
+            F.collect_list(F.when(F.col("kind") == KIND_WITHDRAW, F.col("key").cast("string"))).alias("withdrawn"),
         ).collect()
         summary = BatchSummary(batch_id)
         per_topic: Counter = Counter()
         partitioned: dict[str, int] = {}
+        timers: list[int] = []
+        withdrawn: list[str] = []
         for row in rows:
-            if row["kind"] == KIND_OUTCOME:
+            if row["kind"] == KIND_TIMER:
+                timers.extend(row["timers"])
+            elif row["kind"] == KIND_WITHDRAW:
+                withdrawn.extend(row["withdrawn"])
+            elif row["kind"] == KIND_OUTCOME:
                 summary.outcomes[row["topic"]] += row["n"]
             elif row["kind"] == KIND_DELIVER:
                 summary.delivered += row["records"]
@@ -127,15 +160,19 @@ class RecordSink:
                 per_topic[row["topic"]] += row["records"]
                 if row["max_partition"] is not None or row["hashed"]:
                     partitioned[row["topic"]] = -1 if row["max_partition"] is None else row["max_partition"]
-                if summary.earliest_due_ms is None or row["earliest_due"] < summary.earliest_due_ms:
+                summary.prepared_records += row["prepared_records"] or 0
+                if row["earliest_due"] is not None and (summary.earliest_due_ms is None
+                                                        or row["earliest_due"] < summary.earliest_due_ms):
                     summary.earliest_due_ms = row["earliest_due"]
-        return summary, per_topic, partitioned
+        return summary, per_topic, partitioned, timers, withdrawn
 
     def _records(self, batch: DataFrame, missing: set[str], counts: dict[str, int], per_topic: Counter,
                  partitioned: dict[str, int]) -> tuple[DataFrame, int]:
         """Deliveries, write-backs, rejections, dead letters and history copies (``kind`` and ``due_ms`` kept for
         the hold), and how many deliveries became dead letters."""
-        records = batch.filter(F.col("kind") != KIND_OUTCOME)
+        records = batch.filter(F.col("kind").isin(KIND_DELIVER, KIND_REJECT)).withColumn(
+            "delivery_id", F.element_at(F.filter("headers", lambda h: h["key"] == DELIVERY_ID), -1)["value"]
+            .cast("string"))
         partition = F.col("partition")
         if partitioned:
             # The partition a partition key picks: the partitioner hash modulo the destination's partition count.
@@ -148,7 +185,7 @@ class RecordSink:
         if missing or beyond:
             records, beyond_count = self._dead_letter(records, missing, beyond)
             dead += beyond_count
-        columns = ["kind", "topic", "partition", "key", "value", "headers", "due_ms"]
+        columns = ["kind", "topic", "partition", "key", "value", "headers", "due_ms", "prepared", "delivery_id"]
         deliveries = records.filter(F.col("kind") == KIND_DELIVER)
         parts = [records.select(*columns)]
         # A write-back follows its delivery, and also a delivery that became a dead letter: either way the
@@ -156,14 +193,15 @@ class RecordSink:
         parts.append(records.filter(F.col("wb_headers").isNotNull()).select(
             F.lit(KIND_WRITE_BACK).alias("kind"), F.col("wb_topic").alias("topic"),
             F.col("wb_partition").alias("partition"), F.col("wb_key").alias("key"),
-            F.lit(None).cast("binary").alias("value"), F.col("wb_headers").alias("headers"), "due_ms"))
+            F.lit(None).cast("binary").alias("value"), F.col("wb_headers").alias("headers"), "due_ms", "prepared",
+            "delivery_id"))
         copied = deliveries if self.config.history else deliveries.filter(F.col("history"))
         parts.append(copied.select(
             F.lit(KIND_HISTORY).alias("kind"), F.lit(self.config.history_topic).alias("topic"),
             F.lit(None).cast("int").alias("partition"), "key", "value",
             F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
                                         header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
-            "due_ms"))
+            "due_ms", "prepared", "delivery_id"))
         return reduce(DataFrame.unionByName, parts), dead
 
     def _dead_letter(self, records: DataFrame, missing: set[str], beyond: dict[str, int]) -> tuple[DataFrame, int]:
@@ -198,4 +236,5 @@ class RecordSink:
             F.when(undeliverable, F.concat("headers", extra)).otherwise(F.col("headers")).alias("headers"),
             F.when(undeliverable, F.lit(None)).otherwise(F.col("due_ms")).alias("due_ms"),
             "wb_topic", "wb_partition", "wb_key", "wb_headers", "history",
+            F.when(undeliverable, F.lit(False)).otherwise(F.col("prepared")).alias("prepared"), "delivery_id",
         ), beyond_count

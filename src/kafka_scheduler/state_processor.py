@@ -68,6 +68,8 @@ OUTPUT_SCHEMA = StructType([
     StructField("wb_key", BinaryType()),
     StructField("wb_headers", HEADERS_TYPE),
     StructField("history", BooleanType()),
+    # deliveries only: emitted ahead of its due time, for the driver's timed writer (see wheel.apply_requests)
+    StructField("prepared", BooleanType()),
 ])
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
 

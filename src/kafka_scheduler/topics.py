@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Optional
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -34,13 +35,15 @@ def wait_for_broker(bootstrap_servers: str, timeout: float = 30.0) -> AdminClien
                            + (f" ({last_error})" if last_error else ""))
 
 
-def ensure_topics(admin: AdminClient, names: list[str], partitions: int, timeout: float = 30.0) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created."""
+def ensure_topics(admin: AdminClient, names: list[str], partitions: int, timeout: float = 30.0,
+                  config: Optional[dict] = None) -> list[str]:
+    """Create the topics that do not exist yet (with topic ``config``); returns the names created."""
     existing = set(admin.list_topics(timeout=timeout).topics)
     wanted = [name for name in names if name not in existing]
     if not wanted:
         return []
-    futures = admin.create_topics([NewTopic(name, partitions, 1) for name in wanted], operation_timeout=timeout)
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {}) for name in wanted],
+                                  operation_timeout=timeout)
     created = []
     for name, future in futures.items():
         try:

@@ -131,10 +131,17 @@ class BucketInfo:
     chunks: list = field(default_factory=list)  # [(n, bytes)] of the live schedule chunks
     strikes: list = field(default_factory=list)  # [(n, count)] of the strike lists
     fires: list = field(default_factory=list)  # [(seq, rule time)] of partial fires, see ``delivered_by``
+    # The prepare mark: in run ``prep_run``, every schedule of the bucket due by ``prep_through`` was emitted
+    # (prepared for the timed writer, or written). Another run's mark means nothing: its writer is gone.
+    prep_run: str = ""
+    prep_through: int = -1
 
     def copy(self) -> "BucketInfo":
         return BucketInfo(self.created_seq, self.timer_ms, self.next_n, list(self.chunks), list(self.strikes),
-                          list(self.fires))
+                          list(self.fires), self.prep_run, self.prep_through)
+
+    def prepared_through(self, run: str) -> Optional[int]:
+        return self.prep_through if run and self.prep_run == run else None
 
 
 def delivered_by(fires: list, entry: IndexEntry) -> bool:
@@ -279,8 +286,8 @@ class _Shard:
     """One handler call's view of the shard: bucket metadata and armed timers read at most once,
     written at most once; chunks and strike lists written as they are made."""
 
-    def __init__(self, store: ShardStore, seq: int, lookahead_ms: int):
-        self.store, self.seq, self.lookahead_ms = store, seq, lookahead_ms
+    def __init__(self, store: ShardStore, seq: int, now_ms: int, window_ms: int, run: str):
+        self.store, self.seq, self.now_ms, self.window_ms, self.run = store, seq, now_ms, window_ms, run
         self.cache: dict[int, Optional[BucketInfo]] = {}
         self.dirty: set[int] = set()
         self.armed: dict[int, list] = {}
@@ -294,7 +301,19 @@ class _Shard:
     def holds(self, entry: IndexEntry) -> bool:
         """Whether the version an index entry points at is still pending."""
         info = self.get(entry.bucket)
-        return info is not None and info.created_seq <= entry.seq and not delivered_by(info.fires, entry)
+        return info is not None and info.created_seq <= entry.seq and not delivered_by(info.fires, entry) \
+            and not self.written(info, entry)
+
+    def written(self, info: BucketInfo, entry: IndexEntry) -> bool:
+        """Prepared in this run and due by now: the timed writer has written it (the sink makes sure before the
+        batch commits), though the bucket still holds it until a fire retires it."""
+        through = info.prepared_through(self.run)
+        return through is not None and entry.due_ms <= through and entry.due_ms <= self.now_ms
+
+    def may_be_held(self, entry: IndexEntry) -> bool:
+        """Whether the timed writer may hold this pending version (prepared in this run, not yet due)."""
+        through = self.get(entry.bucket).prepared_through(self.run)
+        return through is not None and entry.due_ms <= through
 
     def strike(self, entry: IndexEntry) -> None:
         self.struck.setdefault(entry.bucket, []).append(entry.delivery_id)
@@ -306,22 +325,95 @@ class _Shard:
             self.store.register_timer(timer_ms)
         self.armed[timer_ms].append(bucket)
 
-    def file(self, bucket: int, entries: pd.DataFrame) -> None:
-        """Add schedules (none of them due yet) to a bucket, creating or re-arming it as needed."""
+    def file(self, bucket: int, entries: pd.DataFrame, ripen_next: bool = False) -> BucketInfo:
+        """Add schedules (none of them due yet) to a bucket, creating or re-arming it as needed. With
+        ``ripen_next`` the caller ripens the bucket right after, which arms it."""
         info = self.get(bucket)
-        timer_ms = int(entries["due_ms"].min()) - self.lookahead_ms
+        timer_ms = int(entries["due_ms"].min()) - self.window_ms
         if info is None:
             info = self.cache[bucket] = BucketInfo(created_seq=self.seq, timer_ms=timer_ms)
-            self.arm(bucket, info, timer_ms)
-        elif timer_ms < info.timer_ms:
+            if not ripen_next:
+                self.arm(bucket, info, timer_ms)
+        elif timer_ms < info.timer_ms and not ripen_next:
             self.arm(bucket, info, timer_ms)
         self.write_chunks(bucket, info, entries)
+        return info
+
+    def ripen(self, bucket: int, info: BucketInfo) -> Iterator[pd.DataFrame]:
+        """The bucket at batch time ``now``: emit what is due by now + window and was not emitted in this run
+        yet (one frame per chunk, so a huge bucket flows out in bounded pieces), drop what is due by now (it is
+        written, or goes out in this batch), keep the rest, and arm the bucket again: at its earliest
+        prepared due time (to retire it), else its earliest due time minus the window."""
+        now, prep_ms = self.now_ms, self.now_ms + self.window_ms
+        struck: set = set(self.struck.pop(bucket, ()))
+        for n, _ in info.strikes:
+            struck.update(self.store.strikes_get(bucket, n))
+            self.store.strikes_remove(bucket, n)
+        info.strikes = []
+        through = info.prepared_through(self.run)
+        through_after = prep_ms if through is None else max(prep_ms, through)
+        kept_chunks, new_chunks, rest = [], [], []
+        rest_bytes = 0
+        retire_at: Optional[int] = None  # the earliest due time of what stays prepared
+        prepare_at: Optional[int] = None  # the earliest due time of what stays unprepared
+        for n, size in info.chunks:
+            frame = self.store.chunk_get(bucket, n)
+            unstruck = ~frame["delivery_id"].isin(struck) if struck else None
+            if unstruck is not None and not unstruck.all():
+                frame = frame[unstruck]
+                changed = True
+            else:
+                changed = False
+            due = frame["due_ms"]
+            emit = due <= prep_ms
+            if through is not None:
+                emit &= due > through
+            if emit.any():
+                yield frame[emit].reset_index(drop=True)
+            gone = due <= now
+            later_due = due[~gone]
+            if len(later_due):
+                prepared = later_due <= through_after
+                if prepared.any():
+                    low = int(later_due[prepared].min())
+                    retire_at = low if retire_at is None else min(retire_at, low)
+                if not prepared.all():
+                    low = int(later_due[~prepared].min())
+                    prepare_at = low if prepare_at is None else min(prepare_at, low)
+            if not changed and not gone.any():
+                kept_chunks.append((n, size))  # untouched: no rewrite
+                continue
+            self.store.chunk_remove(bucket, n)
+            later = frame[~gone]
+            if len(later):
+                rest.append(later)
+                rest_bytes += int(later["entry_bytes"].sum())
+                if rest_bytes >= SEAL_BYTES:
+                    new_chunks += self._put_chunks(bucket, info, pd.concat(rest, ignore_index=True))
+                    rest, rest_bytes = [], 0
+        if rest:
+            new_chunks += self._put_chunks(bucket, info, pd.concat(rest, ignore_index=True))
+        info.chunks = kept_chunks + new_chunks
+        if new_chunks:
+            info.chunks = merge_small(info.chunks, SEAL_BYTES, lambda a, b: self._merge_chunks(bucket, info, a, b))
+        if retire_at is None and prepare_at is None:
+            self.cache[bucket] = None
+            self.dirty.discard(bucket)
+            self.store.bucket_remove(bucket)
+            return
+        info.fires = record_fire(info.fires, self.seq, now)
+        info.prep_run, info.prep_through = self.run, through_after
+        self.arm(bucket, info, min(t for t in (retire_at, None if prepare_at is None else prepare_at - self.window_ms)
+                                   if t is not None))
+        self.dirty.add(bucket)
 
     def write_chunks(self, bucket: int, info: BucketInfo, entries: pd.DataFrame) -> None:
-        for piece in split_by_bytes(entries):
-            info.chunks.append(self._put_chunk(bucket, info, piece))
+        info.chunks.extend(self._put_chunks(bucket, info, entries))
         info.chunks = merge_small(info.chunks, SEAL_BYTES, lambda a, b: self._merge_chunks(bucket, info, a, b))
         self.dirty.add(bucket)
+
+    def _put_chunks(self, bucket: int, info: BucketInfo, entries: pd.DataFrame) -> list:
+        return [self._put_chunk(bucket, info, piece) for piece in split_by_bytes(entries)]
 
     def _put_chunk(self, bucket: int, info: BucketInfo, piece: pd.DataFrame) -> tuple:
         n, info.next_n = info.next_n, info.next_n + 1
@@ -348,22 +440,38 @@ class _Shard:
     def flush(self) -> None:
         for bucket, ids in self.struck.items():
             info = self.get(bucket)
+            if info is None:
+                continue  # ripened away in this call
             info.strikes.append(self._put_strikes(bucket, info, ids))
             info.strikes = merge_small(info.strikes, SEAL_STRIKES,
                                        lambda a, b, bucket=bucket, info=info: self._merge_strikes(bucket, info, a, b))
             self.dirty.add(bucket)
         for bucket in self.dirty:
-            self.store.bucket_put(bucket, self.cache[bucket])
+            if self.cache[bucket] is not None:
+                self.store.bucket_put(bucket, self.cache[bucket])
         for timer_ms, buckets in self.armed.items():
             self.store.armed_put(timer_ms, buckets)
 
 
+@dataclass
+class BatchResult:
+    """What one handler call hands to the sink."""
+    outcomes: Counter = field(default_factory=Counter)
+    emitted: list = field(default_factory=list)  # entries frames: due by now (write now) or later (prepared)
+    withdrawn: list = field(default_factory=list)  # delivery ids the timed writer may hold and must drop
+
+    def schedules(self) -> list[Schedule]:
+        return [s for frame in self.emitted for s in schedules_of(frame)]
+
+
 def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]], now_ms: int,
-                   anonymous: Optional[pd.DataFrame] = None, lookahead_ms: int = 0
-                   ) -> tuple[Counter, list[Schedule], pd.DataFrame]:
-    """One shard's requests of a micro-batch at batch time ``now_ms``. Returns outcome counts, the
-    schedules to deliver now (due by ``now_ms + lookahead_ms`` once all of the batch's requests
-    acted) and the anonymous ones due now.
+                   anonymous: Optional[pd.DataFrame] = None, window_ms: int = 0, run: str = "") -> BatchResult:
+    """One shard's requests of a micro-batch at batch time ``now_ms``.
+
+    Emits the schedules due by ``now_ms`` once all of the batch's requests acted (they leave state), and
+    prepares those due by ``now_ms + window_ms``: emitted for the timed writer of run ``run`` but kept in
+    state until a fire after their due time retires them, so a crash before the writer wrote them loses
+    nothing. A replace or cancel of a version the writer may hold withdraws it.
 
     ``requests`` are those with a client id, in log order per id. ``anonymous`` holds the ADDs
     without request id (ENTRY_COLUMNS): nothing can replace or cancel them, so they skip the
@@ -373,12 +481,13 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     for sid, request in requests:
         by_sid.setdefault(sid, []).append(request)
     has_anonymous = anonymous is not None and len(anonymous) > 0
+    result = BatchResult()
     if not by_sid and not has_anonymous:
-        return Counter(), [], _empty()
+        return result
 
-    rule_ms = now_ms + lookahead_ms
-    shard = _Shard(store, store.next_seq(), lookahead_ms)
-    outcomes: Counter = Counter()
+    prep_ms = now_ms + window_ms
+    shard = _Shard(store, store.next_seq(), now_ms, window_ms, run)
+    outcomes = result.outcomes
     due_now: list[Schedule] = []
     to_file: dict[int, list[Schedule]] = {}
     for sid, of_sid in by_sid.items():
@@ -396,7 +505,9 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
             continue
         if current is not None:
             shard.strike(current)
-        if pending is not None and pending.due_ms <= rule_ms:
+            if shard.may_be_held(current):
+                result.withdrawn.append(current.delivery_id)
+        if pending is not None and pending.due_ms <= now_ms:
             due_now.append(pending)
             pending = None
         if pending is None:
@@ -409,71 +520,55 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
             store.index_put(sid, IndexEntry(bucket, pending.due_ms, pending.delivery_id, pending_digest, shard.seq))
 
     frames = {bucket: entries_frame(schedules) for bucket, schedules in to_file.items()}
-    anonymous_due = _empty()
+    if due_now:
+        result.emitted.append(entries_frame(due_now))
     if has_anonymous:
         outcomes[Outcome.SCHEDULED] += len(anonymous)
-        due_mask = anonymous["due_ms"] <= rule_ms
-        anonymous_due = anonymous[due_mask]
+        due_mask = anonymous["due_ms"] <= now_ms
+        if due_mask.any():
+            result.emitted.append(anonymous[due_mask].reset_index(drop=True))
         later = anonymous[~due_mask]
         for bucket, group in later.groupby(later["due_ms"] // BUCKET_MS, sort=False):
             bucket = int(bucket)
             frames[bucket] = pd.concat([frames[bucket], group]) if bucket in frames else group
+    to_ripen = []
     for bucket, frame in frames.items():
-        shard.file(bucket, frame.reset_index(drop=True))
+        frame = frame.reset_index(drop=True)
+        soon = frame["due_ms"] <= prep_ms
+        info = shard.get(bucket)
+        through = None if info is None else info.prepared_through(run)
+        if through is not None:
+            # Within what this run already prepared of the bucket: emitted here, as the mark says they are
+            # (beyond now + window too, if the clock went back since the mark was set).
+            covered = frame["due_ms"] <= through
+            if covered.any():
+                result.emitted.append(frame[covered].reset_index(drop=True))
+                soon &= ~covered
+        shard.file(bucket, frame, ripen_next=bool(soon.any()))
+        if soon.any():
+            to_ripen.append(bucket)
+    for bucket in to_ripen:
+        result.emitted.extend(shard.ripen(bucket, shard.get(bucket)))
     shard.flush()
-    return outcomes, due_now, anonymous_due.reset_index(drop=True)
+    return result
 
 
-def fire(store: ShardStore, timer_ms: int, now_ms: int, lookahead_ms: int = 0) -> Iterator[pd.DataFrame]:
-    """A timer expired at batch time ``now_ms``: for each bucket it is the live timer of, deliver what is
-    due by ``now_ms + lookahead_ms`` and not struck (one frame per chunk, so a huge bucket flows out in
-    bounded pieces), and keep the rest in new chunks with a new timer."""
+def fire(store: ShardStore, timer_ms: int, now_ms: int, window_ms: int = 0, run: str = "") -> Iterator[pd.DataFrame]:
+    """A timer expired at batch time ``now_ms``: ripen each bucket it is the live timer of (see
+    ``_Shard.ripen``), yielding what it emits."""
     buckets = store.armed_get(timer_ms)
     if not buckets:
         return
     store.armed_remove(timer_ms)
-    rule_ms = now_ms + lookahead_ms
     shard: Optional[_Shard] = None
     for bucket in sorted(set(buckets)):
         info = store.bucket_get(bucket)
         if info is None or info.timer_ms != timer_ms:
-            continue  # emptied, or re-armed earlier since: this timer is stale for it
+            continue  # emptied, or re-armed since: this timer is stale for it
         if shard is None:
-            shard = _Shard(store, store.next_seq(), lookahead_ms)
+            shard = _Shard(store, store.next_seq(), now_ms, window_ms, run)
         shard.cache[bucket] = info
-        struck: set = set()
-        for n, _ in info.strikes:
-            struck.update(store.strikes_get(bucket, n))
-            store.strikes_remove(bucket, n)
-        old_chunks, info.chunks, info.strikes = info.chunks, [], []
-        rest: list[pd.DataFrame] = []
-        rest_bytes = 0
-        earliest_rest: Optional[int] = None
-        for n, _ in old_chunks:
-            frame = store.chunk_get(bucket, n)
-            store.chunk_remove(bucket, n)
-            if struck:
-                frame = frame[~frame["delivery_id"].isin(struck)]
-            due_mask = frame["due_ms"] <= rule_ms
-            if due_mask.any():
-                yield frame[due_mask].reset_index(drop=True)
-            later = frame[~due_mask]
-            if len(later):
-                rest.append(later)
-                rest_bytes += int(later["entry_bytes"].sum())
-                low = int(later["due_ms"].min())
-                earliest_rest = low if earliest_rest is None else min(earliest_rest, low)
-                if rest_bytes >= SEAL_BYTES:
-                    shard.write_chunks(bucket, info, pd.concat(rest, ignore_index=True))
-                    rest, rest_bytes = [], 0
-        if rest:
-            shard.write_chunks(bucket, info, pd.concat(rest, ignore_index=True))
-        if earliest_rest is None:
-            store.bucket_remove(bucket)  # never dirty: only a bucket with schedules left is rewritten
-            continue
-        info.fires = record_fire(info.fires, shard.seq, rule_ms)
-        shard.arm(bucket, info, earliest_rest - lookahead_ms)
-        shard.dirty.add(bucket)
+        yield from shard.ripen(bucket, info)
     if shard is not None:
         shard.flush()
 

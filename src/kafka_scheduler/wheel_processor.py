@@ -21,11 +21,16 @@ from .protocol import DELIVERY_ID
 from .partitioning import partition_hash
 from .schedule import Action, Request, is_internal
 from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
-from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, entries_frame, fire, flag, header_pairs, \
-    missing, optional_int, schedule_of_entry
+from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, fire, flag, header_pairs, missing, \
+    optional_int, schedule_of_entry
 
 REJECTIONS_SHARD = -1
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
+# Rows besides deliveries, rejections and outcomes: a timer instant the shard armed (``due_ms``), for the
+# driver's wake-ups; a delivery id (``key``) the timed writer must drop; a tick record (input only).
+KIND_TIMER = "timer"
+KIND_WITHDRAW = "withdraw"
+KIND_TICK = "tick"
 
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 CHUNK_SCHEMA = pa.schema([("due_ms", pa.int64()), ("topic", pa.string()), ("key", pa.binary()),
@@ -40,6 +45,17 @@ def shard_column(shards: int) -> Column:
     """The grouping key: a stable hash of the schedule id; rejections share one key of their own."""
     return F.when(F.col("kind") == KIND_REJECT, F.lit(REJECTIONS_SHARD)).otherwise(
         F.pmod(F.xxhash64("sid"), F.lit(shards)).cast("int"))
+
+
+def with_shards(requests, shards: int, ticks_topic: str):
+    """Each request row with its shard; a report tick read from ``ticks_topic`` goes to every shard (each
+    reports its armed timers), a wake-up tick to none (reading it was its whole purpose)."""
+    is_tick = F.col("src_topic") == ticks_topic
+    report = is_tick & (F.col("value") == F.lit(b"report"))
+    rows = requests.filter(~is_tick | report).withColumn("kind", F.when(is_tick, F.lit(KIND_TICK)).otherwise(
+        F.col("kind")))
+    return rows.withColumn("shard", F.explode(F.when(is_tick, F.sequence(F.lit(0), F.lit(shards - 1))).otherwise(
+        F.array(shard_column(shards)))))
 
 
 def to_blob(entries: pd.DataFrame) -> bytes:
@@ -103,11 +119,11 @@ class MapStateShardStore:
         if value is None:
             return None
         return BucketInfo(int(value[0]), int(value[1]), int(value[2]), _pairs(value[3]), _pairs(value[4]),
-                          _pairs(value[5]))
+                          _pairs(value[5]), value[6] or "", int(value[7]))
 
     def bucket_put(self, bucket, info):
         self.p.buckets.updateValue((bucket,), (info.created_seq, info.timer_ms, info.next_n, info.chunks,
-                                               info.strikes, info.fires))
+                                               info.strikes, info.fires, info.prep_run, info.prep_through))
 
     def bucket_remove(self, bucket):
         self.p.buckets.removeKey((bucket,))
@@ -144,6 +160,7 @@ class MapStateShardStore:
 
     def register_timer(self, timer_ms):
         self.p.handle.registerTimer(timer_ms)
+        self.p.new_timers.append(timer_ms)
 
 
 def _records(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.DataFrame:
@@ -166,7 +183,8 @@ def _header_dicts(cell) -> list:
     return [{"key": k, "value": v} for k, v in header_pairs(cell)]
 
 
-def deliveries_frame(entries: pd.DataFrame) -> pd.DataFrame:
+def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.DataFrame:
+    """Delivery rows; with ``now_ms``, those due after it are marked prepared (for the timed writer)."""
     headers = [_header_dicts(h) + [{"key": DELIVERY_ID, "value": d.encode()}]
                for h, d in zip(entries["headers"], entries["delivery_id"])]
     extras = {}
@@ -185,16 +203,28 @@ def deliveries_frame(entries: pd.DataFrame) -> pd.DataFrame:
             "wb_headers": [None if missing(h) else _header_dicts(h) for h in entries["wb_headers"]],
             "history": [flag(v) for v in entries["history"]],
         }
+    if now_ms is not None:
+        extras["prepared"] = (entries["due_ms"].to_numpy() > now_ms).tolist()
     return _records(KIND_DELIVER, entries["topic"].to_numpy(), entries["key"].to_numpy(),
                     entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy(), **extras)
 
 
-class WheelProcessor(StatefulProcessor):
-    """``lookahead_ms``: schedules due up to this far after the batch time are emitted in the batch;
-    the sink holds each until its due time. The rules see the batch time shifted by it."""
+def _timer_rows(instants: list) -> pd.DataFrame:
+    return _records(KIND_TIMER, [None] * len(instants), None, None, None, [int(t) for t in instants])
 
-    def __init__(self, lookahead_ms: int = 0):
-        self.lookahead_ms = lookahead_ms
+
+def _withdraw_rows(delivery_ids: list) -> pd.DataFrame:
+    return _records(KIND_WITHDRAW, [None] * len(delivery_ids), [d.encode() for d in delivery_ids], None, None, None)
+
+
+class WheelProcessor(StatefulProcessor):
+    """``window_ms``: schedules due up to this far after the batch time are prepared (emitted for the
+    driver's timed writer, kept in state until retired); ``run`` names the driver process whose writer
+    holds what this run prepares (wheel.BucketInfo's prepare mark)."""
+
+    def __init__(self, window_ms: int = 0, run: str = ""):
+        self.window_ms = window_ms
+        self.run = run
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -204,17 +234,28 @@ class WheelProcessor(StatefulProcessor):
         self.buckets = handle.getMapState(
             "buckets", "bucket long",
             "created_seq long, timer_ms long, next_n int, chunks array<struct<n:long,bytes:long>>, "
-            "strikes array<struct<n:long,count:long>>, fires array<struct<seq:long,rule_ms:long>>")
+            "strikes array<struct<n:long,count:long>>, fires array<struct<seq:long,rule_ms:long>>, "
+            "prep_run string, prep_through long")
         self.chunks = handle.getMapState("chunks", "bucket long, n int", "data binary")
         self.strikes = handle.getMapState("strikes", "bucket long, n int", "delivery_ids array<string>")
         self.armed = handle.getMapState("armed", "timer_ms long", "buckets array<long>")
         self.store = MapStateShardStore(self)
+        self.new_timers: list[int] = []
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        self.new_timers = []
         frames = [f for f in rows if len(f)]
         if not frames:
             return
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        ticks = frame["kind"] == KIND_TICK
+        if ticks.any():
+            armed = list(self.handle.listTimers())
+            if armed:
+                yield _timer_rows(armed)
+            frame = frame[~ticks].reset_index(drop=True)
+            if not len(frame):
+                return
         if int(key[0]) == REJECTIONS_SHARD:
             yield _records(KIND_REJECT, frame["topic"].to_numpy(), frame["key"].to_numpy(),
                            frame["value"].to_numpy(), list(frame["headers"]), None)
@@ -228,18 +269,26 @@ class WheelProcessor(StatefulProcessor):
             schedule = schedule_of_entry(row) if action in (Action.ADD, Action.REPLACE) else None
             completes = None if missing(row.completes) else row.completes
             requests.append((bytes(row.sid), Request(action, schedule, completes)))
-        counts, due_now, anonymous_due = apply_requests(
-            self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous, self.lookahead_ms)
-        if due_now:
-            yield deliveries_frame(entries_frame(due_now))
-        if len(anonymous_due):
-            yield deliveries_frame(anonymous_due)
-        yield _outcomes(counts)
+        result = apply_requests(self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous,
+                                self.window_ms, self.run)
+        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        for emitted in result.emitted:
+            if len(emitted):
+                yield deliveries_frame(emitted, now_ms)
+        if result.withdrawn:
+            yield _withdraw_rows(result.withdrawn)
+        if self.new_timers:
+            yield _timer_rows(self.new_timers)
+        yield _outcomes(result.outcomes)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        for due in fire(self.store, expiredTimerInfo.getExpiryTimeInMs(), timerValues.getCurrentProcessingTimeInMs(),
-                        self.lookahead_ms):
-            yield deliveries_frame(due)
+        self.new_timers = []
+        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        for due in fire(self.store, expiredTimerInfo.getExpiryTimeInMs(), now_ms, self.window_ms, self.run):
+            if len(due):
+                yield deliveries_frame(due, now_ms)
+        if self.new_timers:
+            yield _timer_rows(self.new_timers)
 
     def close(self) -> None:
         pass

@@ -95,7 +95,7 @@ def kafka_partition_of(bootstrap: str, topic: str, key: bytes) -> int:
     return result["msg"].partition()
 
 
-@pytest.fixture(scope="module", params=["wheel", "per-id"])
+@pytest.fixture(scope="module", params=["wheel"])
 def scheduler(request, scheduler_factory, broker):
     """One job reading the native requests topic and one topic of every other dialect, on each state layout."""
     kafka = Kafka(broker.bootstrap_servers)

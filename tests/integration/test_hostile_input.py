@@ -34,7 +34,7 @@ INVALID_UTF8 = [b"\xff", b"\xfe\xff", b"\x80", b"\xc3\x28", b"\xa0\xa1", b"\xe2\
                 b"abc\xff", b"\xe2\x82"]  # truncated sequence
 
 
-@pytest.fixture(params=["wheel", "per-id"])
+@pytest.fixture(params=["wheel"])
 def scheduler(request, scheduler_factory):
     process = scheduler_factory(app_id=f"hostile-{request.param}-{uuid.uuid4().hex[:6]}",
                                 extra_args=("--state-layout", request.param))

@@ -21,7 +21,7 @@ from kafka_scheduler.client import format_instant
 from .support import at, ms_of, native, wait_until
 
 SCHEDULES = 10
-LAYOUTS = ["wheel", "per-id"]
+LAYOUTS = ["wheel"]
 
 
 def change_lookahead(kafka, scheduler_factory, layout: str, before: str, after: str) -> None:

@@ -71,51 +71,81 @@ def test_parser_inverts_log_line(batch_id, outcomes, delivered, held, dead, late
 # --- the sink's hold, on a real local SparkSession -------------------------------------------------------
 
 RECORDS_SCHEMA = ("kind string, topic string, key binary, value binary, "
-                  "headers array<struct<key:string,value:binary>>, due_ms bigint")
+                  "headers array<struct<key:string,value:binary>>, due_ms bigint, partition int, prepared boolean, "
+                  "delivery_id string")
 
 
-def capturing_sink(lookahead_ms: int):
+class FakeWriter:
+    """The timed writer's side of the sink: room, and what was handed over."""
+
+    def __init__(self, room: int):
+        self._room = room
+        self.rows: list = []
+
+    def room(self) -> int:
+        return self._room
+
+    def hold(self, rows) -> int:
+        self.rows.extend(rows)
+        return len(rows)
+
+
+def capturing_sink(writer=None):
     from kafka_scheduler.sinks import RecordSink
 
     class CapturingSink(RecordSink):
         """Records what each Kafka write would send, and when, instead of writing."""
 
         def __init__(self):
-            super().__init__(Config(lookahead=lookahead_ms), topics=None, stop_requested=threading.Event())
+            super().__init__(Config(), topics=None, stop_requested=threading.Event(), writer=writer)
             self.saves: list[tuple[int, list]] = []
 
         def _save(self, records):
             rows = records.select("kind", "key", "due_ms").collect()
-            self.saves.append((int(time.time() * 1000), rows))
+            if rows:
+                self.saves.append((int(time.time() * 1000), rows))
 
     return CapturingSink()
 
 
-def test_sink_counts_the_deliveries_it_holds_and_never_writes_one_early(spark):
-    now = int(time.time() * 1000)
-    rows = [
-        ("deliver", "out", b"overdue", b"v", [], now - 1000),
-        ("deliver", "out", b"soon", b"v", [], now + 400),
-        ("deliver", "out", b"later", b"v", [], now + 700),
-        ("deliver", "out", b"later-too", b"v", [], now + 700),
-        ("history", "app-schedule-history", b"soon", b"v", [], now + 400),  # a copy, not a delivery
-        ("reject", "app-schedule-rejections", b"bad", b"v", [], None),
+def held_rows(now: int) -> list:
+    return [
+        ("deliver", "out", b"overdue", b"v", [], now - 1000, None, False, "t-0-1"),
+        ("deliver", "out", b"soon", b"v", [], now + 400, None, True, "t-0-2"),
+        ("deliver", "out", b"later", b"v", [], now + 700, 1, True, "t-0-3"),
+        ("deliver", "out", b"later-too", b"v", [], now + 700, None, True, "t-0-4"),
+        ("history", "app-schedule-history", b"soon", b"v", [], now + 400, None, True, "t-0-2"),  # a copy
+        ("reject", "app-schedule-rejections", b"bad", b"v", [], None, None, None, None),
     ]
-    sink = capturing_sink(3000)
-    # "Now" as the batch saw it: on a loaded machine the real clock may be past the due times by the write.
-    held = sink._write(spark.createDataFrame(rows, RECORDS_SCHEMA), now_ms=now)
+
+
+def test_sink_hands_prepared_deliveries_to_the_timed_writer_and_writes_the_rest_at_once(spark):
+    writer = FakeWriter(room=100)
+    sink = capturing_sink(writer)
+    held = sink._write(spark.createDataFrame(held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4)
     assert held == 3
+    [(_, first)] = sink.saves
+    assert {row["key"] for row in first} == {b"overdue", b"bad"}, "what is already due goes out at once"
+    assert sorted((r["delivery_id"], r["kind"], r["key"], r["partition"]) for r in writer.rows) == [
+        ("t-0-2", "deliver", b"soon", None), ("t-0-2", "history", b"soon", None), ("t-0-3", "deliver", b"later", 1),
+        ("t-0-4", "deliver", b"later-too", None)]
+
+
+def test_sink_beyond_the_writers_room_holds_deliveries_itself_and_never_writes_one_early(spark):
+    writer = FakeWriter(room=3)  # four prepared records: no room for them all
+    sink = capturing_sink(writer)
+    held = sink._write(spark.createDataFrame(held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4)
+    assert held == 3 and writer.rows == []
     written = Counter(row["key"] for _, batch in sink.saves for row in batch)
     assert written == Counter({b"overdue": 1, b"soon": 2, b"later": 1, b"later-too": 1, b"bad": 1})
-    _, first = sink.saves[0]
-    assert {row["key"] for row in first} == {b"overdue", b"bad"}, "what is already due goes out at once"
     for saved_at, batch in sink.saves:
         for row in batch:
             assert row["due_ms"] is None or row["due_ms"] <= saved_at, f"{row['key']} written before its due time"
 
 
-def test_sink_without_lookahead_holds_nothing(spark):
+def test_sink_without_prepared_deliveries_writes_once(spark):
     now = int(time.time() * 1000)
-    sink = capturing_sink(0)
-    held = sink._write(spark.createDataFrame([("deliver", "out", b"k", b"v", [], now + 60_000)], RECORDS_SCHEMA))
+    sink = capturing_sink(FakeWriter(room=100))
+    held = sink._write(spark.createDataFrame([("deliver", "out", b"k", b"v", [], now - 5, None, False, "t-0-1")],
+                                             RECORDS_SCHEMA), 0)
     assert held == 0 and len(sink.saves) == 1

@@ -60,14 +60,14 @@ def test_new_checkpoint_records_the_settings(tmp_path):
                                     "bucket_ms": 1000, "partitions": 3,
                                     "inputs": {"kafka-scheduler-schedule-requests": "native"},
                                     "created_at": "2026-03-01T12:00:00Z"}
-    assert STATE_FORMAT == 3
+    assert STATE_FORMAT == 4
     assert config.catch_up_first, "a new checkpoint reads every input to its end before delivering"
     assert sorted(p.name for p in checkpoint.iterdir()) == [STATE_FILE], "temporary file left behind"
 
 
 def test_checkpoint_without_a_committed_batch_is_rewritten(tmp_path):
     # A first run that stopped before committing anything: Spark redoes batch 0 from empty state.
-    settle(tmp_path, "--shards", "8", "--state-layout", "per-id")
+    settle(tmp_path, "--shards", "8")
     (tmp_path / "offsets").mkdir()
     (tmp_path / "offsets" / "0").write_text("v1\n{}\n")
     (tmp_path / "commits").mkdir()
@@ -86,13 +86,6 @@ def test_recorded_values_are_honoured_when_not_given(tmp_path):
     assert (tmp_path / STATE_FILE).read_bytes() == before, "a resumed checkpoint's record is never rewritten"
 
 
-def test_recorded_layout_is_honoured_when_not_given(tmp_path):
-    first_run(tmp_path, "--state-layout", "per-id")
-    config, notices = settle(tmp_path)
-    assert config.state_layout == "per-id"
-    assert any("per-id layout" in n for n in notices), notices
-
-
 def test_explicit_values_equal_to_the_recorded_ones_run_silently(tmp_path):
     first_run(tmp_path, "--shards", "7")
     config, notices = settle(tmp_path, "--shards", "7", "--state-layout", "wheel")
@@ -108,15 +101,6 @@ def test_explicit_shards_that_differ_are_refused_naming_the_flag_and_both_values
     assert message == (f"--shards 6 does not match checkpoint {tmp_path}, whose state was laid out in 4 shards at "
                        f"its first run: omit --shards to keep 4, or use a new --checkpoint-dir")
     assert (tmp_path / STATE_FILE).read_bytes() == before
-
-
-def test_explicit_layout_that_differs_is_refused(tmp_path):
-    first_run(tmp_path)
-    with pytest.raises(ConfigError) as error:
-        settle(tmp_path, "--state-layout", "per-id")
-    assert str(error.value) == (f"--state-layout per-id does not match checkpoint {tmp_path}, whose state was laid "
-                                f"out in the wheel layout at its first run: omit --state-layout to keep wheel, or "
-                                f"use a new --checkpoint-dir")
 
 
 def test_environment_value_that_differs_is_refused_naming_the_variable(tmp_path):
@@ -158,7 +142,7 @@ def test_checkpoint_with_commits_but_no_settings_file_is_refused_as_legacy(tmp_p
     (b'["state_format", 2]', "is not a kafka-scheduler state file"),
     (b'{"shards": 4}', "is not a kafka-scheduler state file"),
     (b'{"state_format": "2"}', "is not a kafka-scheduler state file"),
-    (b'{"state_format": 3, "state_layout": "ring", "shards": 0, "bucket_ms": 1000, "partitions": 2, "inputs": {"a": "native"}}',
+    (b'{"state_format": 4, "state_layout": "ring", "shards": 0, "bucket_ms": 1000, "partitions": 2, "inputs": {"a": "native"}}',
      "is damaged (missing or invalid state_layout, shards)"),
 ])
 def test_unreadable_or_foreign_settings_file_is_refused_naming_it(tmp_path, content, expected):
@@ -185,13 +169,6 @@ def test_another_bucket_width_is_refused_for_the_wheel(tmp_path):
     first_run(tmp_path)
     with pytest.raises(ConfigError, match="holds wheel buckets of 1000 ms, but this version uses 500 ms"):
         settle(tmp_path, bucket_ms=500)
-
-
-def test_per_id_state_has_no_buckets_or_shards_to_check(tmp_path):
-    first_run(tmp_path, "--state-layout", "per-id")
-    config, notices = settle(tmp_path, "--shards", "9", bucket_ms=500)
-    assert config.state_layout == "per-id"
-    assert any("--shards is ignored" in n for n in notices), notices
 
 
 def test_file_uri_is_a_local_checkpoint(tmp_path):

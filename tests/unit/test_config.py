@@ -28,7 +28,8 @@ def test_defaults_with_no_flags_and_no_environment():
     assert config.max_value_bytes == 1_000_000
     assert config.max_ahead_days == 36_525
     assert config.max_requests_per_batch == 500_000
-    assert config.lookahead == 0 and config.state_layout == "wheel" and config.shards == 4
+    assert config.lookahead == 1500 and config.max_held == 200_000
+    assert config.state_layout == "wheel" and config.shards == 4
 
 
 def test_resolve_without_namespace_uses_environment():
@@ -162,8 +163,9 @@ def test_topic_names():
     assert config.requests_topic == "billing-schedule-requests"
     assert config.rejections_topic == "billing-schedule-rejections"
     assert config.history_topic == "billing-schedule-history"
+    assert config.ticks_topic == "billing-scheduler-ticks"
     assert config.own_topics == ("billing-schedule-requests", "billing-schedule-rejections",
-                                 "billing-schedule-history")
+                                 "billing-schedule-history", "billing-scheduler-ticks")
 
 
 def test_allowed_destinations_is_kept_verbatim():
@@ -189,7 +191,7 @@ def test_describe_lists_every_setting():
 
 def test_resolve_records_which_options_were_given_and_where():
     config = resolve(parse("--partitions", "3", "--shards", "5"),
-                     environ={"KAFKA_SCHEDULER_STATE_LAYOUT": "per-id", "KAFKA_SCHEDULER_SHARDS": "9"})
+                     environ={"KAFKA_SCHEDULER_STATE_LAYOUT": "wheel", "KAFKA_SCHEDULER_SHARDS": "9"})
     assert config.given_by("partitions") == "--partitions"
     assert config.given_by("shards") == "--shards"  # the flag wins, and is what gets named
     assert config.given_by("state_layout") == "KAFKA_SCHEDULER_STATE_LAYOUT"

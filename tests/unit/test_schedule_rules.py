@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import uuid
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -129,11 +130,20 @@ class WheelEngine:
         checkpoint.committed = True
         self.timers: set[tuple[int, int]] = set()
         self.stores = [wheel.MemoryShardStore(shard, self.timers) for shard in range(self.shards)]
+        self.run = uuid.uuid4().hex  # a new process: its timed writer starts empty
+        self.held: dict[str, Schedule] = {}  # the timed writer: prepared deliveries, written at their due time
+        self.prepared: list[Schedule] = []
 
     def shard_of(self, key: bytes) -> int:
         return zlib.crc32(key) % self.shards
 
     def batch(self, now: int, requests: list[tuple[bytes, Request]]) -> tuple[list[Schedule], Counter]:
+        """Deliveries written by the time this batch ends (the timed writer's, at their due times since the
+        last batch, and this batch's own) and outcome counts. What the batch prepared for the writer is in
+        ``self.prepared``."""
+        delivered = [s for s in self.held.values() if s.due_ms <= now]  # the writer, between batches
+        for schedule in delivered:
+            del self.held[schedule.delivery_id]
         per_shard: dict[int, list] = {}
         anonymous: dict[int, list] = {}
         for key, request in requests:
@@ -141,21 +151,30 @@ class WheelEngine:
                 anonymous.setdefault(self.shard_of(key), []).append(request.schedule)
             else:
                 per_shard.setdefault(self.shard_of(key), []).append((key, request))
-        delivered, counts = [], Counter()
+        counts, emitted = Counter(), []
         for shard in sorted(set(per_shard) | set(anonymous)):
-            shard_counts, due_now, anonymous_due = wheel.apply_requests(
+            result = wheel.apply_requests(
                 self.stores[shard], per_shard.get(shard, []), now, wheel.entries_frame(anonymous.get(shard, [])),
-                self.lookahead_ms)
-            counts.update(shard_counts)
-            delivered.extend(due_now)
-            delivered.extend(wheel.schedules_of(anonymous_due))
+                self.lookahead_ms, self.run)
+            counts.update(result.outcomes)
+            emitted.extend(result.schedules())
+            for delivery_id in result.withdrawn:
+                self.held.pop(delivery_id, None)
         for timer in sorted(t for t in self.timers if t[0] <= now):
             self.timers.discard(timer)
-            for frame in wheel.fire(self.stores[timer[1]], timer[0], now, self.lookahead_ms):
-                delivered.extend(wheel.schedules_of(frame))
+            for frame in wheel.fire(self.stores[timer[1]], timer[0], now, self.lookahead_ms, self.run):
+                emitted.extend(wheel.schedules_of(frame))
+        self.prepared = []
+        for schedule in emitted:
+            if schedule.due_ms <= now:
+                delivered.append(schedule)
+            else:
+                self.prepared.append(schedule)
+                self.held[schedule.delivery_id] = schedule
         return delivered, counts
 
     def restart(self, lookahead_ms: int, partitions: int) -> "WheelEngine":
+        """A crash: the writer's held deliveries are lost with the process; state and timers are kept."""
         fresh = WheelEngine(lookahead_ms, partitions, self.checkpoint)
         assert fresh.shards == self.shards, "the restart moved ids to other shards"
         fresh.timers.update(self.timers)
@@ -169,8 +188,8 @@ class WheelEngine:
         return fresh
 
 
-ENGINES = [Engine, WheelEngine]
-ENGINE_IDS = ["per-id", "wheel"]
+ENGINES = [WheelEngine]
+ENGINE_IDS = ["wheel"]
 
 
 # ---------------------------------------------------------------- the reference model
@@ -180,6 +199,7 @@ ENGINE_IDS = ["per-id", "wheel"]
 class Version:
     schedule: Schedule
     least_lookahead: int  # the smallest lookahead in force since it was filed
+    prepared: bool = False  # handed to the timed writer of the running process
 
 
 def identical(a: Schedule, b: Schedule) -> bool:
@@ -205,19 +225,34 @@ def protocol(current: Optional[Schedule], request: Request) -> tuple[Outcome, Op
 
 
 class Reference:
-    """The protocol, plainly. ``check_batch`` applies one batch and judges an engine's deliveries."""
+    """The protocol, plainly. ``check_batch`` applies one batch and judges an engine's deliveries.
+
+    A version the engine prepared (handed to the timed writer) is written at its due time, so a request
+    read after that instant no longer finds it; one read before withdraws it. Which batch prepares a
+    version is the engine's choice within the rule (due by batch time + lookahead, and at the latest when
+    due by batch time + the least lookahead in force since it was filed); everything else is exact."""
 
     def __init__(self, lookahead_ms: int):
         self.lookahead_ms = lookahead_ms
         self.pending: dict[bytes, Version] = {}
+        self.latest = -2**62  # the latest batch time since the process started
 
     def restart(self, lookahead_ms: int) -> None:
+        """A crash: the timed writer's prepared deliveries are lost with the process."""
         self.lookahead_ms = lookahead_ms
+        self.latest = -2**62
         for version in self.pending.values():
-            version.least_lookahead = min(version.least_lookahead, lookahead_ms)
+            # A version prepared before the crash is armed to be retired at its due time: the new process
+            # writes it then, at the latest, instead of preparing it ahead.
+            version.least_lookahead = 0 if version.prepared else min(version.least_lookahead, lookahead_ms)
+            version.prepared = False
 
     def check_batch(self, now: int, requests: list[tuple[bytes, Request]], delivered: list[Schedule],
-                    counts: Counter) -> None:
+                    counts: Counter, prepared: list[Schedule] = ()) -> None:
+        self.latest = max(self.latest, now)
+        written = {key: v.schedule for key, v in self.pending.items() if v.prepared and v.schedule.due_ms <= now}
+        for key in written:
+            del self.pending[key]
         expected = Counter()
         for key, request in requests:  # in log order, all before any delivery
             current = self.pending.get(key)
@@ -229,17 +264,32 @@ class Reference:
                 self.pending[key] = Version(after, self.lookahead_ms)
         assert counts == expected, f"outcomes at {now}: engine {dict(counts)}, reference {dict(expected)}"
 
-        by_id = {v.schedule.delivery_id: (key, v) for key, v in self.pending.items()}
         seen = Counter(s.delivery_id for s in delivered)
         assert all(n == 1 for n in seen.values()), f"delivered twice in one batch at {now}: {seen}"
+        by_id = {v.schedule.delivery_id: (key, v) for key, v in self.pending.items()}
+        for key, schedule in written.items():
+            assert schedule.delivery_id in seen, f"at {now}: prepared {schedule} was not written at its due time"
         for schedule in delivered:
+            if schedule.delivery_id in {s.delivery_id for s in written.values()}:
+                continue
             assert schedule.delivery_id in by_id, f"at {now}: {schedule} is not pending (cancelled, replaced or done)"
             key, version = by_id[schedule.delivery_id]
             assert schedule == version.schedule, f"at {now}: delivered {schedule}, pending {version.schedule}"
-            assert schedule.due_ms <= now + self.lookahead_ms, f"at {now}: {schedule} delivered early"
+            assert not version.prepared, f"at {now}: {schedule} written twice (prepared before)"
+            assert schedule.due_ms <= now, f"at {now}: {schedule} delivered early"
             del self.pending[key]
-        overdue = [v.schedule for v in self.pending.values() if v.schedule.due_ms <= now + v.least_lookahead]
-        assert not overdue, f"at {now}: due but not delivered: {overdue}"
+        for schedule in prepared:
+            assert schedule.delivery_id in by_id, f"at {now}: prepared {schedule}, which is not pending"
+            key, version = by_id[schedule.delivery_id]
+            assert schedule == version.schedule, f"at {now}: prepared {schedule}, pending {version.schedule}"
+            assert not version.prepared, f"at {now}: {schedule} prepared twice"
+            # The latest batch time of the run, not this one: a bucket prepared before the clock went back
+            # stays prepared.
+            assert now < schedule.due_ms <= self.latest + self.lookahead_ms, f"at {now}: {schedule} prepared too early"
+            version.prepared = True
+        overdue = [v.schedule for v in self.pending.values()
+                   if not v.prepared and v.schedule.due_ms <= now + v.least_lookahead]
+        assert not overdue, f"at {now}: due but neither delivered nor prepared: {overdue}"
 
 
 # ---------------------------------------------------------------- scripts
@@ -430,7 +480,7 @@ def check_script(script, engine_class) -> None:
         pending = {key: v.schedule for key, v in reference.pending.items()}
         requests, offset = requests_of(batch, now, history, done, offset, pending)
         delivered, counts = engine.batch(now, requests)
-        reference.check_batch(now, requests, delivered, counts)
+        reference.check_batch(now, requests, delivered, counts, engine.prepared)
         by_version = {r.schedule.delivery_id: (key, r) for key, r in history if r.schedule is not None}
         done.extend(by_version[s.delivery_id] for s in delivered)
         if restart is not None:
@@ -496,14 +546,14 @@ def _completes_nothing(request, pending_delivery_id):
     return False
 
 
-def _fire_ignoring_strikes(store, timer_ms, now_ms, lookahead_ms=0):
+def _fire_ignoring_strikes(store, timer_ms, now_ms, window_ms=0, run=""):
     for n in [k for k in store.strikes]:
         store.strikes[n] = []
-    yield from ORIGINAL_FIRE(store, timer_ms, now_ms, lookahead_ms)
+    yield from ORIGINAL_FIRE(store, timer_ms, now_ms, window_ms, run)
 
 
 def _timers_without_lookahead(self, bucket, info, timer_ms):
-    ORIGINAL_ARM(self, bucket, info, timer_ms + self.lookahead_ms)
+    ORIGINAL_ARM(self, bucket, info, timer_ms + self.window_ms)
 
 
 ORIGINAL_STEP, ORIGINAL_DIGEST, ORIGINAL_FIRE, ORIGINAL_ARM = wheel.step, wheel.digest, wheel.fire, wheel._Shard.arm
@@ -522,7 +572,7 @@ RESEND_WRITE_BACK_EXAMPLE = "test_write_back_of_the_delivered_version_after_a_re
 REBUILD_EXAMPLE = "test_write_back_read_back_with_its_schedule_completes_it"
 FIELDS_EXAMPLE = "test_partition_key_partition_write_back_and_history_come_out_of_both_layouts"
 DIALECT_FIELDS_EXAMPLE = "test_replace_that_differs_only_in_what_a_dialect_adds_is_not_a_noop"
-WHEEL, BOTH = [WheelEngine], [Engine, WheelEngine]
+WHEEL = BOTH = [WheelEngine]
 COMPLETES = [(schedule_rules, "completes"), (wheel, "completes")]  # the per-id and the wheel layout's use
 MUTANTS = {
     "holds ignores partial fires": (
@@ -537,6 +587,14 @@ MUTANTS = {
     "digest ignores the topic": ([(wheel, "digest", _digest_without("topic"))], ["model"], WHEEL),
     "strikes skipped at fire": ([(wheel, "fire", _fire_ignoring_strikes)], ["model"], WHEEL),
     "timers armed without the lookahead": ([(wheel._Shard, "arm", _timers_without_lookahead)], ["model"], WHEEL),
+    # Prepared deliveries (the timed writer): withdrawn, written once, and re-emitted after a crash.
+    "replaced or cancelled prepared versions are not withdrawn": (
+        [(wheel._Shard, "may_be_held", lambda self, entry: False)], ["model"], WHEEL),
+    "prepared versions due by now still count as pending": (
+        [(wheel._Shard, "written", lambda self, info, entry: False)], ["model"], WHEEL),
+    "the prepare mark of another run counts": (
+        [(wheel.BucketInfo, "prepared_through", lambda self, run: self.prep_through if self.prep_run else None)],
+        ["model"], WHEEL),
     # COMPLETE, write-backs and the fields the write-back dialects add.
     "complete ignores the named version": (
         [(owner, name, _completes_whatever_is_pending) for owner, name in COMPLETES],
@@ -552,9 +610,6 @@ MUTANTS = {
         [(wheel, "digest", _digest_without("partition_key"))], ["model", DIALECT_FIELDS_EXAMPLE], WHEEL),
     "digest ignores the history flag": (
         [(wheel, "digest", _digest_without("history"))], ["model", DIALECT_FIELDS_EXAMPLE], WHEEL),
-    "same message ignores the write-back": (
-        [(Schedule, "_identity", _identity_without_write_back)],
-        ["model", OLD_WRITE_BACK_EXAMPLE, DIALECT_FIELDS_EXAMPLE], [Engine]),
     "entries lose the partition": (
         [(wheel, "schedule_of_entry", _entries_without("partition"))], ["model", FIELDS_EXAMPLE], WHEEL),
     "entries lose the partition key": (

@@ -68,7 +68,7 @@ def test_a_strike_costs_in_proportion_to_the_batch_not_the_bucket():
         for i in range(b * per_batch, (b + 1) * per_batch):
             requests.append((sid(i), Request(Action.CANCEL, None) if i % 2 else
                              Request(Action.REPLACE, schedule(i, b"new", due=DUE + 1, partition=1))))
-        counts, _, _ = wheel.apply_requests(store, requests, 1 + b)
+        counts = wheel.apply_requests(store, requests, 1 + b).outcomes
         assert sum(counts.values()) == per_batch
         moved_per_batch.append(store.strike_ids_moved - before)
     strikes = batches * per_batch
