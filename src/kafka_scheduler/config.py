@@ -138,7 +138,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_requests_per_batch", _positive_int, 500_000,
            "cap on request records read per micro-batch: bounds memory and batch time when catching up", "N"),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
-    Option("lookahead", _duration_ms, 1500,
+    Option("lookahead", _duration_ms, 3000,
            "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
            "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
            "micro-batch after its due time", "DURATION"),
@@ -169,7 +169,7 @@ class Config:
     history: bool = False
     max_requests_per_batch: Optional[int] = 500_000
     driver_memory: str = "1g"
-    lookahead: int = 1500  # milliseconds
+    lookahead: int = 3000  # milliseconds
     max_held: int = 200_000
     state_layout: str = "wheel"
     shards: Optional[int] = None  # None: twice the partitions

@@ -14,6 +14,7 @@ class BatchSummary:
     outcomes: Counter = field(default_factory=Counter)  # one per request: scheduled, replaced, ..., rejected
     delivered: int = 0  # records written to destination topics
     held: int = 0  # of those, how many were prepared ahead and held until their due time
+    prepared_deliveries: int = 0  # deliveries emitted ahead of their due time (see held)
     prepared_records: int = 0  # records of prepared deliveries (with their write-backs and history copies)
     withdrawn: int = 0  # prepared deliveries of earlier batches withdrawn before they were written
     dead_lettered: int = 0  # deliveries diverted to the rejections topic (destination missing)

@@ -83,7 +83,10 @@ class RecordSink:
             counts = self.topics.partition_counts(set(partitioned) - missing) if partitioned else {}
             if summary.delivered or summary.outcomes.get("rejected"):
                 records, summary.dead_lettered = self._records(batch, missing, counts, per_topic, partitioned)
-                summary.held = self._write(records, summary.prepared_records)
+                immediate = summary.delivered - summary.prepared_deliveries + summary.outcomes.get("rejected", 0)
+                # Dead letters (a prepared delivery to a topic or partition that does not exist) go out at once.
+                summary.held = self._write(records, summary.prepared_records,
+                                           immediate > 0 or bool(missing) or bool(partitioned))
             if self.writer is not None and not self.writer.wait_written(started_ms):
                 # The batch retires prepared schedules due by its time from state: it must not commit before
                 # the writer wrote them. A writer this far behind is broken; failing the batch keeps them.
@@ -100,7 +103,7 @@ class RecordSink:
         records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
             .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS).save()
 
-    def _write(self, records: DataFrame, prepared_records: int) -> int:
+    def _write(self, records: DataFrame, prepared_records: int, immediate: bool = True) -> int:
         """What is due now at once; prepared deliveries (and their write-backs and copies, which carry their
         due time) to the timed writer, or, beyond the room it has, in slices, each at its due time. Returns
         how many deliveries were held until their due time."""
@@ -108,7 +111,8 @@ class RecordSink:
             self._save(records)
             return 0
         held = F.coalesce(F.col("prepared"), F.lit(False))
-        self._save(records.filter(~held))
+        if immediate:
+            self._save(records.filter(~held))
         if self.writer is not None and prepared_records <= self.writer.room():
             rows = records.filter(held).select("delivery_id", "due_ms", "kind", "topic", "partition", "key", "value",
                                                "headers").collect()
@@ -136,6 +140,7 @@ class RecordSink:
             F.min(F.when(~prepared, F.col("due_ms"))).alias("earliest_due"),
             F.count("wb_headers").alias("write_backs"), F.max("partition").alias("max_partition"),
             F.count("partition_hash").alias("hashed"),
+            F.sum(F.when(prepared, 1)).alias("prepared_deliveries"),
             F.sum(F.when(prepared, 1 + F.when(F.col("wb_headers").isNotNull(), 1).otherwise(0)
                          + F.when(F.col("history") | F.lit(self.config.history), 1).otherwise(0))
                   ).alias("prepared_records"),
@@ -161,6 +166,7 @@ class RecordSink:
                 if row["max_partition"] is not None or row["hashed"]:
                     partitioned[row["topic"]] = -1 if row["max_partition"] is None else row["max_partition"]
                 summary.prepared_records += row["prepared_records"] or 0
+                summary.prepared_deliveries += row["prepared_deliveries"] or 0
                 if row["earliest_due"] is not None and (summary.earliest_due_ms is None
                                                         or row["earliest_due"] < summary.earliest_due_ms):
                     summary.earliest_due_ms = row["earliest_due"]
