@@ -113,14 +113,14 @@ class RecordSink:
         rows = batch.groupBy("kind", "topic").agg(
             F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"), F.min("due_ms").alias("earliest_due"),
             F.count("wb_headers").alias("write_backs"), F.max("partition").alias("max_partition"),
-            F.count("partition_hash").alias("hashed"),
+            F.count("partition_hash").alias("hashed"), F.max_by("n", "due_ms").alias("last_n"),
         ).collect()
         summary = BatchSummary(batch_id)
         per_topic: Counter = Counter()
         partitioned: dict[str, int] = {}
         for row in rows:
             if row["kind"] == KIND_OUTCOME:
-                summary.outcomes[row["topic"]] += row["n"]
+                summary.count_outcome(row["topic"], row["n"], row["last_n"])
             elif row["kind"] == KIND_DELIVER:
                 summary.delivered += row["records"]
                 summary.written_back += row["write_backs"]

@@ -12,24 +12,18 @@ not per schedule, wherever the rules allow:
   * ``strikes``: (bucket, n) -> delivery ids struck out of the bucket by a replace or
     cancel (lazy deletion: chunks are not rewritten), one list per batch, merged the same
     way, so a strike costs in proportion to the batch's strikes, not the bucket's;
-  * ``index``: client schedule id -> where its pending version is (bucket, due time,
-    delivery id, the shard sequence number it was filed at) and a digest of it, for
-    replace, cancel and the identical-replace no-op. ADDs without request id never touch it;
+  * the id index: client schedule id -> where its pending version is (due time, hence bucket;
+    delivery id) and a digest of it, for replace, cancel and the identical-replace no-op. It is
+    held in the worker's memory and kept in state as a versioned delta log (``index_cache.py``);
+    each chunk row carries its ``sid`` and ``digest`` so the index can be rebuilt from the chunks.
+    ADDs without request id never touch it (their rows carry no sid);
   * ``armed``: timer instant -> the buckets armed at it, so a timer names its buckets
     whatever ``--lookahead`` was when it was set;
   * ``seq``: a per-shard counter, advanced by every handler call that changes the shard.
 
-Staleness without the clock. An index entry may outlive its schedule (cleaning it at
-delivery would cost one state call per schedule on the fire path). Whether its version is
-still pending is decided from sequence numbers, never from the clock alone, because the
-batch time (shifted by the lookahead) may go backwards between batches:
-  * a bucket that was emptied and removed may be created again: its ``created_seq`` is then
-    newer than the entry, so the entry is stale;
-  * a fire that leaves schedules behind records (its seq, its rule time) in the bucket; an
-    entry filed before that fire, with a due time at or before that rule time, was
-    delivered by it.
-A struck version never needs checking: the request that struck it rewrote or removed the
-id's index entry in the same call.
+The index is exact: an entry exists exactly while its version is pending. A request that
+replaces, cancels or completes a version rewrites or removes the entry; a fire removes the
+entries of what it delivers (``_Shard.forget``), in bulk: no state call per schedule.
 
 This module is Spark-free: ``ShardStore`` is implemented over dicts here (tests) and over
 Spark state in ``wheel_processor.py``.
@@ -37,7 +31,9 @@ Spark state in ``wheel_processor.py``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -46,6 +42,7 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol
 import numpy as np
 import pandas as pd
 
+from .index_cache import IndexCache, IndexEntry, IndexSession, IndexToken
 from .schedule import Action, Outcome, Request, Schedule, WriteBack, completes, is_internal
 
 BUCKET_MS = 1000
@@ -55,7 +52,10 @@ SEAL_BYTES = 4 * 1024 * 1024
 SEAL_STRIKES = 65_536
 ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id", "entry_bytes",
                  # what some dialects add (null for native requests): see schedule.Schedule
-                 "partition", "partition_key", "wb_topic", "wb_partition", "wb_key", "wb_headers", "history"]
+                 "partition", "partition_key", "wb_topic", "wb_partition", "wb_key", "wb_headers", "history",
+                 # the client id and digest of the version (null without request id): rebuild the index
+                 "sid", "digest"]
+INDEX_COLUMNS = ["sid", "digest"]
 ENTRY_OVERHEAD_BYTES = 32
 
 
@@ -114,15 +114,6 @@ def entry_bytes(schedule: Schedule) -> int:
             + (0 if back is None else len(back.key or b"") + header_bytes(back.headers)))
 
 
-@dataclass(frozen=True)
-class IndexEntry:
-    bucket: int
-    due_ms: int
-    delivery_id: str
-    digest: bytes
-    seq: int  # the shard's sequence number when this version was filed
-
-
 @dataclass
 class BucketInfo:
     created_seq: int
@@ -130,16 +121,11 @@ class BucketInfo:
     next_n: int = 0  # numbers chunks and strike lists; never reused within the bucket
     chunks: list = field(default_factory=list)  # [(n, bytes)] of the live schedule chunks
     strikes: list = field(default_factory=list)  # [(n, count)] of the strike lists
-    fires: list = field(default_factory=list)  # [(seq, rule time)] of partial fires, see ``delivered_by``
+    fires: list = field(default_factory=list)  # [(seq, rule time)] of partial fires (no longer read)
 
     def copy(self) -> "BucketInfo":
         return BucketInfo(self.created_seq, self.timer_ms, self.next_n, list(self.chunks), list(self.strikes),
                           list(self.fires))
-
-
-def delivered_by(fires: list, entry: IndexEntry) -> bool:
-    """Whether a fire after the entry was filed delivered it (its due time was reached)."""
-    return any(seq > entry.seq and rule_ms >= entry.due_ms for seq, rule_ms in fires)
 
 
 def record_fire(fires: list, seq: int, rule_ms: int) -> list:
@@ -150,10 +136,17 @@ def record_fire(fires: list, seq: int, rule_ms: int) -> list:
 class ShardStore(Protocol):
     """The state of one shard."""
 
+    cache: IndexCache  # the worker's copy of this shard's index
+
     def next_seq(self) -> int: ...
-    def index_get(self, sid: bytes) -> Optional[IndexEntry]: ...
-    def index_put(self, sid: bytes, entry: IndexEntry) -> None: ...
-    def index_remove(self, sid: bytes) -> None: ...
+    def index_token_get(self) -> Optional[IndexToken]: ...
+    def index_token_put(self, token: IndexToken) -> None: ...
+    def delta_get(self, version: int, part: int) -> list: ...
+    def delta_put(self, version: int, part: int, changes: list) -> None: ...
+    def delta_remove(self, version: int, part: int) -> None: ...
+    def bucket_items(self) -> Iterator[tuple[int, BucketInfo]]: ...
+    def chunk_index(self, bucket: int, n: int) -> pd.DataFrame:
+        """Columns sid, due_ms, delivery_id, digest of a chunk (what a rebuild of the index reads)."""
     def bucket_get(self, bucket: int) -> Optional[BucketInfo]: ...
     def bucket_put(self, bucket: int, info: BucketInfo) -> None: ...
     def bucket_remove(self, bucket: int) -> None: ...
@@ -169,15 +162,16 @@ class ShardStore(Protocol):
     def register_timer(self, timer_ms: int) -> None: ...
 
 
-def entries_frame(schedules: Iterable[Schedule]) -> pd.DataFrame:
+def entries_frame(schedules: Iterable[Schedule], ids: Optional[Iterable[tuple]] = None) -> pd.DataFrame:
+    """``ids``: (sid, digest) of each schedule; None: schedules without request id."""
     rows = []
-    for s in schedules:
+    for s, (sid, version_digest) in zip(schedules, ids if ids is not None else itertools.repeat((None, None))):
         back = s.write_back
         rows.append((s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id, entry_bytes(s),
                      s.partition, s.partition_key,
                      *((None, None, None, None) if back is None else
                        (back.topic, back.partition, back.key, list(back.headers))),
-                     s.history))
+                     s.history, sid, version_digest))
     return pd.DataFrame(rows, columns=ENTRY_COLUMNS).astype({"partition": object, "wb_partition": object})
 
 
@@ -285,19 +279,27 @@ class _Shard:
         self.dirty: set[int] = set()
         self.armed: dict[int, list] = {}
         self.struck: dict[int, list] = {}
+        # Synced before the call changes anything: a rebuild reads the chunks as the last call left them.
+        # One state read when the cache is current.
+        self._index = IndexSession(store)
+
+    def index(self) -> IndexSession:
+        return self._index
+
+    def forget(self, delivered: pd.DataFrame) -> None:
+        """Schedules leave state: their ids leave the index (recorded in this call's delta, in bulk)."""
+        sids = delivered["sid"]
+        with_id = sids.notna().to_numpy()
+        if with_id.any():
+            self.index().forget(sids[with_id], delivered["delivery_id"][with_id])
 
     def get(self, bucket: int) -> Optional[BucketInfo]:
         if bucket not in self.cache:
             self.cache[bucket] = self.store.bucket_get(bucket)
         return self.cache[bucket]
 
-    def holds(self, entry: IndexEntry) -> bool:
-        """Whether the version an index entry points at is still pending."""
-        info = self.get(entry.bucket)
-        return info is not None and info.created_seq <= entry.seq and not delivered_by(info.fires, entry)
-
     def strike(self, entry: IndexEntry) -> None:
-        self.struck.setdefault(entry.bucket, []).append(entry.delivery_id)
+        self.struck.setdefault(bucket_of(entry.due_ms), []).append(entry.delivery_id)
 
     def arm(self, bucket: int, info: BucketInfo, timer_ms: int) -> None:
         info.timer_ms = timer_ms
@@ -356,6 +358,7 @@ class _Shard:
             self.store.bucket_put(bucket, self.cache[bucket])
         for timer_ms, buckets in self.armed.items():
             self.store.armed_put(timer_ms, buckets)
+        self._index.commit()
 
 
 def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]], now_ms: int,
@@ -380,19 +383,17 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     shard = _Shard(store, store.next_seq(), lookahead_ms)
     outcomes: Counter = Counter()
     due_now: list[Schedule] = []
-    to_file: dict[int, list[Schedule]] = {}
+    to_file: dict[int, tuple[list[Schedule], list[tuple]]] = {}
+    index = shard.index() if by_sid else None
     for sid, of_sid in by_sid.items():
         internal = is_internal(sid)
-        entry = None if internal else store.index_get(sid)
-        current = entry if entry is not None and shard.holds(entry) else None
+        current = None if internal else index.get(sid)
         pending, pending_digest = current, (current.digest if current is not None else None)
         for request in of_sid:
             outcome, pending, pending_digest = step(pending, pending_digest, request)
             outcomes[outcome] += 1
 
         if pending is current:
-            if current is None and entry is not None:
-                store.index_remove(sid)  # tidy a stale entry while we are here
             continue
         if current is not None:
             shard.strike(current)
@@ -400,17 +401,22 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
             due_now.append(pending)
             pending = None
         if pending is None:
-            if entry is not None:
-                store.index_remove(sid)
+            if current is not None:
+                index.remove(sid)
             continue
-        bucket = bucket_of(pending.due_ms)
-        to_file.setdefault(bucket, []).append(pending)
-        if not internal:
-            store.index_put(sid, IndexEntry(bucket, pending.due_ms, pending.delivery_id, pending_digest, shard.seq))
+        schedules, ids = to_file.setdefault(bucket_of(pending.due_ms), ([], []))
+        schedules.append(pending)
+        if internal:
+            ids.append((None, None))
+        else:
+            ids.append((sid, pending_digest))
+            index.put(sid, IndexEntry(pending.due_ms, pending.delivery_id, pending_digest))
 
-    frames = {bucket: entries_frame(schedules) for bucket, schedules in to_file.items()}
+    frames = {bucket: entries_frame(schedules, ids) for bucket, (schedules, ids) in to_file.items()}
     anonymous_due = _empty()
     if has_anonymous:
+        if "sid" not in anonymous:
+            anonymous = anonymous.assign(sid=None, digest=None)
         outcomes[Outcome.SCHEDULED] += len(anonymous)
         due_mask = anonymous["due_ms"] <= rule_ms
         anonymous_due = anonymous[due_mask]
@@ -456,7 +462,9 @@ def fire(store: ShardStore, timer_ms: int, now_ms: int, lookahead_ms: int = 0) -
                 frame = frame[~frame["delivery_id"].isin(struck)]
             due_mask = frame["due_ms"] <= rule_ms
             if due_mask.any():
-                yield frame[due_mask].reset_index(drop=True)
+                delivered = frame[due_mask].reset_index(drop=True)
+                shard.forget(delivered)
+                yield delivered
             later = frame[~due_mask]
             if len(later):
                 rest.append(later)
@@ -481,10 +489,12 @@ def fire(store: ShardStore, timer_ms: int, now_ms: int, lookahead_ms: int = 0) -
 class MemoryShardStore:
     """``ShardStore`` over dicts (tests and tools). Timers are kept as a set of (ms, shard)."""
 
-    def __init__(self, shard: int = 0, timers: Optional[set] = None):
+    def __init__(self, shard: int = 0, timers: Optional[set] = None, cache: Optional[IndexCache] = None):
         self.shard = shard
         self.seq = 0
-        self.index: dict[bytes, IndexEntry] = {}
+        self.cache = cache if cache is not None else IndexCache()  # the worker memory: tests swap it
+        self.token: Optional[IndexToken] = None
+        self.deltas: dict[tuple[int, int], list] = {}
         self.buckets: dict[int, BucketInfo] = {}
         self.chunks: dict[tuple[int, int], pd.DataFrame] = {}
         self.strikes: dict[tuple[int, int], list] = {}
@@ -495,14 +505,31 @@ class MemoryShardStore:
         self.seq += 1
         return self.seq
 
-    def index_get(self, sid):
-        return self.index.get(sid)
+    def index_token_get(self):
+        return None if self.token is None else copy.deepcopy(self.token)
 
-    def index_put(self, sid, entry):
-        self.index[sid] = entry
+    def index_token_put(self, token):
+        self.token = copy.deepcopy(token)
 
-    def index_remove(self, sid):
-        self.index.pop(sid, None)
+    def delta_get(self, version, part):
+        return list(self.deltas[(version, part)])
+
+    def delta_put(self, version, part, changes):
+        self.deltas[(version, part)] = list(changes)
+
+    def delta_remove(self, version, part):
+        del self.deltas[(version, part)]  # strict: trimming a part that is not there is a bug
+
+    def bucket_items(self):
+        return [(bucket, info.copy()) for bucket, info in self.buckets.items()]
+
+    def chunk_index(self, bucket, n):
+        return self.chunks[(bucket, n)][["sid", "due_ms", "delivery_id", "digest"]].copy()
+
+    def index_entries(self) -> dict:
+        """The index as a rebuild would see it (tests)."""
+        from .index_cache import stored_index
+        return stored_index(self)
 
     def bucket_get(self, bucket):
         info = self.buckets.get(bucket)

@@ -60,7 +60,7 @@ def test_new_checkpoint_records_the_settings(tmp_path):
                                     "bucket_ms": 1000, "partitions": 3,
                                     "inputs": {"kafka-scheduler-schedule-requests": "native"},
                                     "created_at": "2026-03-01T12:00:00Z"}
-    assert STATE_FORMAT == 3
+    assert STATE_FORMAT == 4
     assert config.catch_up_first, "a new checkpoint reads every input to its end before delivering"
     assert sorted(p.name for p in checkpoint.iterdir()) == [STATE_FILE], "temporary file left behind"
 
@@ -171,7 +171,7 @@ def test_unreadable_or_foreign_settings_file_is_refused_naming_it(tmp_path, cont
     assert message.endswith("or use a new --checkpoint-dir")
 
 
-@pytest.mark.parametrize("state_format", [STATE_FORMAT + 1, 2, 1])
+@pytest.mark.parametrize("state_format", [STATE_FORMAT + 1, 3, 2, 1])
 def test_another_state_format_is_refused(tmp_path, state_format):
     first_run(tmp_path)
     (tmp_path / STATE_FILE).write_text(json.dumps({"state_format": state_format, "layout": "future"}))
