@@ -158,7 +158,7 @@ def test_checkpoint_with_commits_but_no_settings_file_is_refused_as_legacy(tmp_p
     (b'["state_format", 2]', "is not a kafka-scheduler state file"),
     (b'{"shards": 4}', "is not a kafka-scheduler state file"),
     (b'{"state_format": "2"}', "is not a kafka-scheduler state file"),
-    (b'{"state_format": 3, "state_layout": "ring", "shards": 0, "bucket_ms": 1000, "partitions": 2, "inputs": {"a": "native"}}',
+    (b'{"state_format": 4, "state_layout": "ring", "shards": 0, "bucket_ms": 1000, "partitions": 2, "inputs": {"a": "native"}}',
      "is damaged (missing or invalid state_layout, shards)"),
 ])
 def test_unreadable_or_foreign_settings_file_is_refused_naming_it(tmp_path, content, expected):
