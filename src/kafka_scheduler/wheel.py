@@ -63,9 +63,40 @@ def bucket_of(due_ms: int) -> int:
     return due_ms // BUCKET_MS
 
 
+def _native_digest(due_ms: int, topic: str, key: Optional[bytes], value: Optional[bytes], header_list):
+    """The digest of the fields every version has (a blake2b object, to go on with the rest)."""
+    h = hashlib.blake2b(digest_size=16)
+    pieces = [struct.pack(">q", due_ms)]
+
+    def part(data: Optional[bytes]) -> None:
+        if data is None:
+            pieces.append(b"\xff")
+        else:
+            pieces.append(struct.pack(">I", len(data)))
+            pieces.append(data)
+
+    part(topic.encode())
+    part(key)
+    part(value)
+    pieces.append(struct.pack(">I", len(header_list)))
+    for name, header_value in header_list:
+        part(name.encode())
+        part(header_value)
+    h.update(b"".join(pieces))
+    return h
+
+
+def digest_of_entry(r) -> bytes:
+    """``digest(schedule_of_entry(r))``, without making the Schedule for a native row (the ingest path)."""
+    if missing(r.partition) and missing(r.partition_key) and missing(r.wb_headers) and not flag(r.history):
+        return _native_digest(int(r.due_ms), r.topic, optional_bytes(r.key), optional_bytes(r.value),
+                              [(name, optional_bytes(value)) for name, value in header_pairs(r.headers)]).digest()
+    return digest(schedule_of_entry(r))
+
+
 def digest(schedule: Schedule) -> bytes:
     """What makes two versions "strictly identical": due time, destination, key, value, headers."""
-    h = hashlib.blake2b(digest_size=16)
+    h = _native_digest(schedule.due_ms, schedule.topic, schedule.key, schedule.value, schedule.headers)
 
     def part(data: Optional[bytes]) -> None:
         if data is None:
@@ -74,17 +105,12 @@ def digest(schedule: Schedule) -> bytes:
             h.update(struct.pack(">I", len(data)))
             h.update(data)
 
-    h.update(struct.pack(">q", schedule.due_ms))
-    part(schedule.topic.encode())
-    part(schedule.key)
-    part(schedule.value)
     def headers(pairs) -> None:
         h.update(struct.pack(">I", len(pairs)))
         for name, value in pairs:
             part(name.encode())
             part(value)
 
-    headers(schedule.headers)
     if schedule.partition is not None or schedule.partition_key is not None or schedule.write_back is not None \
             or schedule.history:
         # Only dialects other than native get here, so digests of native schedules stay as they were.
@@ -362,21 +388,24 @@ class _Shard:
 
 
 def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]], now_ms: int,
-                   anonymous: Optional[pd.DataFrame] = None, lookahead_ms: int = 0
-                   ) -> tuple[Counter, list[Schedule], pd.DataFrame]:
+                   anonymous: Optional[pd.DataFrame] = None, lookahead_ms: int = 0,
+                   keyed: Optional[pd.DataFrame] = None) -> tuple[Counter, list[Schedule], pd.DataFrame]:
     """One shard's requests of a micro-batch at batch time ``now_ms``. Returns outcome counts, the
     schedules to deliver now (due by ``now_ms + lookahead_ms`` once all of the batch's requests
-    acted) and the anonymous ones due now.
+    acted) and the rows of ``anonymous`` and ``keyed`` due now.
 
     ``requests`` are those with a client id, in log order per id. ``anonymous`` holds the ADDs
     without request id (ENTRY_COLUMNS): nothing can replace or cancel them, so they skip the
-    index and are filed in bulk.
+    index and are filed in bulk. ``keyed`` (ENTRY_COLUMNS, digest not needed) holds ADDs and
+    REPLACEs with a client id that no other request of the batch names: those whose id has no
+    pending version (the usual case) are filed in bulk too, without a Schedule per row.
     """
     by_sid: dict[bytes, list[Request]] = {}
     for sid, request in requests:
         by_sid.setdefault(sid, []).append(request)
     has_anonymous = anonymous is not None and len(anonymous) > 0
-    if not by_sid and not has_anonymous:
+    has_keyed = keyed is not None and len(keyed) > 0
+    if not by_sid and not has_anonymous and not has_keyed:
         return Counter(), [], _empty()
 
     rule_ms = now_ms + lookahead_ms
@@ -384,7 +413,14 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     outcomes: Counter = Counter()
     due_now: list[Schedule] = []
     to_file: dict[int, tuple[list[Schedule], list[tuple]]] = {}
-    index = shard.index() if by_sid else None
+    index = shard.index()
+    fresh = None
+    if has_keyed:
+        entries = index.cache.entries
+        known = np.fromiter((bytes(sid) in entries for sid in keyed["sid"]), dtype=bool, count=len(keyed))
+        for r in keyed[known].itertuples(index=False):  # a version is pending: the rules, one by one
+            by_sid[bytes(r.sid)] = [Request(Action(r.action), schedule_of_entry(r))]
+        fresh = keyed[~known]
     for sid, of_sid in by_sid.items():
         internal = is_internal(sid)
         current = None if internal else index.get(sid)
@@ -413,14 +449,23 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
             index.put(sid, IndexEntry(pending.due_ms, pending.delivery_id, pending_digest))
 
     frames = {bucket: entries_frame(schedules, ids) for bucket, (schedules, ids) in to_file.items()}
-    anonymous_due = _empty()
+    bulk = []
     if has_anonymous:
-        if "sid" not in anonymous:
-            anonymous = anonymous.assign(sid=None, digest=None)
-        outcomes[Outcome.SCHEDULED] += len(anonymous)
-        due_mask = anonymous["due_ms"] <= rule_ms
-        anonymous_due = anonymous[due_mask]
-        later = anonymous[~due_mask]
+        bulk.append(anonymous.assign(sid=None, digest=None) if "sid" not in anonymous else anonymous)
+    if fresh is not None and len(fresh):
+        fresh_later = (fresh["due_ms"] > rule_ms).to_numpy()
+        digests = np.full(len(fresh), None, dtype=object)
+        for i, r in zip(np.flatnonzero(fresh_later), fresh[fresh_later].itertuples(index=False)):
+            digests[i] = digest_of_entry(r)
+            index.put(bytes(r.sid), IndexEntry(int(r.due_ms), r.delivery_id, digests[i]))
+        bulk.append(fresh[ENTRY_COLUMNS].assign(digest=digests, sid=[bytes(s) for s in fresh["sid"]]))
+    anonymous_due = _empty()
+    if bulk:
+        rows = pd.concat(bulk, ignore_index=True) if len(bulk) > 1 else bulk[0]
+        outcomes[Outcome.SCHEDULED] += len(rows)
+        due_mask = rows["due_ms"] <= rule_ms
+        anonymous_due = rows[due_mask]
+        later = rows[~due_mask]
         for bucket, group in later.groupby(later["due_ms"] // BUCKET_MS, sort=False):
             bucket = int(bucket)
             frames[bucket] = pd.concat([frames[bucket], group]) if bucket in frames else group

@@ -286,14 +286,20 @@ class WheelProcessor(StatefulProcessor):
         anonymous_mask = frame["sid"].map(is_internal).astype(bool)
         base_columns = [c for c in ENTRY_COLUMNS if c not in INDEX_COLUMNS]
         anonymous = frame.loc[anonymous_mask, base_columns].assign(sid=None, digest=None).reset_index(drop=True)
+        client = frame[~anonymous_mask]
+        # An ADD or REPLACE whose id no other request of the batch names needs no log order: filed in bulk
+        # unless its id has a pending version.
+        alone = (~client["sid"].duplicated(keep=False) & client["action"].isin([Action.ADD.value,
+                                                                                Action.REPLACE.value])).to_numpy()
+        keyed = client.loc[alone, base_columns + ["sid", "action"]].assign(digest=None).reset_index(drop=True)
         requests = []
-        for row in log_order(frame[~anonymous_mask]).itertuples(index=False):
+        for row in log_order(client[~alone]).itertuples(index=False):
             action = Action(row.action)
             schedule = schedule_of_entry(row) if action in (Action.ADD, Action.REPLACE) else None
             completes = None if missing(row.completes) else row.completes
             requests.append((bytes(row.sid), Request(action, schedule, completes)))
         counts, due_now, anonymous_due = apply_requests(
-            self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous, self.lookahead_ms)
+            self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous, self.lookahead_ms, keyed)
         if due_now:
             yield deliveries_frame(entries_frame(due_now))
         if len(anonymous_due):

@@ -143,9 +143,16 @@ class WheelEngine:
                 per_shard.setdefault(self.shard_of(key), []).append((key, request))
         delivered, counts = [], Counter()
         for shard in sorted(set(per_shard) | set(anonymous)):
+            # As the processor does: an ADD or REPLACE whose id no other request of the batch names goes in bulk.
+            of_shard = per_shard.get(shard, [])
+            named = Counter(key for key, _ in of_shard)
+            is_alone = [named[key] == 1 and r.action in (Action.ADD, Action.REPLACE) for key, r in of_shard]
+            alone = [pair for pair, a in zip(of_shard, is_alone) if a]
+            keyed = wheel.entries_frame([r.schedule for _, r in alone], [(key, None) for key, _ in alone]).assign(
+                action=[r.action.value for _, r in alone])
             shard_counts, due_now, anonymous_due = wheel.apply_requests(
-                self.stores[shard], per_shard.get(shard, []), now, wheel.entries_frame(anonymous.get(shard, [])),
-                self.lookahead_ms)
+                self.stores[shard], [pair for pair, a in zip(of_shard, is_alone) if not a], now,
+                wheel.entries_frame(anonymous.get(shard, [])), self.lookahead_ms, keyed)
             counts.update(shard_counts)
             delivered.extend(due_now)
             delivered.extend(wheel.schedules_of(anonymous_due))
