@@ -313,7 +313,9 @@ class _Shard:
         return self._index
 
     def forget(self, delivered: pd.DataFrame) -> None:
-        """Schedules leave state: their ids leave the index (recorded in this call's delta, in bulk)."""
+        """Schedules leave state: their ids leave the index (recorded in this call's delta, in bulk). Call it
+        wherever entries leave state for good (delivered, or prepared and retired): an id re-filed since keeps
+        its newer entry. Written with the rest at ``flush``."""
         sids = delivered["sid"]
         with_id = sids.notna().to_numpy()
         if with_id.any():
