@@ -51,6 +51,8 @@ def committed_offsets(checkpoint_dir: str | Path) -> dict[str, dict[int, int]]:
 STATE_FILE = "kafka-scheduler-state.json"
 # The version of the state schema this code writes and reads. 2: the first format with a settings file.
 # 3: schedules carry partition, partition key, write-back and history (dialects); the inputs are recorded.
+# 4: the id index is a versioned delta log (index_token, index_deltas) and chunk rows carry sid and digest;
+#    buckets carry a prepare mark (the timed writer).
 STATE_FORMAT = 4
 _LAYOUTS = ("wheel", "per-id")
 

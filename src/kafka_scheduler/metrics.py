@@ -7,6 +7,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
+# Outcome rows "index_entries:<shard>" (n: entries of the shard's id index after a handler call; due_ms: the
+# index version) are reports, not requests: kept apart, last value per shard.
+INDEX_ENTRIES_PREFIX = "index_entries:"
+
 
 @dataclass
 class BatchSummary:
@@ -23,6 +27,14 @@ class BatchSummary:
     written_at_ms: int = 0
     compute_s: float = 0.0  # decode, state step and summary (the batch's first Spark job)
     write_s: float = 0.0  # the Kafka write
+    index_entries: dict = field(default_factory=dict)  # shard -> id index entries, the shard's last report
+
+    def count_outcome(self, topic: str, n: int, last_n: Optional[int] = None) -> None:
+        """An outcome row group: ``n`` summed over the batch, ``last_n`` the value of its latest row."""
+        if topic.startswith(INDEX_ENTRIES_PREFIX):
+            self.index_entries[int(topic[len(INDEX_ENTRIES_PREFIX):])] = int(n if last_n is None else last_n)
+        else:
+            self.outcomes[topic] += n
 
     @property
     def requests(self) -> int:
@@ -62,10 +74,16 @@ class Totals:
         self.written_back = 0
         self.batches = 0
         self.started = time.time()
+        self.index_entries: dict = {}  # shard -> its last reported index size
+
+    @property
+    def index_total(self) -> Optional[int]:
+        return sum(self.index_entries.values()) if self.index_entries else None
 
     def add(self, summary: BatchSummary) -> None:
         self.outcomes.update(summary.outcomes)
         self.delivered += summary.delivered - summary.withdrawn
         self.dead_lettered += summary.dead_lettered
         self.written_back += summary.written_back
+        self.index_entries.update(summary.index_entries)
         self.batches += 1

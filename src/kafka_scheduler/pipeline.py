@@ -129,7 +129,10 @@ class Scheduler:
         self.stop_requested.set()
 
     def _on_batch(self, summary: BatchSummary) -> None:
+        index_before = self.totals.index_total
         self.totals.add(summary)
+        if self.totals.index_total != index_before:
+            log.info("index: %d entries", self.totals.index_total)
         if not self._first_batch_logged:
             self._first_batch_logged = True
             log.info("first batch done %.1fs after start", time.monotonic() - self._started_at)

@@ -139,7 +139,7 @@ class RecordSink:
             F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"),
             F.min(F.when(~prepared, F.col("due_ms"))).alias("earliest_due"),
             F.count("wb_headers").alias("write_backs"), F.max("partition").alias("max_partition"),
-            F.count("partition_hash").alias("hashed"),
+            F.count("partition_hash").alias("hashed"), F.max_by("n", "due_ms").alias("last_n"),
             F.sum(F.when(prepared, 1)).alias("prepared_deliveries"),
             F.sum(F.when(prepared, 1 + F.when(F.col("wb_headers").isNotNull(), 1).otherwise(0)
                          + F.when(F.col("history") | F.lit(self.config.history), 1).otherwise(0))
@@ -158,7 +158,7 @@ class RecordSink:
             elif row["kind"] == KIND_WITHDRAW:
                 withdrawn.extend(row["withdrawn"])
             elif row["kind"] == KIND_OUTCOME:
-                summary.outcomes[row["topic"]] += row["n"]
+                summary.count_outcome(row["topic"], row["n"], row["last_n"])
             elif row["kind"] == KIND_DELIVER:
                 summary.delivered += row["records"]
                 summary.written_back += row["write_backs"]

@@ -12,24 +12,18 @@ not per schedule, wherever the rules allow:
   * ``strikes``: (bucket, n) -> delivery ids struck out of the bucket by a replace or
     cancel (lazy deletion: chunks are not rewritten), one list per batch, merged the same
     way, so a strike costs in proportion to the batch's strikes, not the bucket's;
-  * ``index``: client schedule id -> where its pending version is (bucket, due time,
-    delivery id, the shard sequence number it was filed at) and a digest of it, for
-    replace, cancel and the identical-replace no-op. ADDs without request id never touch it;
+  * the id index: client schedule id -> where its pending version is (due time, hence bucket;
+    delivery id) and a digest of it, for replace, cancel and the identical-replace no-op. It is
+    held in the worker's memory and kept in state as a versioned delta log (``index_cache.py``);
+    each chunk row carries its ``sid`` and ``digest`` so the index can be rebuilt from the chunks.
+    ADDs without request id never touch it (their rows carry no sid);
   * ``armed``: timer instant -> the buckets armed at it, so a timer names its buckets
     whatever ``--lookahead`` was when it was set;
   * ``seq``: a per-shard counter, advanced by every handler call that changes the shard.
 
-Staleness without the clock. An index entry may outlive its schedule (cleaning it at
-delivery would cost one state call per schedule on the fire path). Whether its version is
-still pending is decided from sequence numbers, never from the clock alone, because the
-batch time (shifted by the lookahead) may go backwards between batches:
-  * a bucket that was emptied and removed may be created again: its ``created_seq`` is then
-    newer than the entry, so the entry is stale;
-  * a fire that leaves schedules behind records (its seq, its rule time) in the bucket; an
-    entry filed before that fire, with a due time at or before that rule time, was
-    delivered by it.
-A struck version never needs checking: the request that struck it rewrote or removed the
-id's index entry in the same call.
+The index is exact: an entry exists exactly while its version is pending. A request that
+replaces, cancels or completes a version rewrites or removes the entry; a fire removes the
+entries of what it delivers (``_Shard.forget``), in bulk: no state call per schedule.
 
 This module is Spark-free: ``ShardStore`` is implemented over dicts here (tests) and over
 Spark state in ``wheel_processor.py``.
@@ -37,7 +31,9 @@ Spark state in ``wheel_processor.py``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -46,6 +42,7 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol
 import numpy as np
 import pandas as pd
 
+from .index_cache import IndexCache, IndexEntry, IndexSession, IndexToken
 from .schedule import Action, Outcome, Request, Schedule, WriteBack, completes, is_internal
 
 BUCKET_MS = 1000
@@ -59,7 +56,10 @@ SEAL_BYTES = 4 * 1024 * 1024
 SEAL_STRIKES = 65_536
 ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id", "entry_bytes",
                  # what some dialects add (null for native requests): see schedule.Schedule
-                 "partition", "partition_key", "wb_topic", "wb_partition", "wb_key", "wb_headers", "history"]
+                 "partition", "partition_key", "wb_topic", "wb_partition", "wb_key", "wb_headers", "history",
+                 # the client id and digest of the version (null without request id): rebuild the index
+                 "sid", "digest"]
+INDEX_COLUMNS = ["sid", "digest"]
 ENTRY_OVERHEAD_BYTES = 32
 
 
@@ -67,9 +67,40 @@ def bucket_of(due_ms: int) -> int:
     return due_ms // BUCKET_MS
 
 
+def _native_digest(due_ms: int, topic: str, key: Optional[bytes], value: Optional[bytes], header_list):
+    """The digest of the fields every version has (a blake2b object, to go on with the rest)."""
+    h = hashlib.blake2b(digest_size=16)
+    pieces = [struct.pack(">q", due_ms)]
+
+    def part(data: Optional[bytes]) -> None:
+        if data is None:
+            pieces.append(b"\xff")
+        else:
+            pieces.append(struct.pack(">I", len(data)))
+            pieces.append(data)
+
+    part(topic.encode())
+    part(key)
+    part(value)
+    pieces.append(struct.pack(">I", len(header_list)))
+    for name, header_value in header_list:
+        part(name.encode())
+        part(header_value)
+    h.update(b"".join(pieces))
+    return h
+
+
+def digest_of_entry(r) -> bytes:
+    """``digest(schedule_of_entry(r))``, without making the Schedule for a native row (the ingest path)."""
+    if missing(r.partition) and missing(r.partition_key) and missing(r.wb_headers) and not flag(r.history):
+        return _native_digest(int(r.due_ms), r.topic, optional_bytes(r.key), optional_bytes(r.value),
+                              [(name, optional_bytes(value)) for name, value in header_pairs(r.headers)]).digest()
+    return digest(schedule_of_entry(r))
+
+
 def digest(schedule: Schedule) -> bytes:
     """What makes two versions "strictly identical": due time, destination, key, value, headers."""
-    h = hashlib.blake2b(digest_size=16)
+    h = _native_digest(schedule.due_ms, schedule.topic, schedule.key, schedule.value, schedule.headers)
 
     def part(data: Optional[bytes]) -> None:
         if data is None:
@@ -78,17 +109,12 @@ def digest(schedule: Schedule) -> bytes:
             h.update(struct.pack(">I", len(data)))
             h.update(data)
 
-    h.update(struct.pack(">q", schedule.due_ms))
-    part(schedule.topic.encode())
-    part(schedule.key)
-    part(schedule.value)
     def headers(pairs) -> None:
         h.update(struct.pack(">I", len(pairs)))
         for name, value in pairs:
             part(name.encode())
             part(value)
 
-    headers(schedule.headers)
     if schedule.partition is not None or schedule.partition_key is not None or schedule.write_back is not None \
             or schedule.history:
         # Only dialects other than native get here, so digests of native schedules stay as they were.
@@ -118,15 +144,6 @@ def entry_bytes(schedule: Schedule) -> int:
             + (0 if back is None else len(back.key or b"") + header_bytes(back.headers)))
 
 
-@dataclass(frozen=True)
-class IndexEntry:
-    bucket: int
-    due_ms: int
-    delivery_id: str
-    digest: bytes
-    seq: int  # the shard's sequence number when this version was filed
-
-
 @dataclass
 class BucketInfo:
     created_seq: int
@@ -134,7 +151,7 @@ class BucketInfo:
     next_n: int = 0  # numbers chunks and strike lists; never reused within the bucket
     chunks: list = field(default_factory=list)  # [(n, bytes)] of the live schedule chunks
     strikes: list = field(default_factory=list)  # [(n, count)] of the strike lists
-    fires: list = field(default_factory=list)  # [(seq, rule time)] of partial fires, see ``delivered_by``
+    fires: list = field(default_factory=list)  # [(seq, rule time)] of partial fires (no longer read)
     # The prepare mark: in run ``prep_run``, every schedule of the bucket due by ``prep_through`` was emitted
     # (prepared for the timed writer, or written). Another run's mark means nothing: its writer is gone.
     prep_run: str = ""
@@ -148,11 +165,6 @@ class BucketInfo:
         return self.prep_through if run and self.prep_run == run else None
 
 
-def delivered_by(fires: list, entry: IndexEntry) -> bool:
-    """Whether a fire after the entry was filed delivered it (its due time was reached)."""
-    return any(seq > entry.seq and rule_ms >= entry.due_ms for seq, rule_ms in fires)
-
-
 def record_fire(fires: list, seq: int, rule_ms: int) -> list:
     """Add a fire, keeping only those no later fire with a later rule time makes redundant."""
     return [(s, t) for s, t in fires if t > rule_ms] + [(seq, rule_ms)]
@@ -161,10 +173,17 @@ def record_fire(fires: list, seq: int, rule_ms: int) -> list:
 class ShardStore(Protocol):
     """The state of one shard."""
 
+    cache: IndexCache  # the worker's copy of this shard's index
+
     def next_seq(self) -> int: ...
-    def index_get(self, sid: bytes) -> Optional[IndexEntry]: ...
-    def index_put(self, sid: bytes, entry: IndexEntry) -> None: ...
-    def index_remove(self, sid: bytes) -> None: ...
+    def index_token_get(self) -> Optional[IndexToken]: ...
+    def index_token_put(self, token: IndexToken) -> None: ...
+    def delta_get(self, version: int, part: int) -> list: ...
+    def delta_put(self, version: int, part: int, changes: list) -> None: ...
+    def delta_remove(self, version: int, part: int) -> None: ...
+    def bucket_items(self) -> Iterator[tuple[int, BucketInfo]]: ...
+    def chunk_index(self, bucket: int, n: int) -> pd.DataFrame:
+        """Columns sid, due_ms, delivery_id, digest of a chunk (what a rebuild of the index reads)."""
     def bucket_get(self, bucket: int) -> Optional[BucketInfo]: ...
     def bucket_put(self, bucket: int, info: BucketInfo) -> None: ...
     def bucket_remove(self, bucket: int) -> None: ...
@@ -180,15 +199,16 @@ class ShardStore(Protocol):
     def register_timer(self, timer_ms: int) -> None: ...
 
 
-def entries_frame(schedules: Iterable[Schedule]) -> pd.DataFrame:
+def entries_frame(schedules: Iterable[Schedule], ids: Optional[Iterable[tuple]] = None) -> pd.DataFrame:
+    """``ids``: (sid, digest) of each schedule; None: schedules without request id."""
     rows = []
-    for s in schedules:
+    for s, (sid, version_digest) in zip(schedules, ids if ids is not None else itertools.repeat((None, None))):
         back = s.write_back
         rows.append((s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id, entry_bytes(s),
                      s.partition, s.partition_key,
                      *((None, None, None, None) if back is None else
                        (back.topic, back.partition, back.key, list(back.headers))),
-                     s.history))
+                     s.history, sid, version_digest))
     return pd.DataFrame(rows, columns=ENTRY_COLUMNS).astype({"partition": object, "wb_partition": object})
 
 
@@ -296,31 +316,42 @@ class _Shard:
         self.dirty: set[int] = set()
         self.armed: dict[int, list] = {}
         self.struck: dict[int, list] = {}
+        # Synced before the call changes anything: a rebuild reads the chunks as the last call left them.
+        # One state read when the cache is current.
+        self._index = IndexSession(store)
+
+    def index(self) -> IndexSession:
+        return self._index
+
+    def forget(self, delivered: pd.DataFrame) -> None:
+        """Schedules leave state: their ids leave the index (recorded in this call's delta, in bulk). Call it
+        wherever entries leave state for good (delivered, or prepared and retired): an id re-filed since keeps
+        its newer entry. Written with the rest at ``flush``."""
+        sids = delivered["sid"]
+        with_id = sids.notna().to_numpy()
+        if with_id.any():
+            self.index().forget(sids[with_id], delivered["delivery_id"][with_id])
 
     def get(self, bucket: int) -> Optional[BucketInfo]:
         if bucket not in self.cache:
             self.cache[bucket] = self.store.bucket_get(bucket)
         return self.cache[bucket]
 
-    def holds(self, entry: IndexEntry) -> bool:
-        """Whether the version an index entry points at is still pending."""
-        info = self.get(entry.bucket)
-        return info is not None and info.created_seq <= entry.seq and not delivered_by(info.fires, entry) \
-            and not self.written(info, entry)
-
-    def written(self, info: BucketInfo, entry: IndexEntry) -> bool:
+    def written(self, entry: IndexEntry) -> bool:
         """Prepared in this run and due by now: the timed writer has written it (the sink makes sure before the
-        batch commits), though the bucket still holds it until a fire retires it."""
-        through = info.prepared_through(self.run)
+        batch commits), though the bucket, and so the index, still hold it until a fire retires it."""
+        info = self.get(bucket_of(entry.due_ms))
+        through = None if info is None else info.prepared_through(self.run)
         return through is not None and entry.due_ms <= through and entry.due_ms <= self.now_ms
 
     def may_be_held(self, entry: IndexEntry) -> bool:
         """Whether the timed writer may hold this pending version (prepared in this run, not yet due)."""
-        through = self.get(entry.bucket).prepared_through(self.run)
+        info = self.get(bucket_of(entry.due_ms))
+        through = None if info is None else info.prepared_through(self.run)
         return through is not None and entry.due_ms <= through
 
     def strike(self, entry: IndexEntry) -> None:
-        self.struck.setdefault(entry.bucket, []).append(entry.delivery_id)
+        self.struck.setdefault(bucket_of(entry.due_ms), []).append(entry.delivery_id)
 
     def arm(self, bucket: int, info: BucketInfo, timer_ms: int) -> None:
         info.timer_ms = timer_ms
@@ -351,10 +382,11 @@ class _Shard:
         return False
 
     def ripen(self, bucket: int, info: BucketInfo) -> Iterator[pd.DataFrame]:
-        """The bucket at batch time ``now``: emit what is due by now + window and was not emitted in this run
-        yet (one frame per chunk, so a huge bucket flows out in bounded pieces), drop what is due by now (it is
-        written, or goes out in this batch), keep the rest, and arm the bucket again: at its earliest
-        prepared due time (to retire it), else its earliest due time minus the window."""
+        """The bucket at batch time ``now``: emit what is due by now + window (+ the bucket's lead) and was not
+        emitted in this run yet (one frame per chunk, so a huge bucket flows out in bounded pieces), drop what
+        is due by now (written, or going out in this batch; its ids leave the index), keep the rest, and arm
+        the bucket again: at its earliest prepared due time (to retire it), or its earliest unprepared one
+        minus the window and lead."""
         now, prep_ms = self.now_ms, self.now_ms + self.window_ms + self.lead_ms(info)
         struck: set = set(self.struck.pop(bucket, ()))
         for n, _ in info.strikes:
@@ -369,12 +401,11 @@ class _Shard:
         prepare_at: Optional[int] = None  # the earliest due time of what stays unprepared
         for n, size in info.chunks:
             frame = self.store.chunk_get(bucket, n)
-            unstruck = ~frame["delivery_id"].isin(struck) if struck else None
-            if unstruck is not None and not unstruck.all():
-                frame = frame[unstruck]
-                changed = True
-            else:
-                changed = False
+            changed = False
+            if struck:
+                unstruck = ~frame["delivery_id"].isin(struck)
+                if not unstruck.all():
+                    frame, changed = frame[unstruck], True
             due = frame["due_ms"]
             emit = due <= prep_ms
             if through is not None:
@@ -382,6 +413,8 @@ class _Shard:
             if emit.any():
                 yield frame[emit].reset_index(drop=True)
             gone = due <= now
+            if gone.any():
+                self.forget(frame[gone])
             later_due = due[~gone]
             if len(later_due):
                 prepared = later_due <= through_after
@@ -463,6 +496,7 @@ class _Shard:
                 self.store.bucket_put(bucket, self.cache[bucket])
         for timer_ms, buckets in self.armed.items():
             self.store.armed_put(timer_ms, buckets)
+        self._index.commit()
 
 
 @dataclass
@@ -477,7 +511,8 @@ class BatchResult:
 
 
 def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]], now_ms: int,
-                   anonymous: Optional[pd.DataFrame] = None, window_ms: int = 0, run: str = "") -> BatchResult:
+                   anonymous: Optional[pd.DataFrame] = None, window_ms: int = 0, run: str = "",
+                   keyed: Optional[pd.DataFrame] = None) -> BatchResult:
     """One shard's requests of a micro-batch at batch time ``now_ms``.
 
     Emits the schedules due by ``now_ms`` once all of the batch's requests acted (they leave state), and
@@ -487,58 +522,87 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
 
     ``requests`` are those with a client id, in log order per id. ``anonymous`` holds the ADDs
     without request id (ENTRY_COLUMNS): nothing can replace or cancel them, so they skip the
-    index and are filed in bulk.
+    index and are filed in bulk. ``keyed`` (ENTRY_COLUMNS, digest not needed) holds ADDs and
+    REPLACEs with a client id that no other request of the batch names: those whose id has no
+    pending version (the usual case) are filed in bulk too, without a Schedule per row.
     """
     by_sid: dict[bytes, list[Request]] = {}
     for sid, request in requests:
         by_sid.setdefault(sid, []).append(request)
     has_anonymous = anonymous is not None and len(anonymous) > 0
+    has_keyed = keyed is not None and len(keyed) > 0
     result = BatchResult()
-    if not by_sid and not has_anonymous:
+    if not by_sid and not has_anonymous and not has_keyed:
         return result
 
     shard = _Shard(store, store.next_seq(), now_ms, window_ms, run)
     outcomes = result.outcomes
     due_now: list[Schedule] = []
-    to_file: dict[int, list[Schedule]] = {}
+    to_file: dict[int, tuple[list[Schedule], list[tuple]]] = {}
+    index = shard.index()
+    fresh = None
+    if has_keyed:
+        entries = index.cache.entries
+        known = np.fromiter((bytes(sid) in entries for sid in keyed["sid"]), dtype=bool, count=len(keyed))
+        for r in keyed[known].itertuples(index=False):  # a version is pending: the rules, one by one
+            by_sid[bytes(r.sid)] = [Request(Action(r.action), schedule_of_entry(r))]
+        fresh = keyed[~known]
     for sid, of_sid in by_sid.items():
         internal = is_internal(sid)
-        entry = None if internal else store.index_get(sid)
-        current = entry if entry is not None and shard.holds(entry) else None
+        current = None if internal else index.get(sid)
+        written = None
+        if current is not None and shard.written(current):
+            # Written at its due time: gone for the rules. Its entry stays until a fire retires it, unless a
+            # new version takes the id first (then it is struck, so that a rebuild from the chunks agrees).
+            written, current = current, None
         pending, pending_digest = current, (current.digest if current is not None else None)
         for request in of_sid:
             outcome, pending, pending_digest = step(pending, pending_digest, request)
             outcomes[outcome] += 1
 
         if pending is current:
-            if current is None and entry is not None:
-                store.index_remove(sid)  # tidy a stale entry while we are here
             continue
         if current is not None:
             shard.strike(current)
             if shard.may_be_held(current):
                 result.withdrawn.append(current.delivery_id)
+        if written is not None:
+            shard.strike(written)
         if pending is not None and pending.due_ms <= now_ms:
             due_now.append(pending)
             pending = None
         if pending is None:
-            if entry is not None:
-                store.index_remove(sid)
+            if current is not None or written is not None:
+                index.remove(sid)
             continue
-        bucket = bucket_of(pending.due_ms)
-        to_file.setdefault(bucket, []).append(pending)
-        if not internal:
-            store.index_put(sid, IndexEntry(bucket, pending.due_ms, pending.delivery_id, pending_digest, shard.seq))
+        schedules, ids = to_file.setdefault(bucket_of(pending.due_ms), ([], []))
+        schedules.append(pending)
+        if internal:
+            ids.append((None, None))
+        else:
+            ids.append((sid, pending_digest))
+            index.put(sid, IndexEntry(pending.due_ms, pending.delivery_id, pending_digest))
 
-    frames = {bucket: entries_frame(schedules) for bucket, schedules in to_file.items()}
+    frames = {bucket: entries_frame(schedules, ids) for bucket, (schedules, ids) in to_file.items()}
     if due_now:
         result.emitted.append(entries_frame(due_now))
+    bulk = []
     if has_anonymous:
-        outcomes[Outcome.SCHEDULED] += len(anonymous)
-        due_mask = anonymous["due_ms"] <= now_ms
+        bulk.append(anonymous.assign(sid=None, digest=None) if "sid" not in anonymous else anonymous)
+    if fresh is not None and len(fresh):
+        fresh_later = (fresh["due_ms"] > now_ms).to_numpy()
+        digests = np.full(len(fresh), None, dtype=object)
+        for i, r in zip(np.flatnonzero(fresh_later), fresh[fresh_later].itertuples(index=False)):
+            digests[i] = digest_of_entry(r)
+            index.put(bytes(r.sid), IndexEntry(int(r.due_ms), r.delivery_id, digests[i]))
+        bulk.append(fresh[ENTRY_COLUMNS].assign(digest=digests, sid=[bytes(s) for s in fresh["sid"]]))
+    if bulk:
+        rows = pd.concat(bulk, ignore_index=True) if len(bulk) > 1 else bulk[0]
+        outcomes[Outcome.SCHEDULED] += len(rows)
+        due_mask = rows["due_ms"] <= now_ms
         if due_mask.any():
-            result.emitted.append(anonymous[due_mask].reset_index(drop=True))
-        later = anonymous[~due_mask]
+            result.emitted.append(rows[due_mask].reset_index(drop=True))
+        later = rows[~due_mask]
         for bucket, group in later.groupby(later["due_ms"] // BUCKET_MS, sort=False):
             bucket = int(bucket)
             frames[bucket] = pd.concat([frames[bucket], group]) if bucket in frames else group
@@ -584,10 +648,12 @@ def fire(store: ShardStore, timer_ms: int, now_ms: int, window_ms: int = 0, run:
 class MemoryShardStore:
     """``ShardStore`` over dicts (tests and tools). Timers are kept as a set of (ms, shard)."""
 
-    def __init__(self, shard: int = 0, timers: Optional[set] = None):
+    def __init__(self, shard: int = 0, timers: Optional[set] = None, cache: Optional[IndexCache] = None):
         self.shard = shard
         self.seq = 0
-        self.index: dict[bytes, IndexEntry] = {}
+        self.cache = cache if cache is not None else IndexCache()  # the worker memory: tests swap it
+        self.token: Optional[IndexToken] = None
+        self.deltas: dict[tuple[int, int], list] = {}
         self.buckets: dict[int, BucketInfo] = {}
         self.chunks: dict[tuple[int, int], pd.DataFrame] = {}
         self.strikes: dict[tuple[int, int], list] = {}
@@ -598,14 +664,31 @@ class MemoryShardStore:
         self.seq += 1
         return self.seq
 
-    def index_get(self, sid):
-        return self.index.get(sid)
+    def index_token_get(self):
+        return None if self.token is None else copy.deepcopy(self.token)
 
-    def index_put(self, sid, entry):
-        self.index[sid] = entry
+    def index_token_put(self, token):
+        self.token = copy.deepcopy(token)
 
-    def index_remove(self, sid):
-        self.index.pop(sid, None)
+    def delta_get(self, version, part):
+        return list(self.deltas[(version, part)])
+
+    def delta_put(self, version, part, changes):
+        self.deltas[(version, part)] = list(changes)
+
+    def delta_remove(self, version, part):
+        del self.deltas[(version, part)]  # strict: trimming a part that is not there is a bug
+
+    def bucket_items(self):
+        return [(bucket, info.copy()) for bucket, info in self.buckets.items()]
+
+    def chunk_index(self, bucket, n):
+        return self.chunks[(bucket, n)][["sid", "due_ms", "delivery_id", "digest"]].copy()
+
+    def index_entries(self) -> dict:
+        """The index as a rebuild would see it (tests)."""
+        from .index_cache import stored_index
+        return stored_index(self)
 
     def bucket_get(self, bucket):
         info = self.buckets.get(bucket)

@@ -2,7 +2,8 @@
 
 Requests arrive as pandas frames (Arrow batches); chunks of schedules are stored as
 Arrow IPC blobs (lz4), so the add and fire paths move schedules in bulk and make state
-calls per bucket; only requests carrying a client id touch the per-id index.
+calls per bucket. The id index lives in the worker's memory (``index_cache``): a handler call
+makes a constant few state calls for it, whatever the number of requests with ids.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from .dialects.common import KIND_REJECT
 from .protocol import DELIVERY_ID
 from .partitioning import partition_hash
+from .metrics import INDEX_ENTRIES_PREFIX
+from .index_cache import IndexCache, IndexEntry, IndexToken, cache_for
 from .schedule import Action, Request, is_internal
 from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
-from .wheel import ENTRY_COLUMNS, BucketInfo, IndexEntry, apply_requests, fire, flag, header_pairs, missing, \
+from .wheel import ENTRY_COLUMNS, INDEX_COLUMNS, BucketInfo, apply_requests, fire, flag, header_pairs, missing, \
     optional_int, schedule_of_entry
 
 REJECTIONS_SHARD = -1
@@ -37,7 +40,10 @@ CHUNK_SCHEMA = pa.schema([("due_ms", pa.int64()), ("topic", pa.string()), ("key"
                           ("value", pa.binary()), ("headers", _HEADER_TYPE), ("delivery_id", pa.string()),
                           ("entry_bytes", pa.int64()), ("partition", pa.int32()), ("partition_key", pa.binary()),
                           ("wb_topic", pa.string()), ("wb_partition", pa.int32()), ("wb_key", pa.binary()),
-                          ("wb_headers", _HEADER_TYPE), ("history", pa.bool_())])
+                          ("wb_headers", _HEADER_TYPE), ("history", pa.bool_()), ("sid", pa.binary()),
+                          ("digest", pa.binary())])
+DELTA_SCHEMA = pa.schema([("sid", pa.binary()), ("due_ms", pa.int64()), ("delivery_id", pa.string()),
+                          ("digest", pa.binary())])  # due_ms null: the id left the index
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
@@ -65,15 +71,38 @@ def to_blob(entries: pd.DataFrame) -> bytes:
     for column in ("partition", "wb_partition"):
         frame[column] = pd.array([optional_int(v) for v in frame[column]], dtype="Int32")
     frame["history"] = [flag(v) for v in frame["history"]]
-    table = pa.Table.from_pandas(frame, schema=CHUNK_SCHEMA, preserve_index=False)
+    return _ipc(pa.Table.from_pandas(frame, schema=CHUNK_SCHEMA, preserve_index=False))
+
+
+def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, CHUNK_SCHEMA, options=_IPC_OPTIONS) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
 
+def _table(blob) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(bytes(blob))).read_all()
+
+
 def from_blob(blob) -> pd.DataFrame:
-    return pa.ipc.open_stream(pa.py_buffer(bytes(blob))).read_all().to_pandas()
+    return _table(blob).to_pandas()
+
+
+def delta_blob(changes: list) -> bytes:
+    entries = [entry for _, entry in changes]
+    return _ipc(pa.table([
+        pa.array([sid for sid, _ in changes], pa.binary()),
+        pa.array([None if e is None else e.due_ms for e in entries], pa.int64()),
+        pa.array([None if e is None else e.delivery_id for e in entries], pa.string()),
+        pa.array([None if e is None else e.digest for e in entries], pa.binary())], schema=DELTA_SCHEMA))
+
+
+def delta_of_blob(blob) -> list:
+    columns = _table(blob).to_pydict()
+    return [(sid, None if due_ms is None else IndexEntry(due_ms, delivery_id, digest))
+            for sid, due_ms, delivery_id, digest in zip(columns["sid"], columns["due_ms"], columns["delivery_id"],
+                                                        columns["digest"])]
 
 
 def log_order(frame: pd.DataFrame) -> pd.DataFrame:
@@ -92,11 +121,22 @@ def _pairs(cells) -> list:
     return [(int(c[0]), int(c[1])) for c in cells or ()]
 
 
+def _bucket_info(value) -> BucketInfo:
+    return BucketInfo(int(value[0]), int(value[1]), int(value[2]), _pairs(value[3]), _pairs(value[4]),
+                      _pairs(value[5]), value[6] or "", int(value[7]))
+
+
 class MapStateShardStore:
     """``ShardStore`` over the processor's state variables and the shard's timers."""
 
     def __init__(self, processor: "WheelProcessor"):
         self.p = processor
+        self.shard: Optional[int] = None
+        self.cache: Optional[IndexCache] = None
+
+    def use_shard(self, shard: int) -> None:
+        """The processor (and this store) serve every shard of a partition in turn."""
+        self.shard, self.cache = shard, cache_for(shard)
 
     def next_seq(self):
         value = self.p.seq.get()
@@ -104,22 +144,42 @@ class MapStateShardStore:
         self.p.seq.update((seq,))
         return seq
 
-    def index_get(self, sid):
-        value = self.p.index.getValue((sid,))
-        return None if value is None else IndexEntry(value[0], value[1], value[2], bytes(value[3]), value[4])
+    def index_token_get(self):
+        value = self.p.index_token.get()
+        if value is None:
+            return None
+        return IndexToken(int(value[0]), int(value[1]), [int(n) for n in value[2]], [int(n) for n in value[3]],
+                          int(value[4]))
 
-    def index_put(self, sid, entry):
-        self.p.index.updateValue((sid,), (entry.bucket, entry.due_ms, entry.delivery_id, entry.digest, entry.seq))
+    def index_token_put(self, token):
+        self.p.index_token.update((token.version, token.base, list(token.nonces), list(token.sizes), token.entries))
 
-    def index_remove(self, sid):
-        self.p.index.removeKey((sid,))
+    def delta_get(self, version, part):
+        return delta_of_blob(self.p.deltas.getValue((version, part))[0])
+
+    def delta_put(self, version, part, changes):
+        self.p.deltas.updateValue((version, part), (delta_blob(changes),))
+
+    def delta_remove(self, version, part):
+        self.p.deltas.removeKey((version, part))
+
+    def bucket_items(self):
+        return [(int(key[0]), _bucket_info(value)) for key, value in self.p.buckets.iterator()]
+
+    def chunk_index(self, bucket, n):
+        value = self.p.chunks.getValue((bucket, n))
+        if value is None:
+            return pd.DataFrame(columns=["sid", "due_ms", "delivery_id", "digest"])
+        return _table(value[0]).select(["sid", "due_ms", "delivery_id", "digest"]).to_pandas()
+
+    def index_size(self) -> tuple[int, int]:
+        """(version, entries) of the shard's index as state has them (no sync of the cache)."""
+        token = self.index_token_get() or IndexToken()
+        return token.version, token.entries
 
     def bucket_get(self, bucket):
         value = self.p.buckets.getValue((bucket,))
-        if value is None:
-            return None
-        return BucketInfo(int(value[0]), int(value[1]), int(value[2]), _pairs(value[3]), _pairs(value[4]),
-                          _pairs(value[5]), value[6] or "", int(value[7]))
+        return None if value is None else _bucket_info(value)
 
     def bucket_put(self, bucket, info):
         self.p.buckets.updateValue((bucket,), (info.created_seq, info.timer_ms, info.next_n, info.chunks,
@@ -229,8 +289,9 @@ class WheelProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.seq = handle.getValueState("seq", "seq long")
-        self.index = handle.getMapState("index", "sid binary",
-                                        "bucket long, due_ms long, delivery_id string, digest binary, seq long")
+        self.index_token = handle.getValueState(
+            "index_token", "version long, base long, nonces array<long>, sizes array<long>, entries long")
+        self.deltas = handle.getMapState("index_deltas", "version long, part int", "data binary")
         self.buckets = handle.getMapState(
             "buckets", "bucket long",
             "created_seq long, timer_ms long, next_n int, chunks array<struct<n:long,bytes:long>>, "
@@ -261,17 +322,25 @@ class WheelProcessor(StatefulProcessor):
                            frame["value"].to_numpy(), list(frame["headers"]), None)
             yield _outcomes(Counter({OUTCOME_REJECTED: len(frame)}))
             return
+        shard = int(key[0])
+        self.store.use_shard(shard)
         anonymous_mask = frame["sid"].map(is_internal).astype(bool)
-        anonymous = frame.loc[anonymous_mask, ENTRY_COLUMNS].reset_index(drop=True)
+        base_columns = [c for c in ENTRY_COLUMNS if c not in INDEX_COLUMNS]
+        anonymous = frame.loc[anonymous_mask, base_columns].assign(sid=None, digest=None).reset_index(drop=True)
+        client = frame[~anonymous_mask]
+        # An ADD or REPLACE whose id no other request of the batch names needs no log order: filed in bulk
+        # unless its id has a pending version.
+        alone = (~client["sid"].duplicated(keep=False) & client["action"].isin([Action.ADD.value,
+                                                                                Action.REPLACE.value])).to_numpy()
+        keyed = client.loc[alone, base_columns + ["sid", "action"]].assign(digest=None).reset_index(drop=True)
         requests = []
-        for row in log_order(frame[~anonymous_mask]).itertuples(index=False):
+        for row in log_order(client[~alone]).itertuples(index=False):
             action = Action(row.action)
             schedule = schedule_of_entry(row) if action in (Action.ADD, Action.REPLACE) else None
             completes = None if missing(row.completes) else row.completes
             requests.append((bytes(row.sid), Request(action, schedule, completes)))
-        result = apply_requests(self.store, requests, timerValues.getCurrentProcessingTimeInMs(), anonymous,
-                                self.window_ms, self.run)
         now_ms = timerValues.getCurrentProcessingTimeInMs()
+        result = apply_requests(self.store, requests, now_ms, anonymous, self.window_ms, self.run, keyed)
         for emitted in result.emitted:
             if len(emitted):
                 yield deliveries_frame(emitted, now_ms)
@@ -280,15 +349,28 @@ class WheelProcessor(StatefulProcessor):
         if self.new_timers:
             yield _timer_rows(self.new_timers)
         yield _outcomes(result.outcomes)
+        yield self._index_size(shard)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         self.new_timers = []
+        shard = int(key[0])
+        self.store.use_shard(shard)
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         for due in fire(self.store, expiredTimerInfo.getExpiryTimeInMs(), now_ms, self.window_ms, self.run):
             if len(due):
                 yield deliveries_frame(due, now_ms)
         if self.new_timers:
             yield _timer_rows(self.new_timers)
+        yield self._index_size(shard)
+
+    def _index_size(self, shard: int) -> pd.DataFrame:
+        """Contract with the sink: after each call, the entries of the shard's index (zero too), as an outcome
+        row. Read from the token (one state call): the cache may not have been synced in this call. ``due_ms``
+        carries the index version, so the sink can keep the last of a shard's reports in a batch."""
+        version, entries = self.store.index_size()
+        return pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME,
+                              "topic": f"{INDEX_ENTRIES_PREFIX}{shard}", "n": entries, "due_ms": version}],
+                            columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
         pass

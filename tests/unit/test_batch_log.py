@@ -149,3 +149,20 @@ def test_sink_without_prepared_deliveries_writes_once(spark):
     held = sink._write(spark.createDataFrame([("deliver", "out", b"k", b"v", [], now - 5, None, False, "t-0-1")],
                                              RECORDS_SCHEMA), 0)
     assert held == 0 and len(sink.saves) == 1
+
+
+def test_index_size_reports_are_not_requests_and_keep_the_last_value_per_shard():
+    from kafka_scheduler.metrics import Totals
+
+    totals = Totals()
+    first = BatchSummary(1)
+    first.count_outcome("scheduled", 7)
+    first.count_outcome("index_entries:0", 12, 5)  # two reports of shard 0 in the batch: the later says 5
+    first.count_outcome("index_entries:1", 3)
+    assert first.requests == 7 and "index" not in first.log_line() and first.index_entries == {0: 5, 1: 3}
+    totals.add(first)
+    assert totals.index_total == 8
+    second = BatchSummary(2)
+    second.count_outcome("index_entries:1", 0, 0)
+    totals.add(second)
+    assert totals.index_total == 5 and totals.outcomes == Counter({"scheduled": 7})

@@ -155,7 +155,7 @@ def test_unreadable_or_foreign_settings_file_is_refused_naming_it(tmp_path, cont
     assert message.endswith("or use a new --checkpoint-dir")
 
 
-@pytest.mark.parametrize("state_format", [STATE_FORMAT + 1, 2, 1])
+@pytest.mark.parametrize("state_format", [STATE_FORMAT + 1, 3, 2, 1])
 def test_another_state_format_is_refused(tmp_path, state_format):
     first_run(tmp_path)
     (tmp_path / STATE_FILE).write_text(json.dumps({"state_format": state_format, "layout": "future"}))
