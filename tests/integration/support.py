@@ -161,6 +161,7 @@ class SchedulerProcess:
     def __init__(self, bootstrap: str, app_id: str, checkpoint_dir: Path, log_path: Path, extra_args=(),
                  launcher=(sys.executable, "-m", "kafka_scheduler")):
         self.app_id = app_id
+        self.bootstrap = bootstrap
         self.checkpoint_dir = checkpoint_dir
         self.log_path = log_path
         self.command = [*launcher, "run", "--bootstrap-servers", bootstrap,
@@ -213,9 +214,16 @@ class SchedulerProcess:
         """
         before = last_committed_batch(self.checkpoint_dir)
         target = 0 if before is None else before + 1
+        self.wake()  # an idle job runs no batch by itself
         wait_until(lambda: (last_committed_batch(self.checkpoint_dir) or -1) >= target, timeout,
                    f"scheduler {self.app_id} to commit batch {target}", interval=0.05, guard=self.assert_running)
         return self.log_path.stat().st_size
+
+    def wake(self) -> None:
+        """Make the job run a micro-batch soon: a wake-up tick, as its own driver writes them."""
+        producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        producer.produce(f"{self.app_id}-scheduler-ticks", value=b"wake")
+        producer.flush(30)
 
     def outcomes_since(self, mark: int, expected: int, timeout: float = 30.0) -> Counter:
         """Request outcomes logged since ``mark``, once at least ``expected`` requests were counted

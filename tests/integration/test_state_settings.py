@@ -79,8 +79,7 @@ def test_restart_with_other_partitions_keeps_the_shards_so_replace_and_cancel_st
     assert restarted.stop() == 0, restarted.log()[-2000:]
 
 
-@pytest.mark.parametrize("flag,value,laid_out,keep", [("--shards", "6", "4 shards", "4"),
-                                                      ("--state-layout", "per-id", "the wheel layout", "wheel")])
+@pytest.mark.parametrize("flag,value,laid_out,keep", [("--shards", "6", "4 shards", "4")])
 def test_restart_with_an_explicit_other_setting_is_refused_at_once(first_run, broker, flag, value, laid_out, keep):
     first, _, _ = first_run
     started = time.monotonic()

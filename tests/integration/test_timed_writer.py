@@ -1,0 +1,121 @@
+"""The timed writer: deliveries prepared ahead are held by the driver until their due instant.
+
+A replace or cancel read after a version was prepared, but before it was written, withdraws it. A kill -9
+while prepared deliveries are held loses none of them: the state keeps them until a batch after their due
+time retires them, so the next run delivers them, with the same delivery id, never early.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections import Counter
+
+import pytest
+
+from .support import Kafka, at, batch_lines, ms_of, native, wait_until
+
+LOOKAHEAD = "10s"
+
+
+def descendants(pid: int) -> list[int]:
+    found, queue = [], [pid]
+    while queue:
+        parent = queue.pop()
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(parent)], capture_output=True, text=True).stdout
+        children = [int(p) for p in out.split()]
+        found += children
+        queue += children
+    return found
+
+
+def kill_9(process) -> None:
+    """SIGKILL the job and everything it started (JVM, Python workers), as a crash would."""
+    pids = [process.process.pid, *descendants(process.process.pid)]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.process.wait(30)
+
+
+def held_since(scheduler, mark: int) -> int:
+    return sum(b.held for b in batch_lines(scheduler.log_since(mark)))
+
+
+@pytest.fixture
+def warm(scheduler_factory, broker):
+    """A started job with --lookahead 10s, past its slow first batches."""
+    def start(app_id: str, checkpoint_dir=None):
+        process = scheduler_factory(app_id=app_id, extra_args=("--lookahead", LOOKAHEAD),
+                                    **({"checkpoint_dir": checkpoint_dir} if checkpoint_dir else {})).start()
+        kafka = Kafka(broker.bootstrap_servers)
+        topic = kafka.topic("warm-up")
+        reader = kafka.reader(topic)
+        kafka.produce(f"{app_id}-schedule-requests", key=b"warm-up", headers=native(topic, at(0), "warm-up"))
+        reader.wait_for(lambda r: r.key == b"warm-up", timeout=180, what="the warm-up delivery",
+                        guard=process.assert_running)
+        reader.close()
+        return process
+    return start
+
+
+def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_delivery(kafka, warm):
+    scheduler = warm("withdraw")
+    requests = f"{scheduler.app_id}-schedule-requests"
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    mark = scheduler.mark()
+    due = at(16)
+    kafka.produce_many(requests, [dict(key=k, value=b"first", headers=native(topic, due, k.decode()), partition=0)
+                                  for k in (b"cancelled", b"replaced", b"kept")])
+    # Prepared 10 s before its due time, i.e. about 6 s from now: held by the driver from then on.
+    wait_until(lambda: held_since(scheduler, mark) >= 3, 60, "the three deliveries to be prepared and held",
+               guard=scheduler.assert_running)
+    assert not reader.poll(), "written before its due time"
+    mark = scheduler.mark()
+    kafka.produce_many(requests, [
+        dict(headers=native(request_id="cancelled", action="CANCEL"), partition=0),
+        dict(key=b"replaced", value=b"second", headers=native(topic, due, "replaced", action="REPLACE"), partition=0)])
+    wait_until(lambda: "withdrawn before their due time" in scheduler.log_since(mark), 60,
+               "the withdrawals", guard=scheduler.assert_running)
+    reader.wait_for(lambda r: r.key == b"kept", timeout=120, what="the kept delivery", guard=scheduler.assert_running)
+    reader.wait_for(lambda r: r.key == b"replaced", timeout=60, what="the replaced delivery",
+                    guard=scheduler.assert_running)
+    scheduler.mark()  # later batches have committed: anything still to come would be written by now
+    records = reader.read_to_end()
+    assert Counter(r.key for r in records) == Counter({b"kept": 1, b"replaced": 1}), [r.key for r in records]
+    assert {r.key: r.value for r in records} == {b"kept": b"first", b"replaced": b"second"}
+    assert all(r.timestamp_ms >= ms_of(due) for r in records), "delivered before its due time"
+    assert scheduler.stop() == 0
+
+
+def test_a_kill_9_while_deliveries_are_held_loses_none_of_them(kafka, warm, tmp_path):
+    first = warm("kill-9")
+    requests = f"{first.app_id}-schedule-requests"
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    mark = first.mark()
+    dues = {f"k{i}".encode(): at(22 + i) for i in range(4)}
+    sent = kafka.produce_many(requests, [dict(key=k, value=k, headers=native(topic, d, k.decode()), partition=0)
+                                         for k, d in dues.items()])
+    delivery_ids = {k: f"{requests}-{p}-{o}".encode() for k, (p, o) in zip(dues, sent)}
+    wait_until(lambda: held_since(first, mark) >= 1, 60, "a delivery to be prepared and held",
+               guard=first.assert_running)
+    kill_9(first)
+    assert not reader.poll(), "written before its due time"
+
+    second = warm("kill-9", checkpoint_dir=first.checkpoint_dir)
+    try:
+        reader.wait_for(lambda r: r.key in dues, count=len(dues), timeout=180, what="every schedule",
+                        guard=second.assert_running)
+        second.mark()
+        records = [r for r in reader.read_to_end() if r.key in dues]
+    finally:
+        code = second.stop()
+    assert Counter(r.key for r in records) == Counter(dict.fromkeys(dues, 1)), [r.key for r in records]
+    assert {r.key: r.header("x-scheduler-delivery-id") for r in records} == delivery_ids
+    assert all(r.timestamp_ms >= ms_of(dues[r.key]) for r in records), "delivered before its due time"
+    assert code == 0
