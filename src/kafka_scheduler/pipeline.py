@@ -9,6 +9,7 @@ committed batch ended.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -17,6 +18,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
+
+from confluent_kafka import TopicPartition
 
 from .checkpoint import checkpoint_files, is_local, last_committed_batch, settle_state_settings, \
     start_new_generation
@@ -35,6 +38,7 @@ log = logging.getLogger("kafka_scheduler")
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 GRACEFUL_STOP_TIMEOUT_S = 120.0
+TICK_TRIM_EVERY = 100  # batches
 
 
 def under_spark_submit() -> bool:
@@ -138,9 +142,27 @@ class Scheduler:
             log.info("first batch done %.1fs after start", time.monotonic() - self._started_at)
         if summary.busy:
             log.info(summary.log_line())
+        if summary.batch_id % TICK_TRIM_EVERY == 0:
+            self._trim_ticks()
         if log.isEnabledFor(logging.DEBUG) and self.query is not None and self.query.lastProgress:
             progress = self.query.lastProgress
             log.debug("batch %s timings (ms): %s", progress["batchId"], progress["durationMs"])
+
+    def _trim_ticks(self) -> None:
+        """Delete the ticks the last committed batch read. The ticks topic keeps records forever otherwise: a
+        time-based retention could delete ticks a stopped job has not read, which Spark reports as data loss."""
+        progress = self.query.lastProgress if self.query is not None else None
+        if not progress:
+            return
+        try:
+            offsets = progress["sources"][0]["endOffset"]
+            offsets = json.loads(offsets) if isinstance(offsets, str) else offsets
+            end = (offsets or {}).get(self.config.ticks_topic, {}).get("0")
+            if end:
+                for future in self.admin.delete_records([TopicPartition(self.config.ticks_topic, 0, int(end))]).values():
+                    future.result(10)
+        except Exception as exc:  # next time, then: a few stale ticks cost nothing
+            log.debug("ticks not trimmed: %s", exc)
 
     def run(self) -> int:
         # A local checkpoint is checked before anything starts, so a refused start costs no Spark start-up. Under
@@ -151,7 +173,7 @@ class Scheduler:
             self._settle_state_settings()
         config = self.config
         log.info("broker: connecting to %s", config.bootstrap_servers)
-        admin = wait_for_broker(config.bootstrap_servers)
+        admin = self.admin = wait_for_broker(config.bootstrap_servers)
         inputs = config.input_topics
         # Other dialects' topics belong to the teams that write them: a missing one is a typo, not ours to create.
         foreign = sorted(t for t, d in inputs.items() if d != "native" and t != config.requests_topic)
@@ -162,9 +184,9 @@ class Scheduler:
                               f"check --input; the scheduler creates only its own topics")
         wanted = [t for t in inputs if t not in foreign] + [config.rejections_topic, config.history_topic]
         created = ensure_topics(admin, wanted, config.partitions)
-        # One partition: a tick only has to be read; an hour of them is more than a restart needs.
+        # One partition: a tick only has to be read. Read ticks are deleted by the job (_trim_ticks).
         created += ensure_topics(admin, [config.ticks_topic], 1,
-                                 config={"retention.ms": str(3_600_000), "segment.ms": str(600_000)})
+                                 config={"retention.ms": "-1", "segment.ms": str(600_000)})
         log.info("topics: %s%s", ", ".join(wanted), f" (created {', '.join(created)})" if created else " (exist)")
         resumed = last_committed_batch(config.checkpoint_dir)
         log.info("checkpoint: %s (%s)", os.path.abspath(config.checkpoint_dir),
