@@ -86,7 +86,8 @@ class RecordSink:
                 immediate = summary.delivered - summary.prepared_deliveries + summary.outcomes.get("rejected", 0)
                 # Dead letters (a prepared delivery to a topic or partition that does not exist) go out at once.
                 summary.held = self._write(records, summary.prepared_records,
-                                           immediate > 0 or bool(missing) or bool(partitioned))
+                                           max(1, immediate + summary.written_back) if immediate
+                                           or missing or partitioned else 0)
             if self.writer is not None and not self.writer.wait_written(started_ms):
                 # The batch retires prepared schedules due by its time from state: it must not commit before
                 # the writer wrote them. A writer this far behind is broken; failing the batch keeps them.
@@ -103,21 +104,26 @@ class RecordSink:
         records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
             .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS).save()
 
-    def _write(self, records: DataFrame, prepared_records: int, immediate: bool = True) -> int:
+    def _write(self, records: DataFrame, prepared_records: int, immediate: int = 1) -> int:
         """What is due now at once; prepared deliveries (and their write-backs and copies, which carry their
         due time) to the timed writer, or, beyond the room it has, in slices, each at its due time. Returns
-        how many deliveries were held until their due time."""
+        how many deliveries were held until their due time.
+
+        When the writer has room for everything (the usual batch), everything goes to it in one Spark job,
+        and what is due now is written at once by it: a Kafka write job less per batch. The batch then
+        waits for the writer before it commits (``__call__``), as for prepared deliveries."""
+        held = F.coalesce(F.col("prepared"), F.lit(False))
+        if self.writer is not None and prepared_records + 2 * immediate <= self.writer.room():
+            rows = records.select("delivery_id", "due_ms", "kind", "topic", "partition", "key", "value",
+                                  "headers", held.alias("held")).collect()
+            self.writer.hold(rows)
+            return sum(1 for row in rows if row["kind"] == KIND_DELIVER and row["held"])
         if not prepared_records:
             self._save(records)
             return 0
-        held = F.coalesce(F.col("prepared"), F.lit(False))
         if immediate:
             self._save(records.filter(~held))
-        if self.writer is not None and prepared_records <= self.writer.room():
-            rows = records.filter(held).select("delivery_id", "due_ms", "kind", "topic", "partition", "key", "value",
-                                               "headers").collect()
-            self.writer.hold(rows)
-            return sum(1 for row in rows if row["kind"] == KIND_DELIVER)
+
         slice_of = F.ceil(F.col("due_ms") / F.lit(HOLD_SLICE_MS)).cast("long")
         rows = records.filter(held).groupBy(slice_of.alias("slice")).agg(
             F.sum(F.when(F.col("kind") == KIND_DELIVER, 1).otherwise(0)).alias("deliveries")).collect()

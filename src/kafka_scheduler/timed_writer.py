@@ -61,6 +61,7 @@ class TimedWriter:
         self._cond = threading.Condition()
         self._closed = False
         self._writing: Optional[int] = None  # due time of the slice being written, if any
+        self._anonymous = 0
         self.written = 0
         self.withdrawn = 0
         self.failed = 0
@@ -76,11 +77,16 @@ class TimedWriter:
         return max(0, self.max_held - len(self._held))
 
     def hold(self, rows: Iterable) -> int:
-        """Rows of (delivery_id, due_ms, kind, topic, partition, key, value, headers); a delivery and its
-        write-back or history copy share the delivery id. Returns how many deliveries were new."""
+        """Rows of (delivery_id, due_ms, kind, topic, partition, key, value, headers, ...); a delivery and its
+        write-back or history copy share the delivery id. A row without due time (a rejection) or already due
+        is written at once. Returns how many deliveries were new."""
         added = 0
         with self._cond:
-            for delivery_id, due_ms, kind, topic, partition, key, value, headers in rows:
+            for delivery_id, due_ms, kind, topic, partition, key, value, headers, *_ in rows:
+                if delivery_id is None:  # a rejection: nothing withdraws it
+                    self._anonymous += 1
+                    delivery_id = f"\0{self._anonymous}"
+                due_ms = due_ms or 0
                 record = (topic, partition, key, value, [(h["key"], h["value"]) if isinstance(h, dict) else
                                                          (h[0], h[1]) for h in headers or ()])
                 held = self._held.get(delivery_id)

@@ -119,22 +119,22 @@ def held_rows(now: int) -> list:
     ]
 
 
-def test_sink_hands_prepared_deliveries_to_the_timed_writer_and_writes_the_rest_at_once(spark):
+def test_sink_hands_every_record_to_the_timed_writer_when_it_has_room(spark):
     writer = FakeWriter(room=100)
     sink = capturing_sink(writer)
-    held = sink._write(spark.createDataFrame(held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4)
+    held = sink._write(spark.createDataFrame(held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4, 1)
     assert held == 3
-    [(_, first)] = sink.saves
-    assert {row["key"] for row in first} == {b"overdue", b"bad"}, "what is already due goes out at once"
-    assert sorted((r["delivery_id"], r["kind"], r["key"], r["partition"]) for r in writer.rows) == [
-        ("t-0-2", "deliver", b"soon", None), ("t-0-2", "history", b"soon", None), ("t-0-3", "deliver", b"later", 1),
-        ("t-0-4", "deliver", b"later-too", None)]
+    assert sink.saves == [], "no Kafka write job of its own: the writer writes what is due now at once"
+    assert sorted((r["delivery_id"] or "", r["kind"], r["key"], r["partition"], r["held"]) for r in writer.rows) == [
+        ("", "reject", b"bad", None, False), ("t-0-1", "deliver", b"overdue", None, False),
+        ("t-0-2", "deliver", b"soon", None, True), ("t-0-2", "history", b"soon", None, True),
+        ("t-0-3", "deliver", b"later", 1, True), ("t-0-4", "deliver", b"later-too", None, True)]
 
 
 def test_sink_beyond_the_writers_room_holds_deliveries_itself_and_never_writes_one_early(spark):
     writer = FakeWriter(room=3)  # four prepared records: no room for them all
     sink = capturing_sink(writer)
-    held = sink._write(spark.createDataFrame(held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4)
+    held = sink._write(spark.createDataFrame(held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4, 1)
     assert held == 3 and writer.rows == []
     written = Counter(row["key"] for _, batch in sink.saves for row in batch)
     assert written == Counter({b"overdue": 1, b"soon": 2, b"later": 1, b"later-too": 1, b"bad": 1})
@@ -143,9 +143,9 @@ def test_sink_beyond_the_writers_room_holds_deliveries_itself_and_never_writes_o
             assert row["due_ms"] is None or row["due_ms"] <= saved_at, f"{row['key']} written before its due time"
 
 
-def test_sink_without_prepared_deliveries_writes_once(spark):
+def test_sink_without_a_writer_writes_once(spark):
     now = int(time.time() * 1000)
-    sink = capturing_sink(FakeWriter(room=100))
+    sink = capturing_sink(None)
     held = sink._write(spark.createDataFrame([("deliver", "out", b"k", b"v", [], now - 5, None, False, "t-0-1")],
                                              RECORDS_SCHEMA), 0)
     assert held == 0 and len(sink.saves) == 1
