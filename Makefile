@@ -19,7 +19,7 @@ dist: setup
 	@cd src && ../.venv/bin/python -c "import zipfile, pathlib; z = zipfile.ZipFile('../dist/kafka_scheduler.zip', 'w'); [z.write(p) for p in sorted(pathlib.Path('kafka_scheduler').rglob('*')) if '__pycache__' not in p.parts]"
 	@echo "dist/kafka_scheduler.zip; connector jars: $$(ls .cache/jars/spark-kafka/*.jar | paste -sd, -)"
 
-# All benchmark scenarios at the target sizes (about 40 minutes); figures go to bench/results/.
+# All benchmark scenarios at the target sizes (over an hour: the 10M herd alone takes 15-25 minutes); figures go to bench/results/.
 bench: setup
 	.venv/bin/kafka-scheduler bench all
 

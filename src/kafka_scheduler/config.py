@@ -126,7 +126,7 @@ OPTIONS: tuple[Option, ...] = (
            "checkpoint folder (offsets and RocksDB state); default ./checkpoints/<app-id>", "DIR"),
     Option("master", str, "local[2]", "Spark master URL (ignored under spark-submit, which sets it)", "URL"),
     Option("trigger_interval", _trigger, "0 milliseconds",
-           "micro-batch interval; 0 runs batches back to back (lowest lateness)", "DURATION"),
+           "micro-batch interval; 0 runs batches back to back while there is input (an idle job runs none)", "DURATION"),
     Option("partitions", _positive_int, 2,
            "partitions of the topics the scheduler creates, and Spark shuffle partitions", "N"),
     Option("allowed_destinations", _regex, None,

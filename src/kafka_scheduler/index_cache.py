@@ -108,12 +108,26 @@ def _rebuild(store, cache: IndexCache, token: IndexToken) -> None:
 class IndexSession:
     """One handler call's use of the index: synced at open, changes recorded, written once at ``commit``."""
 
-    def __init__(self, store):
+    def __init__(self, store, lazy: bool = False):
+        """``lazy``: sync on first use, not now (a fire's; see ``forget``). A call that reads the index syncs
+        at open, before it changes any chunk: a rebuild must read the chunks as the last call left them."""
         self.store = store
         self.cache: IndexCache = store.cache
         self.token: IndexToken = store.index_token_get() or IndexToken()
         self.changes: list = []
-        self._sync()
+        self._synced = False
+        self._invalidate = False
+        if not lazy:
+            self._ensure()
+
+    def _ensure(self) -> None:
+        if not self._synced:
+            self._sync()
+            self._synced = True
+
+    def entries(self) -> dict:
+        self._ensure()
+        return self.cache.entries
 
     @staticmethod
     def trusted(cache: IndexCache, token: IndexToken) -> bool:
@@ -137,27 +151,39 @@ class IndexSession:
                     else:
                         entries[sid] = entry
             cache.version, cache.nonce = version, token.nonces[version - token.base]
-        if len(entries) != token.entries:
+        if token.entries >= 0 and len(entries) != token.entries:
             log.warning("index of shard %s: %d entries cached, %d stored: rebuilt from the chunks",
                         getattr(self.store, "shard", "?"), len(entries), token.entries)
             cache.repairs += 1
             _rebuild(self.store, cache, token)
 
     def get(self, sid: bytes) -> Optional[IndexEntry]:
+        self._ensure()
         return self.cache.entries.get(sid)
 
     def put(self, sid: bytes, entry: IndexEntry) -> None:
+        self._ensure()
         self.cache.nonce = None
         self.cache.entries[sid] = entry
         self.changes.append((sid, entry))
 
     def remove(self, sid: bytes) -> None:
+        self._ensure()
         self.cache.nonce = None
         del self.cache.entries[sid]
         self.changes.append((sid, None))
 
     def forget(self, sids: Iterable, delivery_ids: Iterable) -> None:
-        """Delivered versions leave the index (an id re-filed since keeps its newer entry)."""
+        """Delivered versions leave the index (an id re-filed since keeps its newer entry).
+
+        In a lazy session whose cache cannot be trusted (a new worker after a restart), the forgetting is
+        not worth a rebuild from every chunk before the first overdue delivery goes out: the call instead
+        invalidates every cache (``commit``), and the next call that needs the index rebuilds it from the
+        chunks, which no longer hold these versions."""
+        if not self._synced and not self.trusted(self.cache, self.token):
+            self._invalidate = True
+            return
+        self._ensure()
         entries = self.cache.entries
         for sid, delivery_id in zip(sids, delivery_ids):
             sid = bytes(sid)
@@ -166,14 +192,24 @@ class IndexSession:
                 self.remove(sid)
 
     def __len__(self) -> int:
+        self._ensure()
         return len(self.cache.entries)
 
     def commit(self) -> None:
         """Write this call's changes as the next version (nothing if there were none)."""
-        if not self.changes:
-            return
         token, store, changes = self.token, self.store, self.changes
         version, nonce = token.version + 1, secrets.randbits(63)
+        if self._invalidate and not changes:
+            # No cache lists this version: each is rebuilt on its next use; the count is unknown till then.
+            for base in range(token.base + 1, token.version + 1):
+                for part in range(parts_of(token.sizes[base - token.base - 1])):
+                    store.delta_remove(base, part)
+            self.token = IndexToken(version, version, [nonce], [], -1)
+            store.index_token_put(self.token)
+            return
+        recount = self._synced and token.entries < 0
+        if not changes and not recount:
+            return
         for part in range(parts_of(len(changes))):
             store.delta_put(version, part, changes[part * DELTA_PART:(part + 1) * DELTA_PART])
         base, nonces, sizes = token.base, token.nonces + [nonce], token.sizes + [len(changes)]

@@ -349,7 +349,7 @@ class WheelProcessor(StatefulProcessor):
         if self.new_timers:
             yield _timer_rows(self.new_timers)
         yield _outcomes(result.outcomes)
-        yield self._index_size(shard)
+        yield from self._index_size(shard)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         self.new_timers = []
@@ -361,14 +361,16 @@ class WheelProcessor(StatefulProcessor):
                 yield deliveries_frame(due, now_ms)
         if self.new_timers:
             yield _timer_rows(self.new_timers)
-        yield self._index_size(shard)
+        yield from self._index_size(shard)
 
-    def _index_size(self, shard: int) -> pd.DataFrame:
+    def _index_size(self, shard: int) -> Iterator[pd.DataFrame]:
         """Contract with the sink: after each call, the entries of the shard's index (zero too), as an outcome
         row. Read from the token (one state call): the cache may not have been synced in this call. ``due_ms``
         carries the index version, so the sink can keep the last of a shard's reports in a batch."""
         version, entries = self.store.index_size()
-        return pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME,
+        if entries < 0:  # unknown until the next call that uses the index rebuilds it
+            return
+        yield pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME,
                               "topic": f"{INDEX_ENTRIES_PREFIX}{shard}", "n": entries, "due_ms": version}],
                             columns=OUTPUT_COLUMNS)
 
