@@ -109,16 +109,23 @@ class IndexSession:
     """One handler call's use of the index: synced at open, changes recorded, written once at ``commit``."""
 
     def __init__(self, store, lazy: bool = False):
-        """``lazy``: sync on first use, not now (a fire's; see ``forget``). A call that reads the index syncs
-        at open, before it changes any chunk: a rebuild must read the chunks as the last call left them."""
+        """``lazy`` (a fire's): on a worker that never held this index, do not sync at all (see ``forget``).
+        Otherwise the session syncs at open, before the call changes any chunk: a rebuild must read the
+        chunks as the last call left them. A stale cache is caught up or rebuilt as usual, which keeps the
+        entry count known (the job logs it)."""
         self.store = store
         self.cache: IndexCache = store.cache
         self.token: IndexToken = store.index_token_get() or IndexToken()
         self.changes: list = []
         self._synced = False
         self._invalidate = False
-        if not lazy:
+        if not (lazy and self._fresh()):
             self._ensure()
+
+    def _fresh(self) -> bool:
+        """A worker that never held this shard's index (after a restart)."""
+        cache = self.cache
+        return cache.nonce is None and cache.version == 0 and not cache.entries and not cache.rebuilds
 
     def _ensure(self) -> None:
         if not self._synced:
@@ -176,11 +183,11 @@ class IndexSession:
     def forget(self, sids: Iterable, delivery_ids: Iterable) -> None:
         """Delivered versions leave the index (an id re-filed since keeps its newer entry).
 
-        In a lazy session whose cache cannot be trusted (a new worker after a restart), the forgetting is
+        In a lazy session of a worker that never held this index (a new worker after a restart), the forgetting is
         not worth a rebuild from every chunk before the first overdue delivery goes out: the call instead
         invalidates every cache (``commit``), and the next call that needs the index rebuilds it from the
         chunks, which no longer hold these versions."""
-        if not self._synced and not self.trusted(self.cache, self.token):
+        if not self._synced:  # lazy, and a worker that never held this index: see above
             self._invalidate = True
             return
         self._ensure()
