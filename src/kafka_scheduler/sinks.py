@@ -183,8 +183,9 @@ class RecordSink:
         """Deliveries, write-backs, rejections, dead letters and history copies (``kind`` and ``due_ms`` kept for
         the hold), and how many deliveries became dead letters."""
         records = batch.filter(F.col("kind").isin(KIND_DELIVER, KIND_REJECT)).withColumn(
-            "delivery_id", F.element_at(F.filter("headers", lambda h: h["key"] == DELIVERY_ID), -1)["value"]
-            .cast("string"))
+            # try_: a rejection has no delivery id (element_at of an empty array fails the batch in ANSI mode)
+            "delivery_id",
+            F.try_element_at(F.filter("headers", lambda h: h["key"] == DELIVERY_ID), F.lit(-1))["value"].cast("string"))
         partition = F.col("partition")
         if partitioned:
             # The partition a partition key picks: the partitioner hash modulo the destination's partition count.
@@ -227,8 +228,7 @@ class RecordSink:
         no_partition = F.coalesce(no_partition, F.lit(False))
         undeliverable = no_topic | no_partition
         beyond_count = records.filter(no_partition).count() if beyond else 0
-        delivery_id = F.element_at(
-            F.filter("headers", lambda h: h["key"] == DELIVERY_ID), -1)["value"].cast("string")
+        delivery_id = F.col("delivery_id")
         source = r"^(.*)-(\d+)-(\d+)$"
         shown = F.concat(F.lit("'"), F.col("topic"), F.lit("'"))
         reason = F.when(no_topic, F.concat(F.lit("destination topic "), shown, F.lit(" does not exist"))).otherwise(
