@@ -142,7 +142,7 @@ OPTIONS: tuple[Option, ...] = (
            "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
            "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
            "micro-batch after its due time", "DURATION"),
-    Option("max_held", _positive_int, 200_000,
+    Option("max_held", _positive_int, 20_000,
            "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
            "itself, each slice at its due time", "N"),
     Option("state_layout", _choice("wheel"), "wheel",
@@ -170,7 +170,7 @@ class Config:
     max_requests_per_batch: Optional[int] = 500_000
     driver_memory: str = "1g"
     lookahead: int = 3000  # milliseconds
-    max_held: int = 200_000
+    max_held: int = 20_000
     state_layout: str = "wheel"
     shards: Optional[int] = None  # None: twice the partitions
     # (option name, "--flag" or "KAFKA_SCHEDULER_<NAME>") of each option set explicitly: settings recorded in the

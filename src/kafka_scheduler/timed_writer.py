@@ -53,7 +53,7 @@ class Held:
 class TimedWriter:
     """Holds prepared deliveries and writes each at its due instant."""
 
-    def __init__(self, bootstrap_servers: str, max_held: int = 200_000, producer: Optional[Producer] = None):
+    def __init__(self, bootstrap_servers: str, max_held: int = 20_000, producer: Optional[Producer] = None):
         self.max_held = max_held
         self._producer = producer or Producer(producer_config(bootstrap_servers))
         self._heap: list[Held] = []
