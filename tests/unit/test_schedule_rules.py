@@ -1,6 +1,6 @@
-"""Both state layouts against a reference model of the protocol, without Spark.
+"""The state layout and the timed writer against a reference model of the protocol, without Spark.
 
-``Engine`` (per-id layout, schedule.py) and ``WheelEngine`` (wheel layout, wheel.py) play
+``WheelEngine`` (wheel.py, plus a model of the driver's timed writer) plays
 the part of Spark's transformWithState: per micro-batch they hand each grouping key its
 requests at once, in log order, at the batch time, then fire every timer at or before the
 batch time. A restart keeps only what a checkpoint keeps (state and timers) and may change
@@ -32,14 +32,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler import schedule as schedule_rules
 from kafka_scheduler import wheel
 from kafka_scheduler.checkpoint import settle_state_settings
 from kafka_scheduler.config import Config
 from kafka_scheduler.protocol import SOURCE_OFFSET
-from kafka_scheduler.schedule import (Action, MemoryStore, Outcome, Request, Schedule, WriteBack, fire,
-                                      process_requests)
-from kafka_scheduler.state_processor import in_log_order
+from kafka_scheduler.schedule import Action, Outcome, Request, Schedule, WriteBack
 from kafka_scheduler.wheel_processor import log_order
 
 
@@ -54,41 +51,6 @@ def sid(name: str | bytes) -> bytes:
 
 def anon(offset: int) -> bytes:
     return f"offset:requests/0/{offset}".encode()
-
-
-class Engine:
-    """The per-id layout: state per id plus armed timers (set ``lookahead_ms`` before the due time)."""
-
-    def __init__(self, lookahead_ms: int = 0, partitions: int = 2) -> None:
-        self.lookahead_ms = lookahead_ms
-        self.pending: dict[bytes, Schedule] = {}
-        self.timers: set[tuple[int, bytes]] = set()
-
-    def store(self, key: bytes) -> MemoryStore:
-        return MemoryStore(self.pending, self.timers, key, self.lookahead_ms)
-
-    def batch(self, now: int, requests: list[tuple[bytes, Request]]) -> tuple[list[Schedule], Counter]:
-        by_id: dict[bytes, list[Request]] = {}
-        for key, request in requests:
-            by_id.setdefault(key, []).append(request)
-        delivered, counts = [], Counter()
-        for key, of_id in by_id.items():
-            outcomes, due_now = process_requests(self.store(key), of_id, now + self.lookahead_ms)
-            counts.update(outcomes)
-            if due_now is not None:
-                delivered.append(due_now)
-        for timer in sorted(t for t in self.timers if t[0] <= now):
-            self.timers.discard(timer)
-            fired = fire(self.store(timer[1]), now + self.lookahead_ms)
-            if fired is not None:
-                delivered.append(fired)
-        return delivered, counts
-
-    def restart(self, lookahead_ms: int, partitions: int) -> "Engine":
-        """What survives a restart: the stored state and timers (the checkpoint), nothing else."""
-        fresh = Engine(lookahead_ms)
-        fresh.pending, fresh.timers = copy.deepcopy(self.pending), set(self.timers)
-        return fresh
 
 
 class MemoryCheckpointFiles:
@@ -532,10 +494,6 @@ def _digest_without(field_name: str):
     return mutant
 
 
-def _identity_without_write_back(self):
-    return ORIGINAL_IDENTITY(dataclasses.replace(self, write_back=None))
-
-
 def _entries_without(field_name: str):
     def mutant(row) -> Schedule:
         blank = {"partition": None, "partition_key": None, "write_back": None, "history": False}[field_name]
@@ -562,7 +520,7 @@ def _timers_without_lookahead(self, bucket, info, timer_ms):
 
 
 ORIGINAL_STEP, ORIGINAL_DIGEST, ORIGINAL_FIRE, ORIGINAL_ARM = wheel.step, wheel.digest, wheel.fire, wheel._Shard.arm
-ORIGINAL_IDENTITY, ORIGINAL_SCHEDULE_OF_ENTRY = Schedule._identity, wheel.schedule_of_entry
+ORIGINAL_SCHEDULE_OF_ENTRY = wheel.schedule_of_entry
 
 # Each broken rule: what it patches, the tests that must catch it, and the layouts they run on. The
 # tests are the property test above ("model"; run here derandomized, so the check is repeatable)
@@ -578,7 +536,7 @@ REBUILD_EXAMPLE = "test_write_back_read_back_with_its_schedule_completes_it"
 FIELDS_EXAMPLE = "test_partition_key_partition_write_back_and_history_come_out_of_both_layouts"
 DIALECT_FIELDS_EXAMPLE = "test_replace_that_differs_only_in_what_a_dialect_adds_is_not_a_noop"
 WHEEL = BOTH = [WheelEngine]
-COMPLETES = [(schedule_rules, "completes"), (wheel, "completes")]  # the per-id and the wheel layout's use
+COMPLETES = [(wheel, "completes")]
 MUTANTS = {
     "fire leaves delivered ids in the index": (
         # (After a partial fire the prepare mark also tells the delivered version is gone: the partial-fire
@@ -939,19 +897,6 @@ def test_lookahead_raised_at_restart_still_delivers_on_time():
         engine = engine.restart(lookahead_ms=2000, partitions=2)
         # Set under the old lookahead, the timer fires at the due time at the latest.
         assert engine.batch(20_000, [])[0] == [sched(20_000, version="t-0-1")]
-
-
-def test_in_log_order_keeps_offsets_within_a_partition_and_merges_partitions_by_timestamp():
-    rows = [
-        {"src_topic": "t", "src_partition": 0, "src_offset": 5, "src_ts_ms": 50},
-        {"src_topic": "t", "src_partition": 1, "src_offset": 1, "src_ts_ms": 20},
-        {"src_topic": "t", "src_partition": 0, "src_offset": 4, "src_ts_ms": 60},  # clock skew: offset wins
-        {"src_topic": "t", "src_partition": 1, "src_offset": 2, "src_ts_ms": 70},
-    ]
-    ordered = [(r["src_partition"], r["src_offset"]) for r in in_log_order(rows)]
-    assert ordered.index((0, 4)) < ordered.index((0, 5))
-    assert ordered.index((1, 1)) < ordered.index((1, 2))
-    assert ordered[0] == (1, 1) and ordered[-1] == (1, 2)
 
 
 def test_log_order_of_the_wheel_keeps_each_partition_in_offset_order_and_interleaves_by_time():
