@@ -20,7 +20,9 @@ chunks, whose rows carry their id (``sid``) and ``digest``. A chunk row counts u
 
 The index is exact: an entry exists exactly while its version is pending. Delivered versions leave
 it (``IndexSession.forget``) in the same call that takes them out of state, recorded in that call's
-delta in bulk.
+delta in bulk. A whole bucket retired at once leaves it as one change, ``(None, (first_ms, last_ms))``:
+every entry due in that range goes (``IndexSession.forget_due``), so retiring a herd of millions
+neither reads its chunks back nor writes a change per id.
 """
 
 from __future__ import annotations
@@ -97,6 +99,13 @@ def stored_index(store) -> dict:
     return entries
 
 
+def _drop_due(entries: dict, first_ms: int, last_ms: int) -> int:
+    gone = [sid for sid, entry in entries.items() if first_ms <= entry.due_ms <= last_ms]
+    for sid in gone:
+        del entries[sid]
+    return len(gone)
+
+
 def _rebuild(store, cache: IndexCache, token: IndexToken) -> None:
     cache.nonce = None
     # An empty index needs no reading: a shard of schedules without ids may hold millions of them.
@@ -153,7 +162,9 @@ class IndexSession:
             cache.nonce = None  # half applied, if a read fails
             for part in range(parts_of(token.sizes[version - token.base - 1])):
                 for sid, entry in self.store.delta_get(version, part):
-                    if entry is None:
+                    if sid is None:
+                        _drop_due(entries, *entry)
+                    elif entry is None:
                         entries.pop(sid, None)
                     else:
                         entries[sid] = entry
@@ -197,6 +208,23 @@ class IndexSession:
             entry = entries.get(sid)
             if entry is not None and entry.delivery_id == delivery_id:
                 self.remove(sid)
+
+    def forget_due(self, first_ms: int, last_ms: int) -> None:
+        """Every version due from ``first_ms`` to ``last_ms`` leaves the index, as one change however many they
+        are (the caller retires all of them from state in this call). Like ``forget``, a lazy session on a fresh
+        worker invalidates instead."""
+        if not self._synced:
+            self._invalidate = True
+            return
+        self._ensure()
+        if _drop_due(self.cache.entries, first_ms, last_ms):
+            self.cache.nonce = None
+            self.changes.append((None, (first_ms, last_ms)))
+
+    @property
+    def synced(self) -> bool:
+        """Whether this call holds the index (a lazy session on a fresh worker does not, until it is read)."""
+        return self._synced
 
     def __len__(self) -> int:
         self._ensure()

@@ -42,8 +42,9 @@ CHUNK_SCHEMA = pa.schema([("due_ms", pa.int64()), ("topic", pa.string()), ("key"
                           ("wb_topic", pa.string()), ("wb_partition", pa.int32()), ("wb_key", pa.binary()),
                           ("wb_headers", _HEADER_TYPE), ("history", pa.bool_()), ("sid", pa.binary()),
                           ("digest", pa.binary())])
+# due_ms null: the id left the index; sid null: every id due from due_ms to through_ms left it
 DELTA_SCHEMA = pa.schema([("sid", pa.binary()), ("due_ms", pa.int64()), ("delivery_id", pa.string()),
-                          ("digest", pa.binary())])  # due_ms null: the id left the index
+                          ("digest", pa.binary()), ("through_ms", pa.int64())])
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
@@ -90,19 +91,25 @@ def from_blob(blob) -> pd.DataFrame:
 
 
 def delta_blob(changes: list) -> bytes:
-    entries = [entry for _, entry in changes]
+    """An index delta (``index_cache``): (sid, IndexEntry or None) changes, and (None, (first, last)) ranges."""
+    entries = [None if sid is None else entry for sid, entry in changes]
     return _ipc(pa.table([
         pa.array([sid for sid, _ in changes], pa.binary()),
-        pa.array([None if e is None else e.due_ms for e in entries], pa.int64()),
+        pa.array([entry[0] if sid is None else None if entry is None else entry.due_ms
+                  for sid, entry in changes], pa.int64()),
         pa.array([None if e is None else e.delivery_id for e in entries], pa.string()),
-        pa.array([None if e is None else e.digest for e in entries], pa.binary())], schema=DELTA_SCHEMA))
+        pa.array([None if e is None else e.digest for e in entries], pa.binary()),
+        pa.array([entry[1] if sid is None else None for sid, entry in changes], pa.int64())], schema=DELTA_SCHEMA))
 
 
 def delta_of_blob(blob) -> list:
     columns = _table(blob).to_pydict()
-    return [(sid, None if due_ms is None else IndexEntry(due_ms, delivery_id, digest))
-            for sid, due_ms, delivery_id, digest in zip(columns["sid"], columns["due_ms"], columns["delivery_id"],
-                                                        columns["digest"])]
+    through = columns.get("through_ms") or [None] * len(columns["sid"])
+    return [(None, (due_ms, through_ms)) if sid is None
+            else (sid, None if due_ms is None else IndexEntry(due_ms, delivery_id, digest))
+            for sid, due_ms, delivery_id, digest, through_ms in zip(columns["sid"], columns["due_ms"],
+                                                                    columns["delivery_id"], columns["digest"],
+                                                                    through)]
 
 
 def log_order(frame: pd.DataFrame) -> pd.DataFrame:

@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler import wheel
+from kafka_scheduler import index_cache, wheel
 from kafka_scheduler.checkpoint import settle_state_settings
 from kafka_scheduler.config import Config
 from kafka_scheduler.protocol import SOURCE_OFFSET
@@ -479,6 +479,10 @@ def _forget_nothing(self, delivered):
     pass
 
 
+def _forget_nothing_due(self, first_ms, last_ms):
+    pass
+
+
 def _identical_replace_counted_as_replaced(pending, pending_digest, request):
     outcome, new_pending, new_digest = ORIGINAL_STEP(pending, pending_digest, request)
     if outcome is Outcome.REPLACE_NOOP:
@@ -541,7 +545,13 @@ MUTANTS = {
     "fire leaves delivered ids in the index": (
         # (After a partial fire the prepare mark also tells the delivered version is gone: the partial-fire
         # example cannot catch this one.)
-        [(wheel._Shard, "forget", _forget_nothing)], ["model", RECREATED_EXAMPLE], WHEEL),
+        [(wheel._Shard, "forget", _forget_nothing), (index_cache.IndexSession, "forget_due", _forget_nothing_due)],
+        ["model", RECREATED_EXAMPLE], WHEEL),
+    "a whole bucket's ids stay in the index": (
+        [(index_cache.IndexSession, "forget_due", _forget_nothing_due)], ["model"], WHEEL),
+    "a bucket's ids leave the index one by one only": (
+        # A bucket partly retired: its due ids leave one by one.
+        [(wheel._Shard, "forget", _forget_nothing)], ["model"], WHEEL),
     "identical replace counted as replaced": (
         [(wheel, "step", _identical_replace_counted_as_replaced)], ["model"], WHEEL),
     "digest ignores headers": ([(wheel, "digest", _digest_without("headers"))], ["model"], WHEEL),

@@ -281,6 +281,35 @@ def test_delivered_ids_leave_the_index():
     assert sum(store.token.sizes) <= max(index_cache.KEEP_CHANGES_FLOOR, 0) + n
 
 
+def test_a_herd_leaves_the_index_as_one_change_and_another_worker_catches_up():
+    """A bucket retired whole (a herd, delivered) leaves the index as one range change, not a change per id;
+    entries due in other buckets stay, and a worker catching up from the delta log applies the range."""
+    store = wheel.MemoryShardStore()
+    other = index_cache.IndexCache()
+    n = 5_000
+    wheel.apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i))) for i in range(n)]
+                         + [(sid(-1), Request(Action.ADD, schedule(-1, due=DUE + 10_000)))], 0)
+    store.cache, behind = other, store.cache
+    wheel.apply_requests(store, [(sid(-2), Request(Action.ADD, schedule(-2, due=DUE + 20_000)))], 1)
+    store.cache, rebuilds = behind, other.rebuilds  # the first worker missed a version: it catches up below
+    delivered = sum(len(frame) for frame in wheel.fire(store, min(store.armed), DUE))
+    assert delivered == n
+    assert store.token.sizes[-1] == 1 and store.token.entries == 2
+    assert set(store.cache.entries) == {sid(-1), sid(-2)} == set(store.index_entries())
+    store.cache = other
+    counts = wheel.apply_requests(store, [(sid(0), Request(Action.CANCEL, None)),
+                                          (sid(-1), Request(Action.CANCEL, None))], DUE + 1).outcomes
+    assert counts == Counter({Outcome.CANCEL_NOOP: 1, Outcome.CANCELLED: 1})
+    assert other.rebuilds == rebuilds and other.entries == store.index_entries() == {sid(-2): other.entries[sid(-2)]}
+
+
+def test_an_index_delta_survives_its_blob():
+    """Changes as stored in state: an entry, a removal, a range."""
+    from kafka_scheduler.wheel_processor import delta_blob, delta_of_blob
+    changes = [(b"a", index_cache.IndexEntry(5, "t-0-1", b"d" * 20)), (b"b", None), (None, (1000, 1999))]
+    assert delta_of_blob(delta_blob(changes)) == changes
+
+
 def test_a_fire_after_a_restart_does_not_wait_for_a_rebuild_of_the_index():
     """The first overdue delivery after a restart: the fire forgets what it delivers without rebuilding
     the new worker's index from every chunk; it invalidates the index, and the next call that reads it
