@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from confluent_kafka import Producer
 
@@ -41,6 +41,20 @@ def producer_config(bootstrap_servers: str, **extra) -> dict:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _wait_until_due(cond: threading.Condition, closed: Callable[[], bool], next_due_ms: Callable[[], Optional[int]],
+                    take_due: Callable[[int], list]) -> Optional[list]:
+    """With ``cond`` held: wait until ``take_due(now)`` takes something, and return it; None once closed. Waits
+    until the next due instant (at most 1 s: ``add``/``hold`` notify, but a clock may jump)."""
+    while not closed():
+        now = _now_ms()
+        taken = take_due(now)
+        if taken:
+            return taken
+        due = next_due_ms()
+        cond.wait(max(0.0005, min((due - now) / 1000 if due is not None else 1.0, 1.0)))
+    return None
 
 
 @dataclass(order=True)
@@ -134,29 +148,24 @@ class TimedWriter:
         self._thread.join(timeout)
         self._producer.flush(timeout)
 
-    def _due_slice(self) -> tuple[Optional[int], list[Held]]:
-        """Called with the lock held: the deliveries due now, or how long to wait for the next."""
-        now = _now_ms()
+    def _take_due(self, now: int) -> list[Held]:
+        """Called with the lock held: the deliveries due by ``now`` that were not withdrawn."""
         taken = []
         while self._heap and self._heap[0].due_ms <= now:
             held = heapq.heappop(self._heap)
             if self._held.get(held.delivery_id) is held:
                 del self._held[held.delivery_id]
                 taken.append(held)
-        return now, taken
+        return taken
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while True:
-                    if self._closed:
-                        return
-                    now, taken = self._due_slice()
-                    if taken:
-                        self._writing = taken[-1].due_ms
-                        break
-                    wait = (self._heap[0].due_ms - now) / 1000 if self._heap else 1.0
-                    self._cond.wait(max(0.0005, min(wait, 1.0)))
+                taken = _wait_until_due(self._cond, lambda: self._closed,
+                                        lambda: self._heap[0].due_ms if self._heap else None, self._take_due)
+                if taken is None:
+                    return
+                self._writing = taken[-1].due_ms
             try:
                 self._write(taken)
             finally:
@@ -232,19 +241,19 @@ class Wakeups:
         if self._thread.is_alive():
             self._thread.join(5)
 
+    def _take_due(self, now: int) -> list[int]:
+        taken = []
+        while self._instants and self._instants[0] <= now:
+            taken.append(heapq.heappop(self._instants))
+            self._known.discard(taken[-1])
+        return taken
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while True:
-                    if self._closed:
-                        return
-                    now = _now_ms()
-                    if self._instants and self._instants[0] <= now:
-                        while self._instants and self._instants[0] <= now:
-                            self._known.discard(heapq.heappop(self._instants))
-                        break
-                    wait = (self._instants[0] - now) / 1000 if self._instants else 1.0
-                    self._cond.wait(max(0.0005, min(wait, 1.0)))
+                if _wait_until_due(self._cond, lambda: self._closed,
+                                   lambda: self._instants[0] if self._instants else None, self._take_due) is None:
+                    return
             try:
                 self.tick()
             except Exception as exc:  # the broker may be away for a while: the next instant tries again

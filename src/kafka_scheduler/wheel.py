@@ -69,27 +69,42 @@ def bucket_of(due_ms: int) -> int:
     return due_ms // BUCKET_MS
 
 
+def _part(pieces: list, data: Optional[bytes]) -> None:
+    """One field of a digest: its length and bytes, or 0xff for null (so no two field lists encode alike)."""
+    if data is None:
+        pieces.append(b"\xff")
+    else:
+        pieces.append(struct.pack(">I", len(data)))
+        pieces.append(data)
+
+
+def _header_parts(pieces: list, pairs) -> None:
+    pieces.append(struct.pack(">I", len(pairs)))
+    for name, value in pairs:
+        _part(pieces, name.encode())
+        _part(pieces, value)
+
+
 def _native_digest(due_ms: int, topic: str, key: Optional[bytes], value: Optional[bytes], header_list):
     """The digest of the fields every version has (a blake2b object, to go on with the rest)."""
-    h = hashlib.blake2b(digest_size=16)
     pieces = [struct.pack(">q", due_ms)]
-
-    def part(data: Optional[bytes]) -> None:
-        if data is None:
-            pieces.append(b"\xff")
-        else:
-            pieces.append(struct.pack(">I", len(data)))
-            pieces.append(data)
-
-    part(topic.encode())
-    part(key)
-    part(value)
-    pieces.append(struct.pack(">I", len(header_list)))
-    for name, header_value in header_list:
-        part(name.encode())
-        part(header_value)
+    _part(pieces, topic.encode())
+    _part(pieces, key)
+    _part(pieces, value)
+    _header_parts(pieces, header_list)
+    h = hashlib.blake2b(digest_size=16)
     h.update(b"".join(pieces))
     return h
+
+
+def aligned_lead_ms(lead_ms: int) -> int:
+    """A lead of a second or more, rounded up to a power of two seconds. The shards of a herd hold about the same
+    bytes; with leads a few ms apart their buckets would fire in different batches, and the first batch, writing
+    its shard's part of the herd at the instant (beyond ``--max-held``), would hold the job until then: the other
+    shards would only start preparing theirs at the instant (a 10M herd: a quarter on time, the rest 80 s late)."""
+    if lead_ms < 1000:
+        return lead_ms
+    return 1000 << (-(-lead_ms // 1000) - 1).bit_length()
 
 
 def digest_of_entry(r) -> bytes:
@@ -101,37 +116,25 @@ def digest_of_entry(r) -> bytes:
 
 
 def digest(schedule: Schedule) -> bytes:
-    """What makes two versions "strictly identical": due time, destination, key, value, headers."""
+    """What makes two versions "strictly identical": due time, destination, key, value, headers. Stored in
+    checkpoints (chunk rows, the index): the encoding must never change."""
     h = _native_digest(schedule.due_ms, schedule.topic, schedule.key, schedule.value, schedule.headers)
-
-    def part(data: Optional[bytes]) -> None:
-        if data is None:
-            h.update(b"\xff")
-        else:
-            h.update(struct.pack(">I", len(data)))
-            h.update(data)
-
-    def headers(pairs) -> None:
-        h.update(struct.pack(">I", len(pairs)))
-        for name, value in pairs:
-            part(name.encode())
-            part(value)
-
     if schedule.partition is not None or schedule.partition_key is not None or schedule.write_back is not None \
             or schedule.history:
         # Only dialects other than native get here, so digests of native schedules stay as they were.
-        h.update(b"+")
-        part(None if schedule.partition is None else str(schedule.partition).encode())
-        part(schedule.partition_key)
+        pieces = [b"+"]
+        _part(pieces, None if schedule.partition is None else str(schedule.partition).encode())
+        _part(pieces, schedule.partition_key)
         back = schedule.write_back
         if back is None:
-            h.update(b"\xff")
+            pieces.append(b"\xff")
         else:
-            part(back.topic.encode())
-            h.update(struct.pack(">i", back.partition))
-            part(back.key)
-            headers(back.headers)
-        h.update(b"h" if schedule.history else b"-")
+            _part(pieces, back.topic.encode())
+            pieces.append(struct.pack(">i", back.partition))
+            _part(pieces, back.key)
+            _header_parts(pieces, back.headers)
+        pieces.append(b"h" if schedule.history else b"-")
+        h.update(b"".join(pieces))
     return h.digest()
 
 
@@ -367,7 +370,7 @@ class _Shard:
         herd of millions due at one instant is read and emitted before that instant (zero without a window)."""
         if not self.window_ms:
             return 0
-        return sum(size for _, size in info.chunks) * 1000 // PREPARE_BYTES_PER_S
+        return aligned_lead_ms(sum(size for _, size in info.chunks) * 1000 // PREPARE_BYTES_PER_S)
 
     def file(self, bucket: int, entries: pd.DataFrame) -> bool:
         """Add schedules (none of them due yet) to a bucket, creating or re-arming it as needed. Returns

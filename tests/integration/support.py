@@ -219,6 +219,20 @@ class SchedulerProcess:
                    f"scheduler {self.app_id} to commit batch {target}", interval=0.05, guard=self.assert_running)
         return self.log_path.stat().st_size
 
+    def warm_up(self, timeout: float = 180.0) -> "SchedulerProcess":
+        """Wait until a schedule due at once is delivered: past the slow first batches (the first with requests
+        starts the state processor's Python workers), so what a test schedules next is not late for that."""
+        kafka = Kafka(self.bootstrap)
+        topic = kafka.topic("warm-up")
+        reader = kafka.reader(topic)
+        try:
+            kafka.produce(f"{self.app_id}-schedule-requests", key=b"warm-up", headers=native(topic, at(0), "warm-up"))
+            reader.wait_for(lambda r: r.key == b"warm-up", timeout=timeout, what="the warm-up delivery",
+                            guard=self.assert_running)
+        finally:
+            reader.close()
+        return self
+
     def wake(self) -> None:
         """Make the job run a micro-batch soon: a wake-up tick, as its own driver writes them."""
         producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 3})

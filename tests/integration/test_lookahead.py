@@ -5,24 +5,15 @@ from collections import Counter
 
 import pytest
 
-from .support import Kafka, at, batch_lines, ms_of, native, wait_until
+from .support import at, batch_lines, ms_of, native, wait_until
 
 
 @pytest.fixture(scope="module")
-def scheduler(scheduler_factory, broker):
+def scheduler(scheduler_factory):
     # 4 s: more than a batch cycle even on a busy 2-core machine (seen: 3-4 s a batch), so deliveries
     # really are prepared before they are due and held.
     process = scheduler_factory(app_id="lookahead", extra_args=("--lookahead", "4s"))
-    process.start()
-    # Past the slow first batches (the first one with requests starts the state processor's Python
-    # workers), so the schedules below are held, not overdue.
-    kafka = Kafka(broker.bootstrap_servers)
-    topic = kafka.topic("warm-up")
-    reader = kafka.reader(topic)
-    kafka.produce(f"{process.app_id}-schedule-requests", key=b"warm-up", headers=native(topic, at(0), "warm-up"))
-    reader.wait_for(lambda r: r.key == b"warm-up", timeout=120, what="the warm-up delivery",
-                    guard=process.assert_running)
-    reader.close()
+    process.start().warm_up()  # so the schedules below are held, not overdue
     yield process
     assert process.stop() == 0, process.log()[-3000:]
 

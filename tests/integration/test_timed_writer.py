@@ -14,9 +14,9 @@ from collections import Counter
 
 import pytest
 
-from .support import Kafka, at, batch_lines, ms_of, native, wait_until
+from .support import at, batch_lines, ms_of, native, wait_until
 
-LOOKAHEAD = "10s"
+LOOKAHEAD = "20s"  # a prepared delivery is held 20 s: time enough, even on a loaded machine, for a cancel read after it
 
 
 def descendants(pid: int) -> list[int]:
@@ -46,19 +46,11 @@ def held_since(scheduler, mark: int) -> int:
 
 
 @pytest.fixture
-def warm(scheduler_factory, broker):
-    """A started job with --lookahead 10s, past its slow first batches."""
+def warm(scheduler_factory):
+    """A started job with --lookahead 20s, past its slow first batches."""
     def start(app_id: str, checkpoint_dir=None):
-        process = scheduler_factory(app_id=app_id, extra_args=("--lookahead", LOOKAHEAD),
-                                    **({"checkpoint_dir": checkpoint_dir} if checkpoint_dir else {})).start()
-        kafka = Kafka(broker.bootstrap_servers)
-        topic = kafka.topic("warm-up")
-        reader = kafka.reader(topic)
-        kafka.produce(f"{app_id}-schedule-requests", key=b"warm-up", headers=native(topic, at(0), "warm-up"))
-        reader.wait_for(lambda r: r.key == b"warm-up", timeout=180, what="the warm-up delivery",
-                        guard=process.assert_running)
-        reader.close()
-        return process
+        return scheduler_factory(app_id=app_id, extra_args=("--lookahead", LOOKAHEAD),
+                                 **({"checkpoint_dir": checkpoint_dir} if checkpoint_dir else {})).start().warm_up()
     return start
 
 
@@ -68,10 +60,10 @@ def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_deliv
     topic = kafka.topic()
     reader = kafka.reader(topic)
     mark = scheduler.mark()
-    due = at(16)
+    due = at(26)
     kafka.produce_many(requests, [dict(key=k, value=b"first", headers=native(topic, due, k.decode()), partition=0)
                                   for k in (b"cancelled", b"replaced", b"kept")])
-    # Prepared 10 s before its due time, i.e. about 6 s from now: held by the driver from then on.
+    # Prepared 20 s before its due time, i.e. about 6 s from now: held by the driver from then on.
     wait_until(lambda: held_since(scheduler, mark) >= 3, 60, "the three deliveries to be prepared and held",
                guard=scheduler.assert_running)
     assert not reader.poll(), "written before its due time"

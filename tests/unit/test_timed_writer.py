@@ -3,16 +3,21 @@ rejections (no delivery id, no due time) at once; ``wait_written`` returns once 
 
 import time
 
-from kafka_scheduler.timed_writer import TimedWriter
+from kafka_scheduler.timed_writer import TICK_REPORT, TICK_WAKE, TimedWriter, Wakeups
+
+from ..integration.support import wait_until
 
 
 class FakeProducer:
     def __init__(self):
         self.sent = []  # (wall ms, topic, key)
+        self.values = []
 
     def produce(self, topic, value=None, key=None, headers=None, on_delivery=None, **kwargs):
         self.sent.append((int(time.time() * 1000), topic, key))
-        on_delivery(None, None)
+        self.values.append(value)
+        if on_delivery is not None:
+            on_delivery(None, None)
 
     def poll(self, timeout):
         return 0
@@ -59,3 +64,24 @@ def test_wait_written_times_out_while_something_due_is_not_written():
         assert writer.wait_written(now, timeout=5)
     finally:
         writer.close()
+
+
+def test_wakeups_tick_once_per_instant_never_before_it():
+
+    producer = FakeProducer()
+    wakeups = Wakeups("unused", "ticks", producer=producer)
+    try:
+        now = int(time.time() * 1000)
+        wakeups.start()  # the report tick
+        wakeups.add([now + 200, now + 100, now + 200, None])
+        assert wakeups.next_instant == now + 100
+        wait_until(lambda: wakeups.ticks >= 3, 10, "two wake-up ticks after the report tick")
+        at = [sent_at for sent_at, _, _ in producer.sent]
+        assert at[1] >= now + 100 and at[2] >= now + 200, "a tick before its instant"
+        assert wakeups.next_instant is None
+        wakeups.add([now + 200])  # already ticked for and passed: ticks again (a timer re-armed at that instant)
+        wait_until(lambda: wakeups.ticks == 4, 10, "the tick of a passed instant")
+    finally:
+        wakeups.close()
+    assert [topic for _, topic, _ in producer.sent] == ["ticks"] * 4
+    assert producer.values == [TICK_REPORT, TICK_WAKE, TICK_WAKE, TICK_WAKE]
