@@ -169,11 +169,14 @@ class SchedulerProcess:
         self.process: Optional[subprocess.Popen] = None
         self._log_offset = 0
 
-    def start(self, timeout: float = 180.0) -> "SchedulerProcess":
+    def start(self, timeout: float = 180.0, wait: bool = True) -> "SchedulerProcess":
+        """Start the process; with ``wait``, until it logs that its query runs."""
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if not wait:
+            return self
         wait_until(lambda: self.process.poll() is not None or "running: reading" in self.log(), timeout,
                    f"scheduler {self.app_id} to start")
         assert self.process.poll() is None, f"scheduler exited early:\n{self.log()[-3000:]}"
