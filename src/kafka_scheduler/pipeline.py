@@ -22,8 +22,8 @@ from typing import Optional
 
 from confluent_kafka import TopicPartition
 
-from .checkpoint import LocalFiles, checkpoint_files, is_local, last_committed_batch, settle_state_settings, \
-    start_new_generation
+from .checkpoint import LocalFiles, checkpoint_files, is_local, last_committed_batch, local_path, \
+    settle_state_settings, start_new_generation
 from .config import Config, ConfigError
 from .dialects import DecodeSettings, decode
 from .jars import jar_paths
@@ -268,12 +268,17 @@ class Scheduler:
         if error is not None and self.sink.refused_batch is None:
             cause = _storage_failure(str(error))
             if cause is not None:
-                committed = last_committed_batch(self.config.checkpoint_dir) if is_local(self.config.checkpoint_dir) \
-                    else None
-                log.error("checkpoint: cannot write to %s (%s): the job stopped. Nothing is lost: %s; make room or "
-                          "make it writable and start again", self.config.checkpoint_dir, cause,
+                where = self.config.checkpoint_dir
+                local = is_local(where)
+                committed = last_committed_batch(where) if local else None
+                # Spark also writes to its local folders (shuffle, the state store's working copy).
+                named = str(local_path(where)).rstrip("/") in str(error) if local else where in str(error)
+                log.error("%s (%s): the job stopped. Nothing is lost: %s; make room or make it writable and start "
+                          "again", f"checkpoint: cannot write to {where}" if named else
+                          f"cannot write to the checkpoint {where} or Spark's local folders (spark.local.dir)", cause,
                           "no batch had committed" if committed is None else
                           f"the next start resumes after batch {committed}")
+                log.debug("query failed: %s", _summary(error))
             else:
                 log.error("query failed: %s", _summary(error))
             return 1

@@ -149,13 +149,6 @@ class TopicDirectory:
     def invalidate(self) -> None:
         self._fetched_at.clear()
 
-    def missing(self, names: set[str]) -> set[str]:
-        return names - self.describe(names).keys()
-
-    def partition_counts(self, names: set[str]) -> dict[str, int]:
-        """Partition counts of the topics among ``names`` that exist."""
-        return {name: d.partitions for name, d in self.describe(names).items() if d.partitions}
-
     def _fetch(self, names: set[str]) -> None:
         found: dict[str, Optional[Destination]] = {}
         futures = self._admin.describe_topics(TopicCollection(sorted(names)), include_authorized_operations=True,
@@ -173,8 +166,9 @@ class TopicDirectory:
                     raise
                 continue
             operations = topic.authorized_operations
-            # No list: a broker too old to say; writing is then tried and a refusal handled by the writer.
-            writable = operations is None or bool({AclOperation.WRITE, AclOperation.ALL} & set(operations))
+            # No list (a broker too old to say, or none at all): writing is tried, and a refusal handled where the
+            # record is written. A client that may describe a topic has a list with DESCRIBE at least.
+            writable = not operations or bool({AclOperation.WRITE, AclOperation.ALL} & set(operations))
             found[name] = Destination(len(topic.partitions), writable, None)
         sized = [n for n, d in found.items() if d is not None and d.writable]
         if sized:

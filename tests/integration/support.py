@@ -218,7 +218,12 @@ class SchedulerProcess:
         before = last_committed_batch(self.checkpoint_dir)
         target = 0 if before is None else before + 1
         self.wake()  # an idle job runs no batch by itself
-        wait_until(lambda: (last_committed_batch(self.checkpoint_dir) or -1) >= target, timeout,
+
+        def committed() -> bool:
+            last = last_committed_batch(self.checkpoint_dir)  # batch 0 is a commit too: not `or -1`
+            return last is not None and last >= target
+
+        wait_until(committed, timeout,
                    f"scheduler {self.app_id} to commit batch {target}", interval=0.05, guard=self.assert_running)
         return self.log_path.stat().st_size
 
