@@ -296,9 +296,9 @@ class RecordSink:
         shown = F.concat(F.lit("'"), F.col("topic"), F.lit("'"))
         reason = F.when(no_topic, F.concat(F.lit("destination topic "), shown, F.lit(" does not exist"))).when(
             denied, F.concat(F.lit("not authorized to write to destination topic "), shown)).when(
-            no_partition, F.concat(F.lit("destination partition "), F.col("partition").cast("string"), F.lit(" of topic "),
-                                   shown, F.lit(" does not exist (it has "), partitions_of.cast("string"),
-                                   F.lit(" partitions)"))).otherwise(
+            no_partition, F.concat(F.lit("destination partition "), F.col("partition").cast("string"),
+                                   F.lit(" of topic "), shown, F.lit(" does not exist (it has "),
+                                   partitions_of.cast("string"), F.lit(" partitions)"))).otherwise(
             F.concat(F.lit("record of "), size.cast("string"), F.lit(" bytes (key, value and headers) is too large for "
                                                                     "destination topic "), shown, F.lit(" ("),
                      per_topic({t: why for t, (_, why) in refusals.oversize.items()}) if refusals.oversize
@@ -347,8 +347,8 @@ def record_limit(destination: Destination) -> tuple[int, str]:
 def payload_bytes() -> Column:
     """Key, value, header names and header values of a record, in bytes."""
     headers = F.aggregate(F.coalesce(F.col("headers"), F.array()), F.lit(0).cast("long"),
-                          lambda total, h: total + F.octet_length(h["key"]) + F.coalesce(F.octet_length(h["value"]), F.lit(0))
-                          + F.lit(HEADER_FRAMING_BYTES))
+                          lambda total, h: total + F.octet_length(h["key"])
+                          + F.coalesce(F.octet_length(h["value"]), F.lit(0)) + F.lit(HEADER_FRAMING_BYTES))
     return (F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0))
             + headers).cast("long")
 

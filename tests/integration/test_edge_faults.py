@@ -215,8 +215,8 @@ def private_tmpfs_launcher(mount_point: Path, options: str, fill: bool = False) 
 
 def private_mounts_work() -> bool:
     try:
-        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
-                               "mount -t tmpfs -o size=16k tmpfs /mnt"], capture_output=True, timeout=10).returncode == 0
+        probe = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", "mount -t tmpfs -o size=16k tmpfs /mnt"]
+        return subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -227,7 +227,8 @@ needs_private_mounts = pytest.mark.skipif(not shutil.which("unshare") or not pri
 
 @needs_private_mounts
 @pytest.mark.parametrize("options,fill,cause", [("ro,size=64k", False, "Read-only file system"),
-                                                 ("size=64k", True, "No space left on device")], ids=["read-only", "full"])
+                                                 ("size=64k", True, "No space left on device")],
+                         ids=["read-only", "full"])
 def test_an_unwritable_or_full_checkpoint_is_one_error_and_exit_2_at_start(edge_scheduler, tmp_path, options, fill,
                                                                           cause):
     mount_point = tmp_path / "mnt"

@@ -101,7 +101,8 @@ def test_a_record_its_destination_refuses_becomes_a_rejection_with_the_reason_an
         assert delivered == {("out", b"d"), ("flaky", b"e")}, "a transient error is retried, not rejected"
         rejected = {k: dict(h) for t, k, _, h in producer.records if t == "app-schedule-rejections"}
         assert set(rejected) == {b"a", b"b", b"c"}
-        assert rejected[b"a"]["x-scheduler-rejection-reason"] == b"not authorized to write to destination topic 'denied'"
+        assert rejected[b"a"]["x-scheduler-rejection-reason"] == (
+            b"not authorized to write to destination topic 'denied'")
         assert rejected[b"b"]["x-scheduler-rejection-reason"].startswith(
             b"record of 4 bytes (key, value and headers) is too large for destination topic 'small'")
         assert rejected[b"c"]["x-scheduler-rejection-reason"] == b"destination topic 'gone' does not exist"
