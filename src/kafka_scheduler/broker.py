@@ -56,13 +56,17 @@ class LocalBroker:
     """Formats (once) and runs a KRaft broker whose data lives in ``data_dir``."""
 
     def __init__(self, port: int, data_dir: str | os.PathLike, controller_port: int | None = None,
-                 heap: str = "512m", auto_create_topics: bool = False, log_level: str = "WARN"):
+                 heap: str = "512m", auto_create_topics: bool = False, log_level: str = "WARN",
+                 authorizer: bool = False):
         self.port = port
         self.controller_port = controller_port or free_port()
         self.data_dir = Path(data_dir).resolve()
         self.heap = heap
         self.auto_create_topics = auto_create_topics
         self.log_level = log_level
+        # ACLs enforced, everyone allowed where a resource has none: on a PLAINTEXT listener every client is
+        # User:ANONYMOUS, so an ACL denying that principal makes a topic refuse writes (fault tests).
+        self.authorizer = authorizer
         self.process: subprocess.Popen | None = None
 
     @property
@@ -97,6 +101,9 @@ class LocalBroker:
             "log.segment.bytes": str(256 * 1024 * 1024),
             "message.max.bytes": str(8 * 1024 * 1024),
         }
+        if self.authorizer:
+            props["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+            props["allow.everyone.if.no.acl.found"] = "true"
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self, main_class: str, *args: str) -> list[str]:
@@ -171,6 +178,11 @@ class LocalBroker:
             log.warning("broker did not stop within %.0fs; killing it", timeout)
             self.process.kill()
             self.process.wait()
+
+    def restart(self, timeout: float = 60.0) -> "LocalBroker":
+        """Stop and start again on the same ports and data: what it had acknowledged is still there."""
+        self.stop()
+        return self.start(timeout)
 
     def kill(self) -> None:
         """Hard stop (SIGKILL), for fault tests."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -55,12 +56,18 @@ STATE_FILE = "kafka-scheduler-state.json"
 #    buckets carry a prepare mark (the timed writer).
 STATE_FORMAT = 4
 _LAYOUTS = ("wheel", "per-id")
+PROBE_BYTES = 4096
 
 
 class CheckpointFiles(Protocol):
     where: str  # the checkpoint folder, as messages name it
 
     def has_commit(self) -> bool: ...
+
+    def last_commit(self) -> Optional[int]: ...
+
+    def latest(self, folder: str) -> Optional[int]:
+        """The highest batch number in ``offsets`` or ``commits``, or None."""
 
     def read(self, name: str) -> Optional[bytes]: ...
 
@@ -79,6 +86,34 @@ class LocalFiles:
 
     def has_commit(self) -> bool:
         return last_committed_batch(self.root) is not None
+
+    def last_commit(self) -> Optional[int]:
+        return last_committed_batch(self.root)
+
+    def latest(self, folder: str) -> Optional[int]:
+        ids = [int(p.name) for p in (self.root / folder).glob("[0-9]*") if p.name.isdigit()] \
+            if (self.root / folder).is_dir() else []
+        return max(ids) if ids else None
+
+    def check_writable(self) -> None:
+        """Write, sync and remove a small file: an unwritable or full folder is then one clear error at start,
+        not a failed micro-batch later. (A disk that fills up while the job runs stops it: see pipeline.)"""
+        probe = self.root / f".write-probe.{uuid.uuid4().hex}.tmp"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with open(probe, "wb") as out:
+                out.write(b"\0" * PROBE_BYTES)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:
+            raise ConfigError(f"cannot write to checkpoint {self.where}: {exc.strerror or exc}; the scheduler keeps "
+                              f"its offsets and state there: make it writable and give it room, or use another "
+                              f"--checkpoint-dir") from None
+        finally:
+            try:
+                probe.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def read(self, name: str) -> Optional[bytes]:
         try:
@@ -133,6 +168,20 @@ class HadoopFiles:
                 status.getPath().getName().isdigit() for status in self.fs.listStatus(commits))
         except Exception as exc:
             raise ConfigError(f"cannot list {self.where}/commits: {_java_summary(exc)}") from None
+
+    def last_commit(self) -> Optional[int]:
+        return self.latest("commits")
+
+    def latest(self, folder: str) -> Optional[int]:
+        path = self._path(self.root, folder)
+        try:
+            if not self.fs.exists(path):
+                return None
+            ids = [int(status.getPath().getName()) for status in self.fs.listStatus(path)
+                   if status.getPath().getName().isdigit()]
+        except Exception as exc:
+            raise ConfigError(f"cannot list {self.where}/{folder}: {_java_summary(exc)}") from None
+        return max(ids) if ids else None
 
     def read(self, name: str) -> Optional[bytes]:
         path = self._path(self.root, name)
@@ -217,13 +266,25 @@ def settle_state_settings(config: Config, bucket_ms: int, files: Optional[Checkp
         # Spark redoes batch 0 from empty state, so an earlier start that committed nothing binds nothing.
         files.write(STATE_FILE, _encode(config, bucket_ms, now))
         return replace(config, catch_up_first=True), []
+    _check_spark_logs(files)
     raw = files.read(STATE_FILE)
     if raw is None:
+        foreign = _foreign_sources(config, files)
+        if foreign is not None:
+            raise ConfigError(
+                f"checkpoint {files.where} is not a kafka-scheduler checkpoint: it has no {STATE_FILE}, and its "
+                f"query read {foreign}, none of the inputs of app {config.app_id} "
+                f"({', '.join(config.input_topics)}). Use another --checkpoint-dir")
         raise ConfigError(
             f"checkpoint {files.where} has committed batches but no {STATE_FILE}: it was written by an earlier "
             f"kafka-scheduler whose state format this version cannot read; its pending schedules can only be "
             f"drained with the version that wrote it, or use a new --checkpoint-dir")
     recorded = _decode(raw, file_name)
+    if recorded.get("app_id") not in (None, config.app_id):
+        raise ConfigError(
+            f"checkpoint {files.where} belongs to app id {recorded['app_id']} (recorded at its first run), not "
+            f"{config.app_id}: its offsets and state are that app's. Run with --app-id {recorded['app_id']}, or "
+            f"use another --checkpoint-dir")
     if recorded["state_format"] != STATE_FORMAT:
         raise ConfigError(
             f"checkpoint {files.where} holds state format {recorded['state_format']} (per its {STATE_FILE}), but "
@@ -253,8 +314,10 @@ def settle_state_settings(config: Config, bucket_ms: int, files: Optional[Checkp
             f"{topic} ({dialect})" for topic, dialect in added.items())
             + ": read from the earliest offset; the first batch reads every input to its end before delivering")
         recorded["inputs"] = {**recorded["inputs"], **added}
-        files.write(STATE_FILE, (json.dumps(recorded, indent=2) + "\n").encode())
         settled["catch_up_first"] = True
+    if added or "app_id" not in recorded:  # a file from before app ids were recorded gets its app id now
+        recorded["app_id"] = config.app_id
+        files.write(STATE_FILE, (json.dumps(recorded, indent=2) + "\n").encode())
     return replace(config, **settled), notices
 
 
@@ -304,7 +367,8 @@ def _shown(config: Config, name: str) -> str:
 
 def _encode(config: Config, bucket_ms: int, now: Optional[datetime]) -> bytes:
     now = now or datetime.now(timezone.utc)
-    record = {"state_format": STATE_FORMAT, "state_layout": config.state_layout, "shards": config.shards,
+    record = {"state_format": STATE_FORMAT, "app_id": config.app_id, "state_layout": config.state_layout,
+              "shards": config.shards,
               "bucket_ms": bucket_ms, "partitions": config.partitions, "inputs": config.input_topics,
               "created_at": now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     return (json.dumps(record, indent=2) + "\n").encode()
@@ -326,7 +390,9 @@ def _decode(raw: bytes, file_name: str) -> dict[str, Any]:
                                          ("shards", _is_positive_int(record.get("shards"))),
                                          ("bucket_ms", _is_positive_int(record.get("bucket_ms"))),
                                          ("partitions", _is_positive_int(record.get("partitions"))),
-                                         ("inputs", _is_inputs(record.get("inputs")))) if not valid]
+                                         ("inputs", _is_inputs(record.get("inputs"))),
+                                         ("app_id", record.get("app_id") is None or isinstance(record["app_id"], str)))
+                if not valid]
     if problems:
         raise ConfigError(f"{file_name} is damaged (missing or invalid {', '.join(problems)}): restore it, or use a "
                           f"new --checkpoint-dir")
@@ -344,3 +410,76 @@ def _is_positive_int(value: Any) -> bool:
 def _is_inputs(value: Any) -> bool:
     return isinstance(value, dict) and bool(value) and all(
         isinstance(t, str) and isinstance(d, str) for t, d in value.items())
+
+
+def _check_spark_logs(files: CheckpointFiles) -> None:
+    """Refuse a checkpoint whose Spark files a restart reads first are damaged, with one message naming the file:
+    Spark itself would fail the start with a long stack trace. Checks ``metadata`` (the query id) and the newest
+    entries of ``offsets`` and ``commits`` (a version line, then JSON lines)."""
+    def damaged(name: str, what: str) -> ConfigError:
+        return ConfigError(f"checkpoint {files.where} is damaged: {name} {what}. Restore the folder from a copy, "
+                           f"or start a new checkpoint (--from-beginning keeps this one aside and reads every input "
+                           f"again from its start; or use a new --checkpoint-dir)")
+
+    raw = files.read("metadata")
+    if raw is None:
+        raise damaged("metadata", "is missing (Spark writes the query id there at its first start)")
+    try:
+        metadata = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        metadata = None
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("id"), str):
+        raise damaged("metadata", "is not Spark's query metadata (JSON with the query id)")
+    for folder in ("offsets", "commits"):
+        batch = files.latest(folder)
+        if batch is None:
+            raise damaged(folder, "has no entry although a batch was committed")
+        name = f"{folder}/{batch}"
+        problem = _log_entry_problem(files.read(name))
+        if problem:
+            raise damaged(name, problem)
+
+
+def _log_entry_problem(raw: Optional[bytes]) -> Optional[str]:
+    """What is wrong with an entry of Spark's offset or commit log, or None: a version line ``vN``, then JSON lines
+    (an offset log has one per source, ``-`` for a source without offsets)."""
+    if raw is None:
+        return "is missing"
+    try:
+        lines = raw.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        return "is not text"
+    if not lines or not re.fullmatch(r"v[1-9][0-9]*", lines[0]):
+        return "does not start with Spark's version line (v1)"
+    body = [line for line in lines[1:] if line not in ("", "-")]
+    if not body:
+        return "has no content after its version line"
+    for line in body:
+        try:
+            json.loads(line)
+        except json.JSONDecodeError:
+            return "holds a line that is not JSON"
+    return None
+
+
+def _foreign_sources(config: Config, files: CheckpointFiles) -> Optional[str]:
+    """What another query's checkpoint read (its Kafka topics, or that it read none), if it read none of this app's
+    inputs; None if it read one (an earlier kafka-scheduler's checkpoint) or its offsets cannot be read."""
+    batch = files.latest("offsets")
+    raw = files.read(f"offsets/{batch}") if batch is not None else None
+    if raw is None:
+        return None
+    topics: set[str] = set()
+    sources = [line for line in raw.decode("utf-8", "replace").splitlines()[2:] if line.startswith("{")]
+    if not sources:
+        return None
+    for line in sources:
+        try:
+            source = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        if isinstance(source, dict) and all(isinstance(p, dict) for p in source.values()):
+            topics |= set(source)  # a Kafka source's offsets: topic -> partition -> offset
+    if topics & set(config.input_topics):
+        return None
+    return ", ".join(sorted(topics)) if topics else "no Kafka topic"

@@ -18,11 +18,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Optional
 
 from confluent_kafka import TopicPartition
 
-from .checkpoint import checkpoint_files, is_local, last_committed_batch, settle_state_settings, \
-    start_new_generation
+from .checkpoint import LocalFiles, checkpoint_files, is_local, last_committed_batch, local_path, \
+    settle_state_settings, start_new_generation
 from .config import Config, ConfigError
 from .dialects import DecodeSettings, decode
 from .jars import jar_paths
@@ -170,10 +171,16 @@ class Scheduler:
         settle_first = is_local(self.config.checkpoint_dir) and not under_spark_submit()
         if settle_first:
             self._start_new_generation()
+            LocalFiles(self.config.checkpoint_dir).check_writable()
             self._settle_state_settings()
         config = self.config
         log.info("broker: connecting to %s", config.bootstrap_servers)
-        admin = self.admin = wait_for_broker(config.bootstrap_servers)
+        # A broker that is not up yet (started in parallel, restarting) is waited for, for good: said every few
+        # seconds in the log, and a stop request ends the wait.
+        admin = self.admin = wait_for_broker(config.bootstrap_servers, timeout=None, stop=self.stop_requested)
+        if admin is None:
+            log.info("stopped before the broker answered")
+            return 0
         inputs = config.input_topics
         # Other dialects' topics belong to the teams that write them: a missing one is a typo, not ours to create.
         foreign = sorted(t for t, d in inputs.items() if d != "native" and t != config.requests_topic)
@@ -205,7 +212,8 @@ class Scheduler:
             config = self.config
             log.info("checkpoint: %s", _state_text(config))
         run = uuid.uuid4().hex
-        self.writer = TimedWriter(config.bootstrap_servers, config.max_held) if config.lookahead else None
+        self.writer = TimedWriter(config.bootstrap_servers, config.max_held,
+                                  rejections_topic=config.rejections_topic) if config.lookahead else None
         self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic)
         sink = self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
                                       writer=self.writer, wakeups=self.wakeups)
@@ -258,7 +266,21 @@ class Scheduler:
             pass  # examined below: a batch refused because of the stop is a clean end
         error = query.exception()
         if error is not None and self.sink.refused_batch is None:
-            log.error("query failed: %s", _summary(error))
+            cause = _storage_failure(str(error))
+            if cause is not None:
+                where = self.config.checkpoint_dir
+                local = is_local(where)
+                committed = last_committed_batch(where) if local else None
+                # Spark also writes to its local folders (shuffle, the state store's working copy).
+                named = str(local_path(where)).rstrip("/") in str(error) if local else where in str(error)
+                log.error("%s (%s): the job stopped. Nothing is lost: %s; make room or make it writable and start "
+                          "again", f"checkpoint: cannot write to {where}" if named else
+                          f"cannot write to the checkpoint {where} or Spark's local folders (spark.local.dir)", cause,
+                          "no batch had committed" if committed is None else
+                          f"the next start resumes after batch {committed}")
+                log.debug("query failed: %s", _summary(error))
+            else:
+                log.error("query failed: %s", _summary(error))
             return 1
         log.info("stopped after %d batches: %d delivered", self.totals.batches, self.totals.delivered)
         return 0
@@ -277,6 +299,17 @@ class Scheduler:
 def _state_text(config: Config) -> str:
     return f"wheel state layout, {config.shards} shards" if config.state_layout == "wheel" else \
         f"{config.state_layout} state layout"
+
+
+# What an operating system says when a write fails for lack of room or permission (Java and Python wordings).
+STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied",
+                    "File too large")
+
+
+def _storage_failure(text: str) -> Optional[str]:
+    """The storage failure a query failure comes from, if any: the checkpoint is the only place the job writes
+    files to while it runs."""
+    return next((cause for cause in STORAGE_FAILURES if cause in text), None)
 
 
 def _summary(error: BaseException, limit: int = 600) -> str:

@@ -1,9 +1,10 @@
 """Writes each micro-batch's records to Kafka: deliveries, write-backs, rejections and history copies.
 
 Runs as the query's ``foreachBatch`` function. One Spark job summarises the batch
-(outcome counts, destination topics and partitions); deliveries whose destination topic or
-partition does not exist are diverted to the rejections topic instead of failing the batch;
-then one Kafka write sends every record kind. The batch is cached so the stateful step runs once.
+(outcome counts, destination topics and partitions, the largest record per topic); deliveries
+that their destination would refuse (topic or partition does not exist, not authorized, record
+too large) are diverted to the rejections topic instead of failing the batch; then one Kafka
+write sends every record kind. The batch is cached so the stateful step runs once.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import logging
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from functools import reduce
 from typing import Callable, Optional
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from .config import Config
@@ -25,8 +27,8 @@ from .protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOURC
 from .metrics import BatchSummary
 from .dialects.common import KIND_REJECT
 from .state_processor import KIND_DELIVER, KIND_OUTCOME
-from .timed_writer import TimedWriter, Wakeups
-from .topics import TopicDirectory
+from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups
+from .topics import Destination, TopicDirectory
 from .wheel_processor import KIND_TIMER, KIND_WITHDRAW
 
 log = logging.getLogger(__name__)
@@ -37,8 +39,18 @@ PRODUCER_OPTIONS = {
     "kafka.acks": "all",
     "kafka.linger.ms": "5",
     "kafka.compression.type": "lz4",
-    "kafka.max.request.size": str(8 * 1024 * 1024),
+    "kafka.max.request.size": str(PRODUCER_MAX_BYTES),
 }
+
+# A record's bytes in a record batch beyond its key, value and header bytes, with room to spare: the batch
+# header (61 bytes), the record's and each header's varints, lz4's frame and a 4-byte header per 64 KiB block.
+RECORD_FRAMING_BYTES = 128
+HEADER_FRAMING_BYTES = 10
+
+
+def framed_bytes(payload: int) -> int:
+    """The most a record can take in a record batch, from its ``payload_bytes`` (which count header framing)."""
+    return payload + RECORD_FRAMING_BYTES + payload // 8192
 
 
 # Kinds of the records the sink derives from deliveries (the processor emits deliver and reject).
@@ -73,21 +85,24 @@ class RecordSink:
         batch = batch.persist()
         started = time.monotonic()
         try:
-            summary, per_topic, partitioned, timers, withdrawn = self._summarise(batch, batch_id)
+            summary, per_topic, largest, partitioned, timers, withdrawn = self._summarise(batch, batch_id)
             summary.compute_s = time.monotonic() - started
             if withdrawn and self.writer is not None:
                 summary.withdrawn = self.writer.withdraw(withdrawn)
             if timers and self.wakeups is not None:
                 self.wakeups.add(timers)
-            missing = self.topics.missing(set(per_topic)) if per_topic else set()
-            counts = self.topics.partition_counts(set(partitioned) - missing) if partitioned else {}
             if summary.delivered or summary.outcomes.get("rejected"):
-                records, summary.dead_lettered = self._records(batch, missing, counts, per_topic, partitioned)
-                immediate = summary.delivered - summary.prepared_deliveries + summary.outcomes.get("rejected", 0)
-                # Dead letters (a prepared delivery to a topic or partition that does not exist) go out at once.
-                summary.held = self._write(records, summary.prepared_records,
-                                           max(1, immediate + summary.written_back) if immediate
-                                           or missing or partitioned else 0)
+                try:
+                    self._deliver(batch, summary, per_topic, largest, partitioned)
+                except Exception as exc:
+                    # Spark's Kafka sink fails the whole write on one refused record. The destinations were checked
+                    # from metadata up to TopicDirectory's refresh interval old: a topic deleted or an ACL added
+                    # since is seen on a fresh look, and the retry makes those deliveries rejections. Records the
+                    # failed write got out go out again, with the same delivery ids (at-least-once).
+                    log.warning("batch %d: the Kafka write failed (%s); looking up the destinations again and "
+                                "writing the batch once more", batch_id, " ".join(str(exc).split())[:300])
+                    self.topics.invalidate()
+                    self._deliver(batch, summary, per_topic, largest, partitioned)
             if self.writer is not None and not self.writer.wait_written(started_ms):
                 # The batch retires prepared schedules due by its time from state: it must not commit before
                 # the writer wrote them. A writer this far behind is broken; failing the batch keeps them.
@@ -99,6 +114,17 @@ class RecordSink:
             batch.unpersist()
         if self.on_batch is not None:
             self.on_batch(summary)
+
+    def _deliver(self, batch: DataFrame, summary: BatchSummary, per_topic: Counter, largest: dict[str, int],
+                 partitioned: dict[str, int]) -> None:
+        """Write the batch's records, those their destination would refuse as rejections."""
+        refusals = self._refusals(per_topic, largest, partitioned)
+        records, summary.dead_lettered = self._records(batch, refusals, per_topic, partitioned)
+        immediate = summary.delivered - summary.prepared_deliveries + summary.outcomes.get("rejected", 0)
+        # Dead letters (a prepared delivery its destination would refuse) go out at once.
+        summary.held = self._write(records, summary.prepared_records,
+                                   max(1, immediate + summary.written_back) if immediate
+                                   or refusals.any or partitioned else 0)
 
     def _save(self, records: DataFrame) -> None:
         records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
@@ -135,17 +161,35 @@ class RecordSink:
             self._save(records.filter(held & (slice_of == number)))
         return sum(row["deliveries"] for row in rows)
 
+    def _refusals(self, per_topic: Counter, largest: dict[str, int], partitioned: dict[str, int]) -> "Refusals":
+        """What the destinations of this batch's deliveries would refuse, from the broker's metadata (cached)."""
+        if not per_topic:
+            return Refusals()
+        known = self.topics.describe(set(per_topic) | {self.config.rejections_topic})
+        destinations = {t: d for t, d in known.items() if t in per_topic}
+        refusals = Refusals(missing=set(per_topic) - destinations.keys(),
+                            denied={t for t, d in destinations.items() if not d.writable})
+        for topic, destination in destinations.items():
+            limit = record_limit(destination)
+            if destination.writable and framed_bytes(largest.get(topic) or 0) > limit[0]:
+                refusals.oversize[topic] = limit
+        refusals.counts = {t: d.partitions for t, d in destinations.items() if t in partitioned and d.writable}
+        rejections = known.get(self.config.rejections_topic)
+        refusals.rejection_limit = record_limit(rejections)[0] if rejections is not None else PRODUCER_MAX_BYTES
+        return refusals
+
     def _summarise(self, batch: DataFrame, batch_id: int
-                   ) -> tuple[BatchSummary, Counter, dict[str, int], list[int], list[str]]:
-        """Outcome counts, deliveries per destination topic, the highest explicit partition per topic that
-        deliveries name (-1 when they only name partition keys), the timer instants the state armed and the
-        delivery ids it withdrew, in one Spark job."""
+                   ) -> tuple[BatchSummary, Counter, dict[str, int], dict[str, int], list[int], list[str]]:
+        """Outcome counts, deliveries per destination topic, the largest delivery per topic (key, value and header
+        bytes), the highest explicit partition per topic that deliveries name (-1 when they only name partition
+        keys), the timer instants the state armed and the delivery ids it withdrew, in one Spark job."""
         prepared = F.coalesce(F.col("prepared"), F.lit(False))
         rows = batch.groupBy("kind", "topic").agg(
             F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"),
             F.min(F.when(~prepared, F.col("due_ms"))).alias("earliest_due"),
             F.count("wb_headers").alias("write_backs"), F.max("partition").alias("max_partition"),
             F.count("partition_hash").alias("hashed"), F.max_by("n", "due_ms").alias("last_n"),
+            F.max(F.when(F.col("kind") == KIND_DELIVER, payload_bytes())).alias("largest"),
             F.sum(F.when(prepared, 1)).alias("prepared_deliveries"),
             F.sum(F.when(prepared, 1 + F.when(F.col("wb_headers").isNotNull(), 1).otherwise(0)
                          + F.when(F.col("history") | F.lit(self.config.history), 1).otherwise(0))
@@ -155,6 +199,7 @@ class RecordSink:
         ).collect()
         summary = BatchSummary(batch_id)
         per_topic: Counter = Counter()
+        largest: dict[str, int] = {}
         partitioned: dict[str, int] = {}
         timers: list[int] = []
         withdrawn: list[str] = []
@@ -169,6 +214,7 @@ class RecordSink:
                 summary.delivered += row["records"]
                 summary.written_back += row["write_backs"]
                 per_topic[row["topic"]] += row["records"]
+                largest[row["topic"]] = max(largest.get(row["topic"], 0), row["largest"] or 0)
                 if row["max_partition"] is not None or row["hashed"]:
                     partitioned[row["topic"]] = -1 if row["max_partition"] is None else row["max_partition"]
                 summary.prepared_records += row["prepared_records"] or 0
@@ -176,9 +222,9 @@ class RecordSink:
                 if row["earliest_due"] is not None and (summary.earliest_due_ms is None
                                                         or row["earliest_due"] < summary.earliest_due_ms):
                     summary.earliest_due_ms = row["earliest_due"]
-        return summary, per_topic, partitioned, timers, withdrawn
+        return summary, per_topic, largest, partitioned, timers, withdrawn
 
-    def _records(self, batch: DataFrame, missing: set[str], counts: dict[str, int], per_topic: Counter,
+    def _records(self, batch: DataFrame, refusals: "Refusals", per_topic: Counter,
                  partitioned: dict[str, int]) -> tuple[DataFrame, int]:
         """Deliveries, write-backs, rejections, dead letters and history copies (``kind`` and ``due_ms`` kept for
         the hold), and how many deliveries became dead letters."""
@@ -186,6 +232,7 @@ class RecordSink:
             # try_: a rejection has no delivery id (element_at of an empty array fails the batch in ANSI mode)
             "delivery_id",
             F.try_element_at(F.filter("headers", lambda h: h["key"] == DELIVERY_ID), F.lit(-1))["value"].cast("string"))
+        counts = refusals.counts
         partition = F.col("partition")
         if partitioned:
             # The partition a partition key picks: the partitioner hash modulo the destination's partition count.
@@ -193,11 +240,11 @@ class RecordSink:
                                     F.col("topic")) if counts else F.lit(None).cast("int")
             partition = F.coalesce(partition, F.pmod(F.col("partition_hash"), count_of))
         records = records.withColumn("partition", partition)
-        dead = sum(per_topic[t] for t in missing)
+        dead = sum(per_topic[t] for t in refusals.missing | refusals.denied)
         beyond = {t: n for t, n in counts.items() if partitioned.get(t, -1) >= n}
-        if missing or beyond:
-            records, beyond_count = self._dead_letter(records, missing, beyond)
-            dead += beyond_count
+        if refusals.any or beyond:
+            records, row_count = self._dead_letter(records, refusals, beyond)
+            dead += row_count
         columns = ["kind", "topic", "partition", "key", "value", "headers", "due_ms", "prepared", "delivery_id"]
         deliveries = records.filter(F.col("kind") == KIND_DELIVER)
         parts = [records.select(*columns)]
@@ -217,23 +264,47 @@ class RecordSink:
             "due_ms", "prepared", "delivery_id"))
         return reduce(DataFrame.unionByName, parts), dead
 
-    def _dead_letter(self, records: DataFrame, missing: set[str], beyond: dict[str, int]) -> tuple[DataFrame, int]:
-        """Deliveries to topics that do not exist, or to partitions a topic does not have, go to the rejections
-        topic, with the reason and source. Returns the records and how many deliveries went that way."""
+    def _dead_letter(self, records: DataFrame, refusals: "Refusals", beyond: dict[str, int]) -> tuple[DataFrame, int]:
+        """Deliveries their destination would refuse (topic missing or not writable, partition missing, record too
+        large) go to the rejections topic, with the reason and source. Returns the records and how many deliveries
+        went that way for a reason of their own (a partition, a size) rather than their topic's."""
         is_delivery = F.col("kind") == KIND_DELIVER
-        no_topic = is_delivery & F.col("topic").isin(*missing) if missing else F.lit(False)
-        partitions_of = F.element_at(F.create_map(*[F.lit(x) for t, n in beyond.items() for x in (t, n)]),
-                                     F.col("topic")) if beyond else F.lit(None).cast("int")
-        no_partition = is_delivery & F.col("partition").isNotNull() & (F.col("partition") >= partitions_of)
-        no_partition = F.coalesce(no_partition, F.lit(False))
-        undeliverable = no_topic | no_partition
-        beyond_count = records.filter(no_partition).count() if beyond else 0
+
+        def topic_in(topics) -> Column:
+            return is_delivery & F.col("topic").isin(*topics) if topics else F.lit(False)
+
+        def per_topic(values: dict) -> Column:
+            return F.element_at(F.create_map(*[F.lit(x) for t, v in values.items() for x in (t, v)]), F.col("topic"))
+
+        no_topic, denied = topic_in(refusals.missing), topic_in(refusals.denied)
+        partitions_of = per_topic(beyond) if beyond else F.lit(None).cast("int")
+        no_partition = F.coalesce(is_delivery & F.col("partition").isNotNull() & (F.col("partition") >= partitions_of),
+                                  F.lit(False))
+        size = payload_bytes()
+        if refusals.oversize:
+            limit_of = per_topic({t: limit for t, (limit, _) in refusals.oversize.items()})
+            too_large = F.coalesce(is_delivery & (framed_bytes_column(size) > limit_of), F.lit(False))
+            # Kept whole in the rejection if the rejections topic takes it; otherwise without its value.
+            value_left_out = too_large & (framed_bytes_column(size) > F.lit(refusals.rejection_limit))
+        else:
+            too_large = value_left_out = F.lit(False)
+        undeliverable = no_topic | denied | no_partition | too_large
+        row_count = records.filter((no_partition | too_large) & ~no_topic & ~denied).count() \
+            if beyond or refusals.oversize else 0
         delivery_id = F.col("delivery_id")
         source = r"^(.*)-(\d+)-(\d+)$"
         shown = F.concat(F.lit("'"), F.col("topic"), F.lit("'"))
-        reason = F.when(no_topic, F.concat(F.lit("destination topic "), shown, F.lit(" does not exist"))).otherwise(
-            F.concat(F.lit("destination partition "), F.col("partition").cast("string"), F.lit(" of topic "), shown,
-                     F.lit(" does not exist (it has "), partitions_of.cast("string"), F.lit(" partitions)")))
+        reason = F.when(no_topic, F.concat(F.lit("destination topic "), shown, F.lit(" does not exist"))).when(
+            denied, F.concat(F.lit("not authorized to write to destination topic "), shown)).when(
+            no_partition, F.concat(F.lit("destination partition "), F.col("partition").cast("string"),
+                                   F.lit(" of topic "), shown, F.lit(" does not exist (it has "),
+                                   partitions_of.cast("string"), F.lit(" partitions)"))).otherwise(
+            F.concat(F.lit("record of "), size.cast("string"), F.lit(" bytes (key, value and headers) is too large for "
+                                                                    "destination topic "), shown, F.lit(" ("),
+                     per_topic({t: why for t, (_, why) in refusals.oversize.items()}) if refusals.oversize
+                     else F.lit(""), F.lit(")"),
+                     F.when(value_left_out, F.lit("; its value is left out: the rejections topic takes no record "
+                                                  "that large")).otherwise(F.lit(""))))
         extra = F.array(
             header(REJECTION_REASON, F.encode(reason, "UTF-8")),
             header(SOURCE_TOPIC, F.regexp_extract(delivery_id, source, 1)),
@@ -244,9 +315,44 @@ class RecordSink:
             F.when(undeliverable, F.lit("reject")).otherwise(F.col("kind")).alias("kind"),
             F.when(undeliverable, F.lit(self.config.rejections_topic)).otherwise(F.col("topic")).alias("topic"),
             F.when(undeliverable, F.lit(None)).otherwise(F.col("partition")).alias("partition"),
-            "key", "value",
+            "key", F.when(value_left_out, F.lit(None)).otherwise(F.col("value")).alias("value"),
             F.when(undeliverable, F.concat("headers", extra)).otherwise(F.col("headers")).alias("headers"),
             F.when(undeliverable, F.lit(None)).otherwise(F.col("due_ms")).alias("due_ms"),
             "wb_topic", "wb_partition", "wb_key", "wb_headers", "history",
             F.when(undeliverable, F.lit(False)).otherwise(F.col("prepared")).alias("prepared"), "delivery_id",
-        ), beyond_count
+        ), row_count
+
+
+@dataclass
+class Refusals:
+    """What a batch's destinations would refuse: the sink turns those deliveries into rejections."""
+    missing: set = field(default_factory=set)  # topics that do not exist
+    denied: set = field(default_factory=set)  # topics the broker does not let the scheduler write to
+    oversize: dict = field(default_factory=dict)  # topic -> (largest framed record it takes, why) if one is larger
+    counts: dict = field(default_factory=dict)  # partition counts of the topics deliveries name partitions of
+    rejection_limit: int = PRODUCER_MAX_BYTES  # the largest framed record the rejections topic takes
+
+    @property
+    def any(self) -> bool:
+        return bool(self.missing or self.denied or self.oversize)
+
+
+def record_limit(destination: Destination) -> tuple[int, str]:
+    """The largest framed record a topic takes, and why: its max.message.bytes or the producers' own limit."""
+    if destination.max_message_bytes is not None and destination.max_message_bytes < PRODUCER_MAX_BYTES:
+        return destination.max_message_bytes, f"max.message.bytes {destination.max_message_bytes}"
+    return PRODUCER_MAX_BYTES, f"the scheduler writes records of at most {PRODUCER_MAX_BYTES} bytes"
+
+
+def payload_bytes() -> Column:
+    """Key, value, header names and header values of a record, in bytes."""
+    headers = F.aggregate(F.coalesce(F.col("headers"), F.array()), F.lit(0).cast("long"),
+                          lambda total, h: total + F.octet_length(h["key"])
+                          + F.coalesce(F.octet_length(h["value"]), F.lit(0)) + F.lit(HEADER_FRAMING_BYTES))
+    return (F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0))
+            + headers).cast("long")
+
+
+def framed_bytes_column(payload: Column) -> Column:
+    """``framed_bytes`` in Spark (header framing is already in ``payload_bytes``)."""
+    return payload + F.lit(RECORD_FRAMING_BYTES) + F.floor(payload / F.lit(8192)).cast("long")

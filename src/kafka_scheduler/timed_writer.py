@@ -23,9 +23,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from .protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
 log = logging.getLogger(__name__)
+
+# The largest record the scheduler's producers (this one and Spark's Kafka sink) write.
+PRODUCER_MAX_BYTES = 8 * 1024 * 1024
+
+# Errors with which a destination refuses a record for good: retrying cannot help, so the record goes to the
+# rejections topic with the reason. The sink checks destinations before a batch's records reach the writer; these
+# are what changed since (a topic deleted, an ACL added). Any other error (a broker away) is retried.
+REFUSALS = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                      KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
+                      KafkaError.INVALID_RECORD, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.TOPIC_EXCEPTION,
+                      KafkaError.POLICY_VIOLATION})
+RETRY_PAUSE_S = 1.0
 
 TICK_WAKE = b"wake"
 TICK_REPORT = b"report"  # every shard reports its timers (see WheelProcessor)
@@ -33,7 +47,7 @@ TICK_REPORT = b"report"  # every shard reports its timers (see WheelProcessor)
 
 def producer_config(bootstrap_servers: str, **extra) -> dict:
     return {"bootstrap.servers": bootstrap_servers, "acks": "all", "linger.ms": 0, "compression.type": "lz4",
-            "enable.idempotence": True, "message.max.bytes": 8 * 1024 * 1024,
+            "enable.idempotence": True, "message.max.bytes": PRODUCER_MAX_BYTES,
             # Java's default partitioner, which Spark's Kafka sink uses: a key goes to the same partition
             # whichever path writes its delivery.
             "partitioner": "murmur2_random", "log_level": 3, **extra}
@@ -67,8 +81,10 @@ class Held:
 class TimedWriter:
     """Holds prepared deliveries and writes each at its due instant."""
 
-    def __init__(self, bootstrap_servers: str, max_held: int = 20_000, producer: Optional[Producer] = None):
+    def __init__(self, bootstrap_servers: str, max_held: int = 20_000, producer: Optional[Producer] = None,
+                 rejections_topic: Optional[str] = None):
         self.max_held = max_held
+        self.rejections_topic = rejections_topic
         self._producer = producer or Producer(producer_config(bootstrap_servers))
         self._heap: list[Held] = []
         self._held: dict[str, Held] = {}
@@ -78,7 +94,9 @@ class TimedWriter:
         self._anonymous = 0
         self.written = 0
         self.withdrawn = 0
-        self.failed = 0
+        self.failed = 0  # records neither written nor rejected (a rejection refused too): logged as errors
+        self.refused = 0  # records a destination refused, written to the rejections topic instead
+        self.retried = 0
         self.lateness_ms: list[int] = []  # of the last writes, for the batch line
         self._thread = threading.Thread(target=self._run, name="timed-writer", daemon=True)
         self._thread.start()
@@ -174,29 +192,91 @@ class TimedWriter:
                     self._cond.notify_all()
 
     def _write(self, taken: list[Held]) -> None:
-        errors = []
-
-        def on_delivery(err, _msg):
-            if err is not None:
-                errors.append(err)
-
         started = _now_ms()
-        for held in taken:
-            for topic, partition, key, value, headers in held.records:
-                kwargs = {} if partition is None else {"partition": int(partition)}
-                while True:
-                    try:
-                        self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery,
-                                               **kwargs)
-                        break
-                    except BufferError:
-                        self._producer.poll(0.01)
-        self._producer.flush()
+        failures = self._send([(held, record) for held in taken for record in held.records])
         self.written += len(taken)
         self.lateness_ms = [started - h.due_ms for h in taken[-1000:]]
-        if errors:
-            self.failed += len(errors)
-            log.error("timed writer: %d record(s) not written: %s", len(errors), errors[0])
+        # librdkafka sends a partition's records as one batch, and a broker refuses a batch larger than the topic's
+        # max.message.bytes whole: records refused for size are tried again one by one before they count as refused.
+        batched = [(held, record) for held, record, error in failures if error.code() == KafkaError.MSG_SIZE_TOO_LARGE]
+        failures = [f for f in failures if f[2].code() != KafkaError.MSG_SIZE_TOO_LARGE]
+        for item in batched:
+            failures += self._send([item])
+        refused = [(held, record, error) for held, record, error in failures if error.code() in REFUSALS]
+        again = [(held, record) for held, record, error in failures if error.code() not in REFUSALS]
+        if refused:
+            rejections = [(held, rejection(record, held.delivery_id, self.rejections_topic, error))
+                          for held, record, error in refused if self.rejections_topic and held.delivery_id[:1] != "\0"]
+            log.warning("timed writer: %d record(s) refused by their destination, sent to rejections: %s",
+                        len(refused), refusal_reason(refused[0][1], refused[0][2]))
+            self.refused += len(rejections)
+            lost = self._send(rejections) if rejections else []
+            lost += [(h, r, e) for h, r, e in refused if not (self.rejections_topic and h.delivery_id[:1] != "\0")]
+            if lost:
+                self.failed += len(lost)
+                log.error("timed writer: %d record(s) not written, not even as rejections: %s", len(lost), lost[0][2])
+        if again:
+            self.retried += len(again)
+            log.warning("timed writer: %d record(s) not written, retrying in %.0fs: %s", len(again), RETRY_PAUSE_S,
+                        failures[0][2])
+            with self._cond:
+                for held, record in again:
+                    pending = self._held.get(held.delivery_id)
+                    if pending is None:  # due as before: a batch waiting for it keeps waiting (wait_written)
+                        pending = self._held[held.delivery_id] = Held(held.due_ms, held.delivery_id, [])
+                        heapq.heappush(self._heap, pending)
+                    pending.records.append(record)
+            time.sleep(RETRY_PAUSE_S)
+
+    def _send(self, items: list) -> list:
+        """Produce (held, record) pairs and wait for the broker; returns (held, record, error) of those it refused."""
+        failures = []
+
+        def on_delivery(held, record):
+            def callback(err, _msg):
+                if err is not None:
+                    failures.append((held, record, err))
+            return callback
+
+        for held, record in items:
+            topic, partition, key, value, headers = record
+            kwargs = {} if partition is None else {"partition": int(partition)}
+            while True:
+                try:
+                    self._producer.produce(topic, value=value, key=key, headers=headers,
+                                           on_delivery=on_delivery(held, record), **kwargs)
+                    break
+                except BufferError:
+                    self._producer.poll(0.01)
+                except KafkaException as exc:  # refused before sending (too large, unknown topic or partition)
+                    failures.append((held, record, exc.args[0]))
+                    break
+        self._producer.flush()
+        return failures
+
+
+def refusal_reason(record: tuple, error: KafkaError) -> str:
+    topic, _, key, value, headers = record
+    shown = f"destination topic '{topic}'"
+    code = error.code()
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return f"not authorized to write to {shown}"
+    if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
+        return f"{shown} does not exist"
+    if code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+        size = len(key or b"") + len(value or b"") + sum(len(k.encode()) + len(v or b"") for k, v in headers)
+        return f"record of {size} bytes (key, value and headers) is too large for {shown} ({error.str()})"
+    return f"{shown} refused the record ({error.str()})"
+
+
+def rejection(record: tuple, delivery_id: str, rejections_topic: str, error: KafkaError) -> tuple:
+    """A refused record as a rejection: its key, value and headers, the reason and its request's source."""
+    _, _, key, value, headers = record
+    source_topic, _, rest = delivery_id.rpartition("-")
+    source_topic, _, partition = source_topic.rpartition("-")
+    extra = [(REJECTION_REASON, refusal_reason(record, error).encode()), (SOURCE_TOPIC, source_topic.encode()),
+             (SOURCE_PARTITION, partition.encode()), (SOURCE_OFFSET, rest.encode())]
+    return rejections_topic, None, key, value, [*headers, *extra]
 
 
 class Wakeups:

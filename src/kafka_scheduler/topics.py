@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 import time
+from dataclasses import dataclass, replace
 from typing import Optional
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import AclOperation, AdminClient, ConfigResource, NewTopic
 
 log = logging.getLogger(__name__)
+
+
+# While no broker answers: retry this often, and log a line this often.
+BROKER_RETRY_S = 1.0
+BROKER_NOTE_EVERY_S = 10.0
 
 
 class KafkaUnreachable(RuntimeError):
@@ -20,19 +28,63 @@ def admin_client(bootstrap_servers: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3})
 
 
-def wait_for_broker(bootstrap_servers: str, timeout: float = 30.0) -> AdminClient:
-    admin = admin_client(bootstrap_servers)
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
+def broker_addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
+    """(host, port) of each bootstrap server; entries it cannot read are left out (the client then judges them)."""
+    addresses = []
+    for entry in bootstrap_servers.split(","):
+        entry = entry.strip().split("://", 1)[-1]
+        host, _, port = entry.rpartition(":")
+        if host and port.isdigit():
+            addresses.append((host.strip("[]"), int(port)))
+    return addresses
+
+
+def _no_connection(addresses: list[tuple[str, int]]) -> Optional[str]:
+    """Why none of ``addresses`` accepts a TCP connection, or None if one does. Probing first keeps librdkafka from
+    logging a refused connect on every retry while the broker is away."""
+    reasons = []
+    for host, port in addresses:
         try:
-            if admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic()))).brokers:
-                return admin
-        except KafkaException as exc:
-            last_error = exc
-        time.sleep(0.2)
-    raise KafkaUnreachable(f"no Kafka broker answered at {bootstrap_servers} within {timeout:.0f}s"
-                           + (f" ({last_error})" if last_error else ""))
+            with socket.create_connection((host, port), timeout=2.0):
+                return None
+        except OSError as exc:
+            reasons.append(exc.strerror or str(exc))
+    return ", ".join(dict.fromkeys(r.lower() for r in reasons)) or None
+
+
+def wait_for_broker(bootstrap_servers: str, timeout: Optional[float] = 30.0, stop: Optional[threading.Event] = None,
+                    note_every: float = BROKER_NOTE_EVERY_S) -> Optional[AdminClient]:
+    """An admin client once a broker answers at ``bootstrap_servers``. While none does, logs one line at once and
+    then one every ``note_every`` seconds. Raises KafkaUnreachable after ``timeout`` seconds (None: wait for good);
+    returns None if ``stop`` is set while waiting."""
+    addresses = broker_addresses(bootstrap_servers)
+    admin: Optional[AdminClient] = None
+    started = time.monotonic()
+    noted_at: Optional[float] = None
+    reason = None
+    while True:
+        reason = _no_connection(addresses) if addresses else None
+        if reason is None:
+            admin = admin or admin_client(bootstrap_servers)
+            try:
+                if admin.list_topics(timeout=5.0).brokers:
+                    if noted_at is not None:
+                        log.info("broker: %s answered after %.0fs", bootstrap_servers, time.monotonic() - started)
+                    return admin
+                reason = "no broker in its metadata yet"
+            except KafkaException as exc:
+                reason = str(exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc)
+        waited = time.monotonic() - started
+        if timeout is not None and waited >= timeout:
+            raise KafkaUnreachable(f"no Kafka broker answered at {bootstrap_servers} within {timeout:.0f}s ({reason})")
+        if noted_at is None or time.monotonic() - noted_at >= note_every:
+            noted_at = time.monotonic()
+            log.warning("broker: waiting for %s (%s)%s", bootstrap_servers, reason,
+                        f"; {waited:.0f}s so far" if waited >= 1 else "")
+        if stop is None:
+            time.sleep(BROKER_RETRY_S)
+        elif stop.wait(BROKER_RETRY_S):
+            return None
 
 
 def ensure_topics(admin: AdminClient, names: list[str], partitions: int, timeout: float = 30.0,
@@ -61,30 +113,84 @@ def ensure_topics(admin: AdminClient, names: list[str], partitions: int, timeout
     return created
 
 
+@dataclass(frozen=True)
+class Destination:
+    """What the sink needs to know of an existing destination topic before writing to it."""
+    partitions: int
+    writable: bool  # the broker says this client may write to it (always, on a broker without an authorizer)
+    max_message_bytes: Optional[int]  # the topic's max.message.bytes; None if the broker would not say
+
+
 class TopicDirectory:
-    """Which topics exist, cached; a name not seen before triggers one metadata refresh."""
+    """Which topics exist, whether the scheduler may write to them and how large a record they take; cached for
+    ``refresh_seconds``, and a name not seen before is looked up at once."""
 
     def __init__(self, admin: AdminClient, refresh_seconds: float = 30.0):
         self._admin = admin
         self._refresh_seconds = refresh_seconds
-        self._known: dict[str, int] = {}  # topic -> partition count
-        self._fetched_at = float("-inf")
+        self._known: dict[str, Optional[Destination]] = {}  # None: does not exist (or may not even be described)
+        self._fetched_at: dict[str, float] = {}
 
-    def _refresh(self) -> None:
-        self._known = {name: len(topic.partitions)
-                       for name, topic in self._admin.list_topics(timeout=30).topics.items()}
-        self._fetched_at = time.monotonic()
+    def describe(self, names: set[str]) -> dict[str, Destination]:
+        """The destinations among ``names`` that exist (or that this client may not describe: not writable)."""
+        now = time.monotonic()
+        stale = {n for n in names if now - self._fetched_at.get(n, float("-inf")) > self._refresh_seconds}
+        if stale:
+            try:
+                self._fetch(stale)
+            except KafkaException as exc:
+                if not stale <= self._known.keys():
+                    raise
+                # A broker away for a moment (a restart): what was known a little earlier still holds.
+                log.warning("destinations: looking up %s failed (%s); using what was known before",
+                            ", ".join(sorted(stale)), exc)
+        return {n: self._known[n] for n in names if self._known.get(n) is not None}
 
-    def _look_up(self, names: set[str]) -> None:
-        stale = time.monotonic() - self._fetched_at > self._refresh_seconds
-        if stale or not names <= self._known.keys():
-            self._refresh()
+    def invalidate(self) -> None:
+        self._fetched_at.clear()
 
-    def missing(self, names: set[str]) -> set[str]:
-        self._look_up(names)
-        return names - self._known.keys()
+    def _fetch(self, names: set[str]) -> None:
+        found: dict[str, Optional[Destination]] = {}
+        futures = self._admin.describe_topics(TopicCollection(sorted(names)), include_authorized_operations=True,
+                                              request_timeout=30)
+        for name, future in futures.items():
+            try:
+                topic = future.result()
+            except KafkaException as exc:
+                code = exc.args[0].code() if exc.args else None
+                if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:  # not even allowed to see it
+                    found[name] = Destination(0, False, None)
+                elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                    found[name] = None
+                else:
+                    raise
+                continue
+            operations = topic.authorized_operations
+            # No list (a broker too old to say, or none at all): writing is tried, and a refusal handled where the
+            # record is written. A client that may describe a topic has a list with DESCRIBE at least.
+            writable = not operations or bool({AclOperation.WRITE, AclOperation.ALL} & set(operations))
+            found[name] = Destination(len(topic.partitions), writable, None)
+        sized = [n for n, d in found.items() if d is not None and d.writable]
+        if sized:
+            limits = _max_message_bytes(self._admin, sized)
+            for name in sized:
+                found[name] = replace(found[name], max_message_bytes=limits.get(name))
+        now = time.monotonic()
+        for name, destination in found.items():
+            self._known[name] = destination
+            self._fetched_at[name] = now
 
-    def partition_counts(self, names: set[str]) -> dict[str, int]:
-        """Partition counts of the topics among ``names`` that exist."""
-        self._look_up(names)
-        return {name: self._known[name] for name in names if name in self._known}
+
+def _max_message_bytes(admin: AdminClient, names: list[str]) -> dict[str, int]:
+    """Each topic's max.message.bytes; topics whose configuration the broker will not describe are left out."""
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n) for n in names],
+                                     request_timeout=30)
+    limits = {}
+    for resource, future in futures.items():
+        try:
+            entry = future.result().get("max.message.bytes")
+        except KafkaException:
+            continue
+        if entry is not None and entry.value is not None and entry.value.isdigit():
+            limits[resource.name] = int(entry.value)
+    return limits

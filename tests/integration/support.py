@@ -169,11 +169,14 @@ class SchedulerProcess:
         self.process: Optional[subprocess.Popen] = None
         self._log_offset = 0
 
-    def start(self, timeout: float = 180.0) -> "SchedulerProcess":
+    def start(self, timeout: float = 180.0, wait: bool = True) -> "SchedulerProcess":
+        """Start the process; with ``wait``, until it logs that its query runs."""
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if not wait:
+            return self
         wait_until(lambda: self.process.poll() is not None or "running: reading" in self.log(), timeout,
                    f"scheduler {self.app_id} to start")
         assert self.process.poll() is None, f"scheduler exited early:\n{self.log()[-3000:]}"
@@ -215,7 +218,12 @@ class SchedulerProcess:
         before = last_committed_batch(self.checkpoint_dir)
         target = 0 if before is None else before + 1
         self.wake()  # an idle job runs no batch by itself
-        wait_until(lambda: (last_committed_batch(self.checkpoint_dir) or -1) >= target, timeout,
+
+        def committed() -> bool:
+            last = last_committed_batch(self.checkpoint_dir)  # batch 0 is a commit too: not `or -1`
+            return last is not None and last >= target
+
+        wait_until(committed, timeout,
                    f"scheduler {self.app_id} to commit batch {target}", interval=0.05, guard=self.assert_running)
         return self.log_path.stat().st_size
 

@@ -34,7 +34,9 @@ def settle(checkpoint, *argv, environ=None, bucket_ms=BUCKET_MS):
 
 
 def commit(checkpoint: Path, batch: int = 0) -> None:
-    """What Spark leaves once a batch has committed (the settings check only looks at commits/<n>)."""
+    """What Spark leaves once a batch has committed: the query id, and an entry in its offset and commit logs."""
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    (checkpoint / "metadata").write_text('{"id":"5f1c0d5e-0000-4000-8000-000000000000"}\n')
     for folder in ("offsets", "commits"):
         (checkpoint / folder).mkdir(parents=True, exist_ok=True)
         (checkpoint / folder / str(batch)).write_text("v1\n{}\n")
@@ -56,7 +58,8 @@ def test_new_checkpoint_records_the_settings(tmp_path):
     config, notices = settle(checkpoint, "--partitions", "3")
     assert notices == []
     assert (config.state_layout, config.shards, config.partitions) == ("wheel", 6, 3)
-    assert recorded(checkpoint) == {"state_format": STATE_FORMAT, "state_layout": "wheel", "shards": 6,
+    assert recorded(checkpoint) == {"state_format": STATE_FORMAT, "app_id": "kafka-scheduler",
+                                    "state_layout": "wheel", "shards": 6,
                                     "bucket_ms": 1000, "partitions": 3,
                                     "inputs": {"kafka-scheduler-schedule-requests": "native"},
                                     "created_at": "2026-03-01T12:00:00Z"}

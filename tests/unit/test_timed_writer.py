@@ -3,6 +3,8 @@ rejections (no delivery id, no due time) at once; ``wait_written`` returns once 
 
 import time
 
+from confluent_kafka import KafkaError, KafkaException
+
 from kafka_scheduler.timed_writer import TICK_REPORT, TICK_WAKE, TimedWriter, Wakeups
 
 from ..integration.support import wait_until
@@ -67,7 +69,6 @@ def test_wait_written_times_out_while_something_due_is_not_written():
 
 
 def test_wakeups_tick_once_per_instant_never_before_it():
-
     producer = FakeProducer()
     wakeups = Wakeups("unused", "ticks", producer=producer)
     try:
@@ -85,3 +86,54 @@ def test_wakeups_tick_once_per_instant_never_before_it():
         wakeups.close()
     assert [topic for _, topic, _ in producer.sent] == ["ticks"] * 4
     assert producer.values == [TICK_REPORT, TICK_WAKE, TICK_WAKE, TICK_WAKE]
+
+
+class RefusingProducer(FakeProducer):
+    """Refuses records to some topics as a broker would: in the delivery report, or before sending (as librdkafka does
+    for a record over its own size limit); fails the first attempt at a 'flaky' topic with a transient error."""
+
+    def __init__(self, in_report: dict, at_produce: dict):
+        super().__init__()
+        self.in_report, self.at_produce = in_report, at_produce
+        self.records = []  # (topic, key, value, headers) actually accepted
+        self.flaky_failures = 1
+
+    def produce(self, topic, value=None, key=None, headers=None, on_delivery=None, **kwargs):
+        if topic in self.at_produce:
+            raise KafkaException(KafkaError(self.at_produce[topic]))
+        if topic == "flaky" and self.flaky_failures:
+            self.flaky_failures -= 1
+            on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT), None)
+            return
+        if topic in self.in_report:
+            on_delivery(KafkaError(self.in_report[topic]), None)
+            return
+        self.records.append((topic, key, value, headers))
+        super().produce(topic, value, key, headers, on_delivery, **kwargs)
+
+
+def test_a_record_its_destination_refuses_becomes_a_rejection_with_the_reason_and_the_others_go_out():
+    producer = RefusingProducer({"denied": KafkaError.TOPIC_AUTHORIZATION_FAILED, "gone": KafkaError._UNKNOWN_TOPIC},
+                                {"small": KafkaError.MSG_SIZE_TOO_LARGE})
+    writer = TimedWriter("unused", producer=producer, rejections_topic="app-schedule-rejections")
+    try:
+        now = int(time.time() * 1000)
+        writer.hold([row("req-0-1", now + 50, b"a", topic="denied"), row("req-0-2", now + 50, b"b", topic="small"),
+                     row("req-1-3", now + 50, b"c", topic="gone"), row("req-1-4", now + 50, b"d"),
+                     row("req-1-5", now + 50, b"e", topic="flaky")])
+        assert writer.wait_written(now + 50, timeout=10)
+        delivered = {(t, k) for t, k, _, _ in producer.records if t != "app-schedule-rejections"}
+        assert delivered == {("out", b"d"), ("flaky", b"e")}, "a transient error is retried, not rejected"
+        rejected = {k: dict(h) for t, k, _, h in producer.records if t == "app-schedule-rejections"}
+        assert set(rejected) == {b"a", b"b", b"c"}
+        assert rejected[b"a"]["x-scheduler-rejection-reason"] == (
+            b"not authorized to write to destination topic 'denied'")
+        assert rejected[b"b"]["x-scheduler-rejection-reason"].startswith(
+            b"record of 4 bytes (key, value and headers) is too large for destination topic 'small'")
+        assert rejected[b"c"]["x-scheduler-rejection-reason"] == b"destination topic 'gone' does not exist"
+        assert (rejected[b"c"]["x-scheduler-source-topic"], rejected[b"c"]["x-scheduler-source-partition"],
+                rejected[b"c"]["x-scheduler-source-offset"]) == (b"req", b"1", b"3")
+        assert rejected[b"a"]["h"] == b"1", "the record's own headers are kept"
+        assert writer.refused == 3 and writer.retried == 1 and writer.failed == 0
+    finally:
+        writer.close()
