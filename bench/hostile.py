@@ -3,7 +3,8 @@
     kafka-scheduler bench hostile [--count 1000000]
 
 One job reads a topic of each dialect (native, karafka, etf1, sky-avro, sky-json; one partition each) with
---max-value-bytes 1000 and --max-requests-per-batch 100000, restarted once after its first batch (see below). The records come from the test suite's generator (tests/hostile_records.py, seeded):
+--max-value-bytes 1000 and --max-requests-per-batch 100000, restarted once after its first batch (see below).
+The records come from the test suite's generator (tests/hostile_records.py, seeded):
 valid requests with fields removed, duplicated, spoiled or oversized, out-of-range epochs, doctored Avro,
 malformed JSON, raw garbage; ids reused, so replaces and cancels find something; due times from a day ago
 to ten years ahead, so part is delivered (and written back) during the run. Produced as fast as the
@@ -83,9 +84,9 @@ def hostile(env: Environment, args) -> dict:
     started = time.time()
     for i in range(args.count):
         dialect = hr.DIALECTS[i % len(hr.DIALECTS)]
-        if i % 10_000 == 0:
+        if i % 10_000 == 0:  # due times follow the clock
             ctx = hr.Context(ctx.destinations, ctx.forbidden, ctx.max_value_bytes, int(time.time() * 1000),
-                             huge_bytes=ctx.huge_bytes, ids=ctx.ids[-10_000:], serial=ctx.serial)  # due times follow the clock
+                             huge_bytes=ctx.huge_bytes, ids=ctx.ids[-10_000:], serial=ctx.serial)
             if i % 100_000 == 0 and i:
                 scheduler.sample_memory()
                 log(f"  {i:,} produced")
