@@ -8,6 +8,7 @@ prints its figures and appends a JSON result to bench/results/.
     kafka-scheduler bench restart --count 1000000
     kafka-scheduler bench idle [--count 10000] [--duration 60]
     kafka-scheduler bench strikes --count 1000000 --strikes 500000 --wave 5000 [--deliver]
+    kafka-scheduler bench hostile --count 1000000
     make bench            # `bench all`: the PLAN below, at the issues' target sizes
 
 steady: --rate requests/s with ids for --duration s, each due --lead s after it is sent, except
@@ -50,6 +51,9 @@ default the bucket is due a month ahead, so nothing fires; --deliver makes it du
 seconds after the start (by default enough for both phases), waits for it and checks the
 deliveries: count - cancels of them, replaced ids with their new value, no cancelled id,
 none early, no duplicates.
+
+hostile: --count generated hostile records in every dialect through the job, counters checked (bench/hostile.py;
+not part of `make bench`).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ from typing import Callable, Optional
 from kafka_scheduler.checkpoint import last_committed_batch
 from kafka_scheduler.protocol import DIALECT_NAMES
 
+from .hostile import hostile
 from .harness import (DeliveryReader, EndOffsets, Environment, RequestProducer, cpu_between, directory_bytes,
                       index_entries, jvm_running, log, percentile, process_tree_cpu, wait_until, write_result)
 
@@ -711,7 +716,7 @@ def _check_deliveries(reader: DeliveryReader, plan: list[tuple[str, str]], count
 
 
 SCENARIOS = {"steady": steady, "ingest": ingest, "herd": herd, "pending": pending, "restart": restart,
-             "strikes": strikes, "idle": idle}
+             "strikes": strikes, "idle": idle, "hostile": hostile}
 
 # The issue's target sizes, as a single scenario runs them by default.
 TARGETS = {
@@ -722,6 +727,7 @@ TARGETS = {
     "restart": {"count": 1_000_000},
     "strikes": {"count": 1_000_000, "strikes": 500_000, "wave": 5_000},
     "idle": {"count": 10_000, "duration": 60},
+    "hostile": {"count": 1_000_000},
 }
 
 # What `make bench` (scenario "all") runs: every target of issue 7 with default settings, then pending and strikes.
@@ -749,7 +755,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from the start of ingest (default: enough to ingest them first, for herd at "
                              f"{HERD_INGEST_PLANNED_PER_S:,}/s, and for strikes to send the strikes too)")
     parser.add_argument("--count", type=int, default=None,
-                        help="ingest/herd/pending/restart/strikes: number of requests (default 1,000,000; "
+                        help="ingest/herd/pending/restart/strikes/hostile: number of requests (default 1,000,000; "
                              "herd and pending 10,000,000); idle: schedules pending an hour ahead (default 10,000)")
     parser.add_argument("--strikes", type=int, default=None,
                         help="strikes: cancels and replaces (half each) of distinct pending schedules "

@@ -26,6 +26,7 @@ from .checkpoint import LocalFiles, checkpoint_files, is_local, last_committed_b
     settle_state_settings, start_new_generation
 from .config import Config, ConfigError
 from .dialects import DecodeSettings, decode
+from .dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS, java_options as avro_java_options
 from .jars import jar_paths
 from .metrics import BatchSummary, Totals
 from .sinks import RecordSink
@@ -66,8 +67,9 @@ def spark_settings(config: Config) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": config.driver_memory,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
-        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+        # Avro's limits keep a hostile Sky Avro value from making the JVM allocate gigabytes (dialects/sky_avro.py).
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()}",
+        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()}",
     }
     if not under_spark_submit():
         settings["spark.master"] = config.master
@@ -87,6 +89,10 @@ def build_session(config: Config):
     for key, value in spark_settings(config).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    # Under spark-submit the driver's JVM was started before these settings: give it Avro's limits directly
+    # (Avro reads them when it first decodes, which is later).
+    for name, value in AVRO_LIMITS.items():
+        spark.sparkContext._jvm.java.lang.System.setProperty(name, str(value))
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -14,6 +14,7 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from kafka_scheduler.dialects.sky_avro import java_options
     from kafka_scheduler.jars import jar_paths
 
     already_running = SparkSession.getActiveSession() is not None
@@ -21,6 +22,7 @@ def spark():
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "1")
+               .config("spark.driver.extraJavaOptions", java_options())  # as the job: Avro's length limits
                # the connector bundle: from_avro/to_avro (sky-avro) need spark-avro
                .config("spark.jars", ",".join(str(p) for p in jar_paths("spark-kafka")))
                .getOrCreate())

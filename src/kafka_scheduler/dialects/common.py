@@ -314,7 +314,7 @@ def seconds_to_due_ms(text: Column) -> Column:
     never early. Too large for a long: ``LONG_MAX``, which the due-time guard rail then rejects."""
     whole = F.regexp_extract(text, r"^(\d+)", 1).try_cast("bigint")
     fraction = F.regexp_extract(text, r"\.(\d+)$", 1)
-    below_ms = F.substring(fraction, 4, 1_000_000).rlike("[1-9]")
+    below_ms = F.substr(fraction, F.lit(4)).rlike("[1-9]")  # all of it: a 1 after a million zeros is still late
     millis = F.substring(F.concat(fraction, F.lit("000")), 1, 3).cast("int") + F.when(below_ms, 1).otherwise(0)
     return F.coalesce(F.try_add(F.try_multiply(whole, F.lit(1000)), millis), F.lit(LONG_MAX))
 

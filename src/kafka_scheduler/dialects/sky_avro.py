@@ -35,6 +35,20 @@ OLDER_SCHEMA = json.dumps({"type": "record", "name": "AvroSchedule", "fields": _
 # required by both schemas, so a null ``time`` means "did not decode".
 _PERMISSIVE = {"mode": "PERMISSIVE"}
 
+# Avro's own bounds on the lengths a value declares, as JVM system properties (read once, when Avro first
+# decodes). Avro allocates a string, bytes or map as large as declared before reading it; its defaults allow
+# 2 GB, so a value of a few bytes claiming a 2 GB topic made the JVM die of OutOfMemoryError, and the job with
+# it (PERMISSIVE catches exceptions, not errors). Beyond these a value is a malformed schedule: 16 MiB is twice
+# the largest record the project's broker takes, and a million headers do not fit in one record anyway.
+JVM_LIMITS = {"org.apache.avro.limits.string.maxLength": 16 * 2**20,
+              "org.apache.avro.limits.bytes.maxLength": 16 * 2**20,
+              "org.apache.avro.limits.collectionItems.maxLength": 1_000_000}
+
+
+def java_options() -> str:
+    """``JVM_LIMITS`` as JVM options, for ``spark.driver/executor.extraJavaOptions``."""
+    return " ".join(f"-D{name}={value}" for name, value in JVM_LIMITS.items())
+
 
 def _schedule(parsed: Column, schema: str, headers: Column) -> Column:
     """A decoded schedule (or null when ``parsed`` did not decode), as ``request_columns`` reads it."""
