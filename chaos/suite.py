@@ -125,9 +125,10 @@ class Sender(threading.Thread):
     def __init__(self, bootstrap: str, plan: Plan, t0_ms: int, inputs: dict[str, str], destinations: list[str]):
         super().__init__(daemon=True, name="chaos-sender")
         self.t0_ms = t0_ms
-        # Long timeouts: requests sent while the broker restarts wait in the producer and go when it is back.
+        # Long timeouts: requests sent while the broker restarts wait in the producer and go when it is back
+        # (its refused connections meanwhile are expected: not logged).
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                                  "linger.ms": 5, "message.timeout.ms": 600_000, "log_level": 3,
+                                  "linger.ms": 5, "message.timeout.ms": 600_000, "log_level": 0,
                                   "queue.buffering.max.messages": 2_000_000})
         topic_of = {dialect: topic for topic, dialect in inputs.items()}
         self.outgoing = [self._encode(r, topic_of[r.dialect], destinations) for r in plan.requests]
@@ -190,7 +191,7 @@ class DeliveryCollector(threading.Thread):
     def __init__(self, bootstrap: str, topics: list[str]):
         super().__init__(daemon=True, name="chaos-deliveries")
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{uuid.uuid4()}",
-                                  "enable.auto.commit": False, "log_level": 3, "isolation.level": "read_committed"})
+                                  "enable.auto.commit": False, "log_level": 0, "isolation.level": "read_committed"})
         metadata = self.consumer.list_topics(timeout=10)
         self.partitions = [TopicPartition(t, p, 0) for t in topics for p in metadata.topics[t].partitions]
         self.consumer.assign(self.partitions)
@@ -229,7 +230,7 @@ class DeliveryCollector(threading.Thread):
 
     def caught_up(self, bootstrap: str) -> bool:
         """Read up to the current end of every destination partition."""
-        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-ends", "log_level": 3,
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-ends", "log_level": 0,
                           "isolation.level": "read_committed"})
         try:
             ends = {(tp.topic, tp.partition): probe.get_watermark_offsets(tp, timeout=10)[1]
