@@ -307,6 +307,7 @@ class Run:
         self.faults: list[dict] = []
         self.unexpected_exits: list[str] = []
         self.expected_down = False
+        self.batch_at_start: Optional[int] = None
 
     # The job must keep running between our own kills; if it stops by itself, that is noted and it is restarted.
     def guard(self) -> None:
@@ -321,9 +322,14 @@ class Run:
     def start_scheduler(self) -> float:
         started = time.monotonic()
         self.expected_down = True
+        self.batch_at_start = last_committed_batch(self.workdir / "checkpoint")
         self.scheduler.start(timeout=300)
         self.expected_down = False
         return time.monotonic() - started
+
+    def committed_since_start(self) -> bool:
+        batch = last_committed_batch(self.workdir / "checkpoint")
+        return batch is not None and (self.batch_at_start is None or batch > self.batch_at_start)
 
     def sleep_until(self, instant_s: float) -> None:
         while time.time() < instant_s:
@@ -435,6 +441,10 @@ class Run:
             self.faults.append({"kind": "broker", "planned_s": fault.at_s, "at_s": round(started - t0, 2),
                                 "down_s": round(time.time() - down, 1)})
             return
+        # A kill before the job has committed anything since its last start would only repeat its start-up (on a
+        # loaded machine, a restart can outlast the planned gap): wait for one commit first.
+        wait_until(self.committed_since_start, 600, "a commit since the job's last start", interval=0.05,
+                   guard=self.guard)
         killed = kill_tree(self.scheduler.process)
         at = time.time() - t0
         sent_share = sender.sent / max(1, len(sender.outgoing))
