@@ -44,6 +44,9 @@ RESULTS_DIR = ROOT / "chaos" / "results"
 DESTINATIONS = 2
 PARTITIONS = 2
 SETTLE_TIMEOUT_S = 600.0  # after the last due time, how long to wait for the expected deliveries
+# ... or less: once every request is committed, the job has committed a batch since its last start, and neither a
+# commit nor a delivery came for this long, nothing more is coming (a run that lost something ends sooner).
+QUIET_S = 60.0
 
 
 def log(message: str) -> None:
@@ -62,6 +65,7 @@ class CommitWatcher(threading.Thread):
         self.checkpoint, self.interval = checkpoint, interval
         self.seen: dict[tuple[str, int], tuple[list[int], list[int]]] = {}  # (topic, partition) -> (ms, offsets)
         self.latest: dict[tuple[str, int], int] = {}
+        self.last_commit = time.time()
         self.stopping = threading.Event()
         self._lock = threading.Lock()
 
@@ -77,6 +81,7 @@ class CommitWatcher(threading.Thread):
             except (OSError, ValueError):  # the offsets file of a batch being committed: read it next round
                 continue
             last = batch
+            self.last_commit = time.time()
             with self._lock:
                 for topic, partitions in offsets.items():
                     for partition, offset in partitions.items():
@@ -198,6 +203,7 @@ class DeliveryCollector(threading.Thread):
         self.deliveries: list[Delivery] = []
         self.versions: set[tuple[str, str]] = set()
         self.read_to: dict[tuple[str, int], int] = {}
+        self.last_delivery = time.time()
         self.stopping = threading.Event()
         self._lock = threading.Lock()
 
@@ -216,6 +222,7 @@ class DeliveryCollector(threading.Thread):
                                 f"{message.topic()}-{message.partition()}@{message.offset()}")
             with self._lock:
                 self.deliveries.append(delivery)
+                self.last_delivery = time.time()
                 key = version_of(message.value())
                 if key:
                     self.versions.add(key)
@@ -389,9 +396,19 @@ class Run:
                 tp = (item.topic, item.partition)
                 ends[tp] = max(ends.get(tp, 0), item.offset + 1)
             self.sleep_until(t0 + plan.end_s)
+            def settled() -> bool:
+                if not (watcher.covers(ends) and self.committed_since_start()):
+                    return False
+                if collector.has(expected):
+                    return True
+                if time.time() - max(watcher.last_commit, collector.last_delivery) > QUIET_S:
+                    log(f"every request committed, nothing new for {QUIET_S:.0f}s, some expected deliveries "
+                        f"missing: checking what arrived")
+                    return True
+                return False
+
             try:
-                wait_until(lambda: collector.has(expected) and watcher.covers(ends), SETTLE_TIMEOUT_S,
-                           "every expected delivery", interval=1.0, guard=self.guard)
+                wait_until(settled, SETTLE_TIMEOUT_S, "every expected delivery", interval=1.0, guard=self.guard)
             except AssertionError as exc:  # a timeout: what did arrive is checked all the same
                 log(f"{exc}: checking what arrived")
             # Stragglers: anything still held or being written (a forbidden delivery would come now too).
