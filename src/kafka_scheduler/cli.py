@@ -28,6 +28,8 @@ commands:
   replace   replace the pending schedule with an id
   cancel    cancel the pending schedule with an id
   bench     run a benchmark scenario (from a repository checkout)
+  chaos     run the crash suite: kill -9 the job and restart the broker, check every delivery
+            (from a repository checkout)
 
 Every `run` option can also be set as an environment variable KAFKA_SCHEDULER_<NAME>,
 e.g. KAFKA_SCHEDULER_BOOTSTRAP_SERVERS=host:9092. See README.md for the protocol.
@@ -196,6 +198,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return _bench_module().main(args)
 
 
+# ---------------------------------------------------------------- chaos
+
+
+def _chaos_module():
+    """The crash suite lives in the repository's chaos/ folder, next to bench/ (whose harness it uses)."""
+    from .jars import PROJECT_ROOT
+
+    if not (PROJECT_ROOT / "chaos" / "suite.py").exists():
+        raise CommandError("the chaos/ folder is not here: the crash suite runs from a checkout of the repository")
+    sys.path.insert(0, str(PROJECT_ROOT))
+    from chaos import suite
+
+    return suite
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    return _chaos_module().main(args)
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -334,6 +355,15 @@ def build_parser() -> argparse.ArgumentParser:
     except CommandError:
         bench.add_argument("scenario")
     bench.set_defaults(handler=cmd_bench)
+
+    try:
+        suite = _chaos_module()
+        chaos = commands.add_parser("chaos", help="run the crash suite", description=suite.DESCRIPTION,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        suite.add_arguments(chaos)
+    except CommandError:
+        chaos = commands.add_parser("chaos", help="run the crash suite (from a repository checkout)")
+    chaos.set_defaults(handler=cmd_chaos)
 
     cancel = commands.add_parser("cancel", help="cancel a pending schedule",
                                  description=textwrap.fill("Send a CANCEL request for --id (an unknown id is a "

@@ -1,0 +1,15 @@
+"""The crash suite (`make chaos`) at a small size: the same code, 2,000 schedules in every dialect, two kills
+-9 of the job (one while it ingests a burst, one while it writes a herd) and one broker restart. About 3.5
+minutes; it starts a broker of its own, since it restarts it."""
+
+from chaos.suite import Options, run_suite, summary
+
+
+def test_nothing_is_lost_or_early_through_kills_and_a_broker_restart(tmp_path):
+    outcome = run_suite(Options(count=2_000, kills=2, broker_restarts=1, minutes=2.0, seed=20261126,
+                                workdir=tmp_path, results_dir=None, restart_allowance_s=40.0))
+    report = f"{summary(outcome)}; failures {outcome.verdict.failures}; examples {outcome.verdict.examples}; " \
+             f"faults {outcome.faults}; work folder {tmp_path}"
+    assert [f["kind"] for f in outcome.faults] == ["ingest", "broker", "herd"], report
+    assert outcome.ok, report
+    assert outcome.figures["delivered"] == outcome.figures["expected"] > 1_000, report
