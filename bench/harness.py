@@ -248,14 +248,19 @@ class Scheduler:
                                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.watcher = LogWatcher(self.log_path, offset, self.process)
         if wait:
-            wait_until(lambda: self.process.poll() is not None or "running: reading" in self.log(), 300,
+            wait_until(lambda: self.process.poll() is not None or "running: reading" in self.log(since=offset), 300,
                        "the scheduler to start")
             if self.process.poll() is not None:
                 raise RuntimeError(f"scheduler exited:\n{self.log()[-3000:]}")
         return self
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+    def log(self, since: int = 0) -> str:
+        """The log file from byte ``since`` (a restart appends to the same file)."""
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as log_file:
+            log_file.seek(since)
+            return log_file.read().decode(errors="replace")
 
     def sample_memory(self) -> dict[str, int]:
         if self.process is None or self.process.poll() is not None:
