@@ -65,6 +65,16 @@ class MemoryCheckpointFiles:
     def has_commit(self):
         return self.committed
 
+    def commit(self):
+        """What Spark leaves once a batch has committed (checked at a restart): the query id and log entries."""
+        self.committed = True
+        self.files.setdefault("metadata", b'{"id":"5f1c0d5e-0000-4000-8000-000000000000"}\n')
+        for folder in ("offsets", "commits"):
+            self.files.setdefault(f"{folder}/0", b"v1\n{}\n")
+
+    def latest(self, folder):
+        return 0 if f"{folder}/0" in self.files else None
+
     def read(self, name):
         return self.files.get(name)
 
@@ -89,7 +99,7 @@ class WheelEngine:
             config = Config(partitions=partitions, given=(("partitions", "--partitions"),))
         self.checkpoint = checkpoint
         self.shards = settle_state_settings(config, wheel.BUCKET_MS, checkpoint)[0].shards
-        checkpoint.committed = True
+        checkpoint.commit()
         self.timers: set[tuple[int, int]] = set()
         self.stores = [wheel.MemoryShardStore(shard, self.timers) for shard in range(self.shards)]
         self.run = uuid.uuid4().hex  # a new process: its timed writer starts empty
