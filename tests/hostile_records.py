@@ -270,18 +270,23 @@ def native_base(chooser, ctx: Context) -> Draft:
     return draft
 
 
+def mutate_value(chooser, ctx: Context, draft: Draft) -> None:
+    """A value over the limit (rejected) or another payload (accepted), for the dialects whose value is the
+    delivered value as is."""
+    if chooser.chance(0.5):
+        draft.value = oversized(chooser, ctx)
+        draft.states["value"] = BAD
+    else:
+        draft.value = payload(chooser, ctx)
+
+
 def mutate_native(chooser, ctx: Context, draft: Draft, name: str) -> None:
     header = NATIVE_FIELDS.get(name)
     if name == "key":
         draft.key = chooser.choice([None, b"", chooser.raw(1, 64), b"k" * ctx.huge_bytes])
         return
     if name == "value":
-        if chooser.chance(0.5):
-            draft.value = oversized(chooser, ctx)
-            draft.states["value"] = BAD
-        else:
-            draft.value = payload(chooser, ctx)
-        return
+        return mutate_value(chooser, ctx, draft)
     if name == "extra":
         for _ in range(chooser.integer(1, 4)):
             draft.headers.insert(chooser.integer(0, len(draft.headers)),
@@ -465,12 +470,7 @@ def mutate_karafka(chooser, ctx: Context, draft: Draft, name: str) -> None:
     if name == "key":
         return mutate_keyed_record_key(chooser, ctx, draft)
     if name == "value":
-        if chooser.chance(0.5):
-            draft.value = oversized(chooser, ctx)
-            draft.states["value"] = BAD
-        else:
-            draft.value = payload(chooser, ctx)
-        return
+        return mutate_value(chooser, ctx, draft)
     if name == "extra":
         draft.headers += [(chooser.choice(["schedule_other", "SCHEDULE_SOURCE_TOPIC", "noise"]), chooser.raw(0, 9))
                           for _ in range(chooser.integer(1, 3))]

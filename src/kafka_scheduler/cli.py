@@ -182,16 +182,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- bench
 
 
-def _bench_module():
-    """The benchmarks live in the repository's bench/ folder, next to src/."""
+def _checkout_module(folder: str, module: str, what: str):
+    """``folder.module`` of the repository checkout (bench/, chaos/ live next to src/, not in the package)."""
+    import importlib
+
     from .jars import PROJECT_ROOT
 
-    if not (PROJECT_ROOT / "bench" / "scenarios.py").exists():
-        raise CommandError("the bench/ folder is not here: benchmarks run from a checkout of the repository")
+    if not (PROJECT_ROOT / folder / f"{module}.py").exists():
+        raise CommandError(f"the {folder}/ folder is not here: {what} run from a checkout of the repository")
     sys.path.insert(0, str(PROJECT_ROOT))
-    from bench import scenarios
+    return importlib.import_module(f"{folder}.{module}")
 
-    return scenarios
+
+def _bench_module():
+    return _checkout_module("bench", "scenarios", "benchmarks")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -202,15 +206,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _chaos_module():
-    """The crash suite lives in the repository's chaos/ folder, next to bench/ (whose harness it uses)."""
-    from .jars import PROJECT_ROOT
-
-    if not (PROJECT_ROOT / "chaos" / "suite.py").exists():
-        raise CommandError("the chaos/ folder is not here: the crash suite runs from a checkout of the repository")
-    sys.path.insert(0, str(PROJECT_ROOT))
-    from chaos import suite
-
-    return suite
+    return _checkout_module("chaos", "suite", "the crash suite")  # it uses bench/'s harness too
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:

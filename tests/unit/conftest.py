@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import pytest
@@ -29,3 +30,12 @@ def spark():
     yield session
     if not already_running:
         session.stop()
+
+
+@pytest.fixture
+def keep_signal_handlers():
+    """Tests that call ``run``, which installs its own SIGINT/SIGTERM handlers, leave pytest's in place."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -195,14 +194,6 @@ def test_local_files_name_the_absolute_folder(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- the run command, end to end without Kafka
-
-
-@pytest.fixture
-def keep_signal_handlers():
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
 
 
 def test_run_refuses_before_connecting_to_kafka_with_one_line(tmp_path, capsys, keep_signal_handlers):

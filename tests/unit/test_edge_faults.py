@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -89,14 +87,6 @@ def test_a_writable_checkpoint_passes_the_probe_and_keeps_nothing_of_it(tmp_path
 ])
 def test_a_query_that_failed_writing_files_is_told_apart(text, cause):
     assert _storage_failure(text) == cause
-
-
-@pytest.fixture
-def keep_signal_handlers():
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
 
 
 def test_run_on_an_unwritable_checkpoint_exits_2_with_one_line_before_anything_starts(tmp_path, capsys,
