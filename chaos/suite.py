@@ -552,6 +552,9 @@ delivery or broken rule (and on duplicates with --expect-no-duplicates). Method:
 """
 
 
+MODES = ("at-least-once", "exactly-once", "both")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, default=100_000, help="schedule ids (default 100,000)")
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs of the job (default 5)")
@@ -566,17 +569,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler-arg", dest="scheduler_args", action="append", default=[], metavar="ARG",
                         help="extra argument for `kafka-scheduler run`, e.g. --scheduler-arg=--lookahead=5s")
     parser.add_argument("--expect-no-duplicates", action="store_true",
-                        help="fail on any duplicate delivery (for an exactly-once mode)")
+                        help="fail on any duplicate delivery (implied by --mode exactly-once)")
+    parser.add_argument("--mode", choices=MODES, default="both",
+                        help="delivery mode of the job: at-least-once, exactly-once (the job runs with "
+                             "--exactly-once and any duplicate fails the run), or both, one run after the other "
+                             "(default)")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.count < 1 or args.kills < 0 or args.broker_restarts < 0 or args.minutes <= 0:
         log("need --count >= 1, --kills >= 0, --broker-restarts >= 0 and --minutes > 0")
         return 2
-    options = Options(count=args.count, kills=args.kills, broker_restarts=args.broker_restarts,
-                      minutes=args.minutes, seed=args.seed, scheduler_args=tuple(args.scheduler_args),
-                      expect_no_duplicates=args.expect_no_duplicates, keep=args.keep)
-    outcome = run_suite(options)
+    modes = ["at-least-once", "exactly-once"] if args.mode == "both" else [args.mode]
+    codes = []
+    for mode in modes:
+        exactly_once = mode == "exactly-once"
+        log(f"mode: {mode}")
+        options = Options(count=args.count, kills=args.kills, broker_restarts=args.broker_restarts,
+                          minutes=args.minutes, seed=args.seed,
+                          scheduler_args=tuple(args.scheduler_args) + (("--exactly-once",) if exactly_once else ()),
+                          expect_no_duplicates=args.expect_no_duplicates or exactly_once, keep=args.keep)
+        codes.append(_report(mode, run_suite(options)))
+    if len(modes) > 1:
+        log("both modes: " + ", ".join(f"{m} {'PASSED' if c == 0 else 'FAILED'}" for m, c in zip(modes, codes)))
+    return max(codes)
+
+
+def _report(mode: str, outcome: Outcome) -> int:
     log(summary(outcome))
     for fault in outcome.faults:
         log("  fault: " + ", ".join(f"{k}={v}" for k, v in fault.items()))
@@ -589,5 +608,5 @@ def main(args: argparse.Namespace) -> int:
         for kind, cases in outcome.verdict.examples.items():
             log(f"  {kind}: {cases[:3]}")
         return 1
-    log("PASSED")
+    log(f"{mode}: PASSED")
     return 0

@@ -19,6 +19,7 @@ REQUESTS_SUFFIX = "-schedule-requests"
 REJECTIONS_SUFFIX = "-schedule-rejections"
 HISTORY_SUFFIX = "-schedule-history"
 TICKS_SUFFIX = "-scheduler-ticks"
+LEDGER_SUFFIX = "-schedule-ledger"
 
 _TRIGGER = re.compile(r"^\s*(\d+(\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?)\s*$", re.I)
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -145,6 +146,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_held", _positive_int, 20_000,
            "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
            "itself, each slice at its due time", "N"),
+    Option("exactly_once", _bool, False,
+           "write deliveries, write-backs and rejections in Kafka transactions, each once even across crashes, "
+           "for consumers reading with isolation.level=read_committed (the app's ledger topic records what was "
+           "written)", "BOOL"),
     Option("state_layout", _choice("wheel"), "wheel",
            "how pending schedules are kept: 'wheel' (time buckets per shard, bulk; the only layout since the "
            "per-id one was retired); recorded in the checkpoint", "LAYOUT"),
@@ -171,6 +176,7 @@ class Config:
     driver_memory: str = "1g"
     lookahead: int = 3000  # milliseconds
     max_held: int = 20_000
+    exactly_once: bool = False
     state_layout: str = "wheel"
     shards: Optional[int] = None  # None: twice the partitions
     # (option name, "--flag" or "KAFKA_SCHEDULER_<NAME>") of each option set explicitly: settings recorded in the
@@ -207,6 +213,11 @@ class Config:
         return self.app_id + TICKS_SUFFIX
 
     @property
+    def ledger_topic(self) -> str:
+        """With --exactly-once: what each transaction wrote (exactly_once.py)."""
+        return self.app_id + LEDGER_SUFFIX
+
+    @property
     def input_topics(self) -> dict[str, str]:
         """Each topic read, with its dialect."""
         return dict(self.inputs) if self.inputs else {self.requests_topic: "native"}
@@ -214,7 +225,7 @@ class Config:
     @property
     def own_topics(self) -> tuple[str, ...]:
         """Topics a delivery may never go to: the app's own and every input (a delivery there would loop)."""
-        own = (self.requests_topic, self.rejections_topic, self.history_topic, self.ticks_topic)
+        own = (self.requests_topic, self.rejections_topic, self.history_topic, self.ticks_topic, self.ledger_topic)
         return own + tuple(t for t in self.input_topics if t not in own)
 
     def given_by(self, name: str) -> Optional[str]:
@@ -236,9 +247,11 @@ def add_arguments(parser: argparse.ArgumentParser, names: Optional[set[str]] = N
         if names is not None and option.name not in names:
             continue
         default = "none" if option.default is None else option.default
+        # A yes/no option given alone means yes: --exactly-once is --exactly-once=true.
+        switch = {"nargs": "?", "const": "true"} if option.parse is _bool else {}
         parser.add_argument(
             option.flag, dest=option.name, default=None, metavar=option.metavar or None,
-            action="append" if option.repeatable else "store",
+            action="append" if option.repeatable else "store", **switch,
             help=f"{option.help} [env {env_name(option)}; default {default}]")
 
 

@@ -31,7 +31,8 @@ from .jars import jar_paths
 from .metrics import BatchSummary, Totals
 from .sinks import RecordSink
 from .state_processor import OUTPUT_SCHEMA
-from .timed_writer import TimedWriter, Wakeups
+from .exactly_once import TransactionalSender, transactional_id
+from .timed_writer import TimedWriter, Wakeups, producer_config
 from .topics import TopicDirectory, ensure_topics, wait_for_broker
 from .wheel import BUCKET_MS
 from .wheel_processor import WheelProcessor, with_shards
@@ -116,6 +117,9 @@ def build_stream(spark, config: Config, run: str = ""):
               # The consumer's default 500 ms fetch wait was measured to add ~0.5 s to every batch
               # that reads requests (the read of a known offset range waits on its last fetch).
               .option("kafka.fetch.max.wait.ms", "20"))
+    if config.exactly_once:
+        # Write-backs go to the input topics in transactions: an aborted one must not be read.
+        reader = reader.option("kafka.isolation.level", "read_committed")
     if config.max_requests_per_batch and not reads_all_first(config):
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
     requests = decode(reader.load(), inputs, DecodeSettings.from_config(config))
@@ -218,8 +222,9 @@ class Scheduler:
             config = self.config
             log.info("checkpoint: %s", _state_text(config))
         run = uuid.uuid4().hex
-        self.writer = TimedWriter(config.bootstrap_servers, config.max_held,
-                                  rejections_topic=config.rejections_topic) if config.lookahead else None
+        sender = self._start_exactly_once(admin) if config.exactly_once else None
+        self.writer = TimedWriter(config.bootstrap_servers, config.max_held, rejections_topic=config.rejections_topic,
+                                  sender=sender) if config.lookahead or sender else None
         self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic)
         sink = self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
                                       writer=self.writer, wakeups=self.wakeups)
@@ -241,6 +246,19 @@ class Scheduler:
             if self.writer is not None:
                 self.writer.close()
             spark.stop()
+
+    def _start_exactly_once(self, admin) -> TransactionalSender:
+        """The transactional writer: fences a previous driver of this app and reads back what it wrote."""
+        config = self.config
+        # One partition keeps the ledger in write order; records are deleted by the job (TransactionalSender.trim).
+        ensure_topics(admin, [config.ledger_topic], 1, config={"retention.ms": "-1"})
+        sender = TransactionalSender(producer_config(config.bootstrap_servers), config.app_id, config.ledger_topic)
+        started = time.monotonic()
+        keys = sender.start()
+        log.info("exactly-once: transactional id %s; the ledger %s holds %d record(s) written and not yet retired "
+                 "(read in %.1fs)", transactional_id(config.app_id), config.ledger_topic, keys,
+                 time.monotonic() - started)
+        return sender
 
     def _start_new_generation(self, spark=None) -> None:
         if not self.from_beginning:

@@ -57,6 +57,9 @@ def framed_bytes(payload: int) -> int:
 KIND_HISTORY = "history"
 KIND_WRITE_BACK = "write-back"
 
+# Clock slack when exactly-once forgets ledger keys of schedules a committed batch retired.
+LEDGER_TRIM_MARGIN_MS = 1000
+
 # With a lookahead, held deliveries go out in slices this wide, each once its last due time has passed.
 HOLD_SLICE_MS = 50
 
@@ -76,12 +79,14 @@ class RecordSink:
         self.writer = writer
         self.wakeups = wakeups
         self.refused_batch: Optional[int] = None  # set when a stop made it refuse a batch
+        self.batch_ends_ms: list[int] = []  # when this run's last two batches returned (exactly-once trims by them)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self.stop_requested.is_set():
             self.refused_batch = batch_id
             raise StopRequested(f"stop requested before batch {batch_id}")
         started_ms = int(time.time() * 1000)
+        self._trim_ledger()
         batch = batch.persist()
         started = time.monotonic()
         try:
@@ -112,6 +117,7 @@ class RecordSink:
             summary.delivered -= summary.dead_lettered
         finally:
             batch.unpersist()
+        self.batch_ends_ms = [*self.batch_ends_ms[-1:], int(time.time() * 1000)]
         if self.on_batch is not None:
             self.on_batch(summary)
 
@@ -126,7 +132,20 @@ class RecordSink:
                                    max(1, immediate + summary.written_back) if immediate
                                    or refusals.any or partitioned else 0)
 
+    def _trim_ledger(self) -> None:
+        """With exactly-once: the batch before this one committed, and it was planned after the one before it
+        returned, so it fired every timer due by then: what was due by then left state and cannot be emitted
+        again. (The first batch of a run may be a re-run planned before the crash: never used as that bound.)"""
+        sender = self.writer.sender if self.writer is not None else None
+        if sender is not None and len(self.batch_ends_ms) == 2:
+            sender.trim(self.batch_ends_ms[0] - LEDGER_TRIM_MARGIN_MS)
+
     def _save(self, records: DataFrame) -> None:
+        if self.config.exactly_once:
+            # Spark's Kafka sink is not transactional: the driver writes these too, in the ledger's transactions.
+            self.writer.write_now(records.select("delivery_id", "due_ms", "kind", "topic", "partition", "key",
+                                                 "value", "headers").toLocalIterator())
+            return
         records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
             .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS).save()
 
@@ -228,10 +247,17 @@ class RecordSink:
                  partitioned: dict[str, int]) -> tuple[DataFrame, int]:
         """Deliveries, write-backs, rejections, dead letters and history copies (``kind`` and ``due_ms`` kept for
         the hold), and how many deliveries became dead letters."""
-        records = batch.filter(F.col("kind").isin(KIND_DELIVER, KIND_REJECT)).withColumn(
+        def header_value(name: str) -> Column:
             # try_: a rejection has no delivery id (element_at of an empty array fails the batch in ANSI mode)
-            "delivery_id",
-            F.try_element_at(F.filter("headers", lambda h: h["key"] == DELIVERY_ID), F.lit(-1))["value"].cast("string"))
+            return F.try_element_at(F.filter("headers", lambda h: h["key"] == name), F.lit(-1))["value"].cast("string")
+
+        delivery_id = header_value(DELIVERY_ID)
+        if self.config.exactly_once:
+            # A request's rejection is written once too: it is named after its source record.
+            delivery_id = F.coalesce(delivery_id, F.concat_ws("-", F.lit("reject:"), header_value(SOURCE_TOPIC),
+                                                              header_value(SOURCE_PARTITION),
+                                                              header_value(SOURCE_OFFSET)))
+        records = batch.filter(F.col("kind").isin(KIND_DELIVER, KIND_REJECT)).withColumn("delivery_id", delivery_id)
         counts = refusals.counts
         partition = F.col("partition")
         if partitioned:

@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Optional
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from .exactly_once import FencedError, TransactionalSender
 from .protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -82,10 +83,13 @@ class TimedWriter:
     """Holds prepared deliveries and writes each at its due instant."""
 
     def __init__(self, bootstrap_servers: str, max_held: int = 20_000, producer: Optional[Producer] = None,
-                 rejections_topic: Optional[str] = None):
+                 rejections_topic: Optional[str] = None, sender: Optional["TransactionalSender"] = None):
         self.max_held = max_held
         self.rejections_topic = rejections_topic
-        self._producer = producer or Producer(producer_config(bootstrap_servers))
+        # With exactly-once, every write goes through the sender's transactions (exactly_once.py).
+        self.sender = sender
+        self._producer = producer or (None if sender else Producer(producer_config(bootstrap_servers)))
+        self.failure: Optional[BaseException] = None  # set when the writer cannot go on (fenced): batches then fail
         self._heap: list[Held] = []
         self._held: dict[str, Held] = {}
         self._cond = threading.Condition()
@@ -119,8 +123,7 @@ class TimedWriter:
                     self._anonymous += 1
                     delivery_id = f"\0{self._anonymous}"
                 due_ms = due_ms or 0
-                record = (topic, partition, key, value, [(h["key"], h["value"]) if isinstance(h, dict) else
-                                                         (h[0], h[1]) for h in headers or ()])
+                record = (topic, partition, key, value, _header_pairs(headers))
                 held = self._held.get(delivery_id)
                 if held is None:
                     held = self._held[delivery_id] = Held(due_ms, delivery_id, [])
@@ -150,6 +153,8 @@ class TimedWriter:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
+                if self.failure is not None:
+                    return False
                 pending = self._heap and self._heap[0].due_ms <= up_to_ms
                 busy = self._writing is not None and self._writing <= up_to_ms
                 if not pending and not busy:
@@ -164,7 +169,10 @@ class TimedWriter:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout)
-        self._producer.flush(timeout)
+        if self.sender is not None:
+            self.sender.close(timeout)
+        else:
+            self._producer.flush(timeout)
 
     def _take_due(self, now: int) -> list[Held]:
         """Called with the lock held: the deliveries due by ``now`` that were not withdrawn."""
@@ -186,6 +194,10 @@ class TimedWriter:
                 self._writing = taken[-1].due_ms
             try:
                 self._write(taken)
+            except FencedError as exc:
+                log.error("timed writer: %s", exc)
+                self.failure = exc
+                return
             finally:
                 with self._cond:
                     self._writing = None
@@ -228,8 +240,29 @@ class TimedWriter:
                     pending.records.append(record)
             time.sleep(RETRY_PAUSE_S)
 
+    def write_now(self, rows: Iterable, chunk: int = 10_000) -> int:
+        """Write rows (as for ``hold``) at once from the calling thread, ``chunk`` at a time: with exactly-once, the
+        batch's own writes (what does not fit in the writer) go through the same transactions. Returns how many."""
+        taken: list[Held] = []
+        count = 0
+        for delivery_id, due_ms, _kind, topic, partition, key, value, headers, *_ in rows:
+            if delivery_id is None:
+                self._anonymous += 1
+                delivery_id = f"\0{self._anonymous}"
+            taken.append(Held(due_ms or 0, delivery_id, [(topic, partition, key, value, _header_pairs(headers))]))
+            if len(taken) >= chunk:
+                count += len(taken)
+                self._write(taken)
+                taken = []
+        if taken:
+            count += len(taken)
+            self._write(taken)
+        return count
+
     def _send(self, items: list) -> list:
         """Produce (held, record) pairs and wait for the broker; returns (held, record, error) of those it refused."""
+        if self.sender is not None:
+            return self.sender.send(items)
         failures = []
 
         def on_delivery(held, record):
@@ -253,6 +286,10 @@ class TimedWriter:
                     break
         self._producer.flush()
         return failures
+
+
+def _header_pairs(headers) -> list:
+    return [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in headers or ()]
 
 
 def refusal_reason(record: tuple, error: KafkaError) -> str:

@@ -62,9 +62,10 @@ class Record:
 class TopicReader:
     """Reads every partition of some topics from the beginning, accumulating records."""
 
-    def __init__(self, bootstrap: str, topics: list[str]):
+    def __init__(self, bootstrap: str, topics: list[str], committed: bool = False):
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4()}",
-                                  "enable.auto.commit": False, "log_level": 3})
+                                  "enable.auto.commit": False, "log_level": 3,
+                                  "isolation.level": "read_committed" if committed else "read_uncommitted"})
         metadata = self.consumer.list_topics(timeout=10)
         self.consumer.assign([TopicPartition(t, p, 0) for t in topics for p in metadata.topics[t].partitions])
         self.records: list[Record] = []
@@ -91,10 +92,11 @@ class TopicReader:
                 for tp in self.consumer.assignment()}
 
         def caught_up():
-            read = {}
-            for r in self.poll():
-                read[(r.topic, r.partition)] = max(read.get((r.topic, r.partition), -1), r.offset)
-            return all(end == 0 or read.get(tp, -1) >= end - 1 for tp, end in ends.items())
+            self.poll()
+            # The position, not the last record read: with read_committed the end may be a transaction marker.
+            positions = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.position(
+                list(self.consumer.assignment()))}
+            return all(end == 0 or positions.get(tp, -1) >= end for tp, end in ends.items())
 
         wait_until(caught_up, timeout, f"reading to the end of {sorted(ends)}")
         return self.records
@@ -113,8 +115,9 @@ class Kafka:
         ensure_topics(admin_client(self.bootstrap), [name], partitions)
         return name
 
-    def reader(self, *topics: str) -> TopicReader:
-        reader = TopicReader(self.bootstrap, list(topics))
+    def reader(self, *topics: str, committed: bool = False) -> TopicReader:
+        """``committed``: read as an exactly-once consumer does (isolation.level=read_committed)."""
+        reader = TopicReader(self.bootstrap, list(topics), committed)
         self.readers.append(reader)
         return reader
 

@@ -164,8 +164,16 @@ def test_topic_names():
     assert config.rejections_topic == "billing-schedule-rejections"
     assert config.history_topic == "billing-schedule-history"
     assert config.ticks_topic == "billing-scheduler-ticks"
+    assert config.ledger_topic == "billing-schedule-ledger"
     assert config.own_topics == ("billing-schedule-requests", "billing-schedule-rejections",
-                                 "billing-schedule-history", "billing-scheduler-ticks")
+                                 "billing-schedule-history", "billing-scheduler-ticks", "billing-schedule-ledger")
+
+
+def test_a_yes_no_flag_alone_means_yes():
+    assert resolve(parse("--exactly-once"), environ={}).exactly_once
+    assert not resolve(parse("--exactly-once", "false"), environ={}).exactly_once
+    assert resolve(parse(), environ={"KAFKA_SCHEDULER_EXACTLY_ONCE": "true"}).exactly_once
+    assert not resolve(parse(), environ={}).exactly_once
 
 
 def test_allowed_destinations_is_kept_verbatim():

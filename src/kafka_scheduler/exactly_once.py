@@ -1,0 +1,281 @@
+"""Exactly-once delivery (``--exactly-once``): every record the job writes goes out in a Kafka transaction
+that also appends what it wrote to the app's ledger topic, and nothing in the ledger is written again.
+
+Why a ledger and not just the batch id: deliveries are written by the driver's timed writer at their due
+instant, outside any micro-batch, and a batch that is re-run after a crash may emit a different set of
+deliveries than its first run (it fires the timers due by its new time). So each record is identified by
+its delivery id and destination topic (a delivery, its write-back and its history copy share the id),
+and the transaction that writes it appends that key to the ledger. At start the driver reads the ledger
+back (read_committed) after ``init_transactions`` has fenced the previous driver and aborted what it left
+open; a record whose key is there is not written again. A consumer reading with
+``isolation.level=read_committed`` therefore sees each record once.
+
+The ledger only has to remember records their schedule could still be emitted for: once a committed batch
+has fired every timer due by a time, schedules due by then have left state. ``trim`` forgets those keys and
+deletes the ledger records that hold only such keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections import deque
+from typing import Iterable, Optional
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+log = logging.getLogger(__name__)
+
+LEDGER_MAX_BYTES = 512 * 1024  # per ledger record: under the broker's default max.message.bytes (1 MiB)
+LEDGER_LOAD_TIMEOUT_S = 120.0
+TXN_TIMEOUT_MS = 300_000  # a transaction's records and its commit; slices are split well below this
+MAX_RECORDS_PER_TXN = 20_000
+RETRY_PAUSE_S = 0.5
+# What a record in an aborted transaction reports when it did not fail itself: not written, try again.
+ABORTED = KafkaError(KafkaError._FAIL, "its transaction was aborted")
+
+
+def transactional_id(app_id: str) -> str:
+    """One per app: a new driver fences the one before it, whose open transaction is aborted."""
+    return f"kafka-scheduler-{app_id}"
+
+
+def ledger_key(delivery_id: str, topic: str) -> str:
+    return f"{delivery_id}\t{topic}"
+
+
+class FencedError(RuntimeError):
+    """Another driver of this app took over the transactional id: this one must stop writing."""
+
+
+class TransactionalSender:
+    """Writes (held, record) pairs in transactions with their ledger entries; thread-safe (one transaction at a
+    time)."""
+
+    def __init__(self, producer_settings: dict, app_id: str, ledger_topic: str,
+                 consumer_settings: Optional[dict] = None):
+        self.ledger_topic = ledger_topic
+        self._producer = Producer({**producer_settings, "transactional.id": transactional_id(app_id),
+                                   "transaction.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 5})
+        self._consumer_settings = consumer_settings or {"bootstrap.servers": producer_settings["bootstrap.servers"]}
+        self._admin = AdminClient({"bootstrap.servers": producer_settings["bootstrap.servers"]})
+        self._lock = threading.Lock()
+        self._written: dict[str, int] = {}  # ledger key -> due_ms of its schedule
+        self._by_due: list[tuple[int, str]] = []
+        self._ledger_ends: deque[tuple[int, int]] = deque()  # (offset after a ledger record, its latest due_ms)
+        self.skipped = 0  # records not written because the ledger has them (a re-run after a crash)
+        self.transactions = 0
+        self.aborted = 0
+        self.fenced = False
+
+    def start(self, timeout: float = LEDGER_LOAD_TIMEOUT_S) -> int:
+        """Fence the previous driver and read the ledger back; returns how many keys it holds."""
+        self._producer.init_transactions(timeout)
+        consumer = Consumer({**self._consumer_settings, "group.id": "kafka-scheduler-ledger",
+                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                             "enable.partition.eof": True, "log_level": 3})
+        try:
+            partition = TopicPartition(self.ledger_topic, 0)
+            low, high = consumer.get_watermark_offsets(partition, timeout=30)
+            consumer.assign([TopicPartition(self.ledger_topic, 0, low)])
+            deadline = time.monotonic() + timeout
+            position = low
+            while position < high:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"exactly-once: could not read the ledger {self.ledger_topic} to its end "
+                                       f"(at offset {position} of {high}) in {timeout:.0f}s")
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    self._remember(message.value().decode().splitlines())
+                    self._ledger_ends.append((message.offset() + 1, self._latest_due(message)))
+                # Aborted records and transaction markers are skipped by the consumer; its position moves past them.
+                [current] = consumer.position([partition])
+                if current.offset >= 0:
+                    position = current.offset
+        finally:
+            consumer.close()
+        return len(self._written)
+
+    @staticmethod
+    def _latest_due(message) -> int:
+        return max((int(line.rsplit("\t", 1)[1]) for line in message.value().decode().splitlines()), default=0)
+
+    def _remember(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            key, _, due = line.rpartition("\t")
+            due_ms = int(due)
+            if key not in self._written:
+                self._written[key] = due_ms
+                heapq.heappush(self._by_due, (due_ms, key))
+
+    def written(self, delivery_id: str, topic: str) -> bool:
+        return ledger_key(delivery_id, topic) in self._written
+
+    def send(self, items: list) -> list:
+        """Write (held, record) pairs not in the ledger in transactions; returns (held, record, error) of those
+        not written: the ones a destination refused, and, when a transaction aborted, everything in it."""
+        failures = []
+        with self._lock:
+            fresh = []
+            for held, record in items:
+                if held.delivery_id[:1] != "\0" and ledger_key(held.delivery_id, record[0]) in self._written:
+                    self.skipped += 1
+                else:
+                    fresh.append((held, record))
+            for start in range(0, len(fresh), MAX_RECORDS_PER_TXN):
+                failures += self._transaction(fresh[start:start + MAX_RECORDS_PER_TXN])
+        return failures
+
+    def _transaction(self, items: list) -> list:
+        if self.fenced:
+            raise FencedError("exactly-once: another driver of this app took over; this one writes nothing more")
+        producer = self._producer
+        failed: list = []  # refused in the callback: the commit fails and the transaction is aborted
+        refused: list = []  # refused before sending: left out of the transaction, which commits without them
+        produced = []
+
+        def on_delivery(held, record):
+            def callback(err, _msg):
+                if err is not None:
+                    failed.append((held, record, err))
+            return callback
+
+        self._begin()
+        for held, record in items:
+            topic, partition, key, value, headers = record
+            kwargs = {} if partition is None else {"partition": int(partition)}
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, headers=headers,
+                                     on_delivery=on_delivery(held, record), **kwargs)
+                    produced.append((held, record))
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+                except KafkaException as exc:
+                    refused.append((held, record, exc.args[0]))
+                    break
+        entries = [(ledger_key(h.delivery_id, r[0]), h.due_ms) for h, r in produced if h.delivery_id[:1] != "\0"]
+        ledger_offsets: list = []
+        for lines, latest in _ledger_records(entries):
+            self._produce_ledger(lines, latest, ledger_offsets)
+        if self._commit():
+            self.transactions += 1
+            self._remember_entries(entries)
+            self._ledger_ends.extend(ledger_offsets)
+            return refused
+        self.aborted += 1
+        known = {id(r) for _, r, _ in failed}
+        return refused + failed + [(h, r, ABORTED) for h, r in produced if id(r) not in known]
+
+    def _begin(self) -> None:
+        while True:
+            try:
+                self._producer.begin_transaction()
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.fatal():
+                    self._fenced(error)
+                if not error.txn_requires_abort():
+                    raise
+                self._abort()
+
+    def _fenced(self, error: KafkaError) -> None:
+        self.fenced = True
+        raise FencedError(f"exactly-once: the transactional producer failed for good ({error.str()}); another "
+                          "driver of this app may have started") from None
+
+    def _produce_ledger(self, lines: str, latest: int, offsets: list) -> None:
+        def callback(err, msg):
+            if err is None:
+                offsets.append((msg.offset() + 1, latest))
+
+        while True:
+            try:
+                self._producer.produce(self.ledger_topic, value=lines.encode(), partition=0, on_delivery=callback)
+                return
+            except BufferError:
+                self._producer.poll(0.01)
+
+    def _remember_entries(self, entries: list) -> None:
+        for key, due_ms in entries:
+            if key not in self._written:
+                self._written[key] = due_ms
+                heapq.heappush(self._by_due, (due_ms, key))
+
+    def _commit(self) -> bool:
+        """Commit; False if the transaction had to be aborted (a record refused, the broker away too long)."""
+        producer = self._producer
+        while True:
+            try:
+                producer.commit_transaction(60)
+                return True
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.fatal():
+                    self._fenced(error)
+                if error.txn_requires_abort():
+                    log.warning("exactly-once: transaction aborted (%s); its records are written again",
+                                error.str())
+                    self._abort()
+                    return False
+                if not error.retriable():
+                    self._abort()
+                    return False
+                time.sleep(RETRY_PAUSE_S)  # a broker away: the commit is tried again
+
+    def _abort(self) -> None:
+        while True:
+            try:
+                self._producer.abort_transaction(60)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.fatal():
+                    self._fenced(error)
+                time.sleep(RETRY_PAUSE_S)
+
+    def trim(self, through_ms: int) -> int:
+        """Forget keys of schedules due by ``through_ms`` (a committed batch fired every timer due by then) and
+        delete the ledger records holding only such keys; returns how many keys were forgotten."""
+        forgotten = 0
+        with self._lock:
+            while self._by_due and self._by_due[0][0] <= through_ms:
+                _, key = heapq.heappop(self._by_due)
+                if self._written.pop(key, None) is not None:
+                    forgotten += 1
+            end = None
+            while self._ledger_ends and self._ledger_ends[0][1] <= through_ms:
+                end = self._ledger_ends.popleft()[0]
+        if end is not None:
+            # Not waited for: a ledger record left a little longer costs a few bytes at the next start.
+            self._admin.delete_records([TopicPartition(self.ledger_topic, 0, end)])
+        return forgotten
+
+    @property
+    def remembered(self) -> int:
+        return len(self._written)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._producer.flush(timeout)
+
+
+def _ledger_records(entries: list) -> Iterable[tuple[str, int]]:
+    """Ledger entries ("key<TAB>due_ms" lines) in records of at most LEDGER_MAX_BYTES, each with its latest due."""
+    lines: list[str] = []
+    size = 0
+    latest = 0
+    for key, due_ms in entries:
+        line = f"{key}\t{due_ms}"
+        if lines and size + len(line) + 1 > LEDGER_MAX_BYTES:
+            yield "\n".join(lines), latest
+            lines, size, latest = [], 0, 0
+        lines.append(line)
+        size += len(line) + 1
+        latest = max(latest, due_ms)
+    if lines:
+        yield "\n".join(lines), latest

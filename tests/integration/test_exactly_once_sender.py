@@ -1,0 +1,114 @@
+"""The exactly-once writer against the real broker, without Spark: what a driver wrote is not written again
+by the next one, what it left open is aborted, it is fenced, and the ledger is trimmed."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from confluent_kafka import KafkaException, TopicPartition
+
+from kafka_scheduler.exactly_once import FencedError, TransactionalSender
+from kafka_scheduler.timed_writer import Held, TimedWriter, producer_config
+from kafka_scheduler.topics import admin_client, ensure_topics
+
+from .support import wait_until
+
+
+def items(topic: str, ids: range, due_ms: int = 1_000) -> list:
+    """(held, record) pairs: a delivery per id, and a history copy of the first with the same id."""
+    pairs = [(Held(due_ms + i, f"req-0-{i}", []), (topic, None, f"k{i}".encode(), f"v{i}".encode(), [])) for i in ids]
+    first = pairs[0][0]
+    return pairs + [(first, (topic + "-history", None, b"copy", b"v", []))]
+
+
+@pytest.fixture
+def app(kafka, broker):
+    app_id = f"eo-{uuid.uuid4().hex[:8]}"
+    topic = kafka.topic("deliveries")
+    ledger = f"{app_id}-schedule-ledger"
+    ensure_topics(admin_client(broker.bootstrap_servers), [ledger, topic + "-history"], 1)
+
+    def sender() -> TransactionalSender:
+        made = TransactionalSender(producer_config(broker.bootstrap_servers), app_id, ledger)
+        made.start()
+        return made
+
+    return topic, ledger, sender
+
+
+def test_a_second_driver_writes_nothing_the_first_committed(kafka, app):
+    topic, ledger, sender = app
+    first = sender()
+    assert first.send(items(topic, range(5))) == []
+    second = sender()
+    assert second.remembered == 6, "the ledger is read back: 5 deliveries and a history copy"
+    assert second.send(items(topic, range(8))) == []
+    assert second.skipped == 6
+    reader = kafka.reader(topic, topic + "-history", committed=True)
+    records = reader.read_to_end()
+    assert sorted(r.key for r in records if r.topic == topic) == sorted(f"k{i}".encode() for i in range(8))
+    assert [r.key for r in records if r.topic != topic] == [b"copy"]
+
+
+def test_a_transaction_left_open_is_aborted_and_its_driver_fenced(kafka, app, broker):
+    topic, ledger, sender = app
+    zombie = sender()
+    producer = zombie._producer
+    producer.begin_transaction()
+    producer.produce(topic, key=b"left-open", value=b"v")
+    producer.flush(10)
+    successor = sender()
+    assert successor.send(items(topic, range(2))) == []
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(10)
+    with pytest.raises(FencedError):
+        zombie.send(items(topic, range(3, 4)))
+    committed = kafka.reader(topic, committed=True).read_to_end()
+    assert sorted(r.key for r in committed) == [b"k0", b"k1"], "the open transaction's record is not visible"
+
+
+def test_trim_forgets_what_a_committed_batch_retired_and_deletes_its_ledger_records(kafka, app, broker):
+    topic, ledger, sender = app
+    first = sender()
+    first.send(items(topic, range(3), due_ms=1_000))
+    first.send(items(topic, range(10, 13), due_ms=50_000))
+    assert first.trim(40_000) == 4  # three deliveries and the history copy due at 1000
+    admin = admin_client(broker.bootstrap_servers)
+
+    def ledger_start() -> int:
+        return kafka.reader(ledger).consumer.get_watermark_offsets(TopicPartition(ledger, 0), timeout=10)[0]
+
+    wait_until(lambda: ledger_start() > 0, 30, "the first ledger record deleted")
+    assert admin is not None
+    second = sender()
+    assert second.remembered == 4, "only the later transaction's keys are read back"
+    assert second.send(items(topic, range(10, 13), due_ms=50_000)) == []
+    assert second.skipped == 4
+
+
+def test_refused_records_become_rejections_once_and_the_rest_of_their_transaction_is_written_once(kafka, app, broker):
+    topic, ledger, sender = app
+    small = f"small-{uuid.uuid4().hex[:8]}"
+    ensure_topics(admin_client(broker.bootstrap_servers), [small], 1, config={"max.message.bytes": "2000"})
+    rejections = topic + "-history"
+    writer = TimedWriter(broker.bootstrap_servers, sender=sender(), rejections_topic=rejections)
+    try:
+        # Partition 5 of a one-partition topic is refused before sending (the transaction commits without it); a
+        # record over max.message.bytes is refused by the broker, which aborts its whole transaction (written
+        # again by the writer).
+        rows = [("req-0-1", 0, "deliver", topic, None, b"ok", b"v", []),
+                ("req-0-2", 0, "deliver", topic, 5, b"no-partition", b"v", []),
+                ("req-0-3", 0, "deliver", small, None, b"too-large", os.urandom(5000), []),
+                ("req-0-4", 0, "deliver", small, None, b"fits", b"v", [])]
+        writer.write_now(rows)
+        writer.write_now(rows)
+        reader = kafka.reader(topic, rejections, small, committed=True)
+        expected = [(rejections, b"no-partition"), (rejections, b"too-large"), (small, b"fits"), (topic, b"ok")]
+        wait_until(lambda: len(reader.poll()) >= len(expected), 30, "every record or its rejection")
+        got = sorted((r.topic, r.key) for r in reader.read_to_end())
+        assert got == sorted(expected), got
+        assert writer.sender.aborted >= 1
+    finally:
+        writer.close()
