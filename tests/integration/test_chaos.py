@@ -1,6 +1,6 @@
-"""The crash suite (`make chaos`) at a small size, in both delivery modes: the same code, 2,000 schedules in every dialect, two kills
--9 of the job (one while it ingests a burst, one while it writes a herd) and one broker restart. About 3.5
-minutes; it starts a broker of its own, since it restarts it."""
+"""The crash suite (`make chaos`) at a small size, in both delivery modes: the same code, 2,000 schedules in
+every dialect, two kills -9 of the job (one while it ingests a burst, one while it writes a herd) and one broker
+restart. About 3.5 minutes each; it starts a broker of its own, since it restarts it."""
 
 from chaos.suite import Options, run_suite, summary
 
