@@ -111,7 +111,8 @@ class RecordSink:
             if self.writer is not None and not self.writer.wait_written(started_ms):
                 # The batch retires prepared schedules due by its time from state: it must not commit before
                 # the writer wrote them. A writer this far behind is broken; failing the batch keeps them.
-                raise RuntimeError("the timed writer did not write the deliveries due before this batch in time")
+                raise RuntimeError(str(self.writer.failure) if self.writer.failure is not None else
+                                   "the timed writer did not write the deliveries due before this batch in time")
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
             summary.delivered -= summary.dead_lettered
