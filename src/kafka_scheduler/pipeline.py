@@ -101,13 +101,16 @@ def build_session(config: Config):
 def reads_all_first(config: Config) -> bool:
     """Whether the first batch reads every input to its end, uncapped: on a new checkpoint, or one that gains an
     input, when an input's dialect writes back (its topic holds write-backs and cancels that must act before any
-    overdue schedule is delivered). A native topic alone keeps the per-batch cap, which bounds memory."""
+    overdue schedule is delivered). A native topic alone keeps the per-batch cap, which bounds memory. Only that
+    batch is uncapped: it runs in a query of its own (Scheduler._catch_up)."""
     return config.catch_up_first and any(d != "native" for d in config.input_topics.values())
 
 
-def build_stream(spark, config: Config, run: str = ""):
+def build_stream(spark, config: Config, run: str = "", capped: bool = True):
     """The streaming DataFrame of output rows (deliveries, rejections, outcome counts, armed timers,
-    withdrawals). ``run`` names this driver process (its timed writer holds what the batches prepare)."""
+    withdrawals). ``run`` names this driver process (its timed writer holds what the batches prepare).
+    ``capped``: a batch reads at most --max-requests-per-batch records. The Kafka source reads that option once,
+    when its query starts, so a query is capped for its whole life or not at all."""
     inputs = config.input_topics
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", config.bootstrap_servers)
@@ -120,7 +123,7 @@ def build_stream(spark, config: Config, run: str = ""):
     if config.exactly_once:
         # Write-backs go to the input topics in transactions: an aborted one must not be read.
         reader = reader.option("kafka.isolation.level", "read_committed")
-    if config.max_requests_per_batch and not reads_all_first(config):
+    if config.max_requests_per_batch and capped:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
     requests = decode(reader.load(), inputs, DecodeSettings.from_config(config))
     return with_shards(requests, config.shards, config.ticks_topic).groupBy("shard").transformWithStateInPandas(
@@ -226,21 +229,33 @@ class Scheduler:
         self.writer = TimedWriter(config.bootstrap_servers, config.max_held, rejections_topic=config.rejections_topic,
                                   sender=sender) if config.lookahead or sender else None
         self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic)
-        sink = self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
-                                      writer=self.writer, wakeups=self.wakeups)
-        self.query = (build_stream(spark, config, run).writeStream
-                      .queryName(config.app_id)
-                      .foreachBatch(sink)
-                      .option("checkpointLocation", config.checkpoint_dir)
-                      .trigger(processingTime=config.trigger_interval)
-                      .start())
-        if reads_all_first(config):
-            log.info("catching up: the first batch reads every input to its end before delivering anything")
-        self.wakeups.start()
-        log.info("running: reading %s; stop with Ctrl-C or SIGTERM",
-                 ", ".join(f"{t} ({d})" for t, d in inputs.items()))
+        self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
+                               writer=self.writer, wakeups=self.wakeups)
+        catching_up = reads_all_first(config)
         try:
-            return self._wait()
+            # The same run id, timed writer and wake-ups serve both queries of a catch-up: to them the second
+            # query's batches are just the next batches of this driver.
+            if catching_up:
+                # Read before the query starts: it may plan and commit its batch at once.
+                files = checkpoint_files(config, spark)
+                planned, committed = files.latest("offsets"), files.last_commit()
+            self._start_query(spark, config, run, catching_up)
+            if catching_up:
+                log.info("catching up: the first batch reads every input to its end before delivering anything")
+            self.wakeups.start()
+            log.info("running: reading %s; stop with Ctrl-C or SIGTERM",
+                     ", ".join(f"{t} ({d})" for t, d in inputs.items()))
+            if catching_up:
+                failed = self._catch_up(spark, config, run, files, planned, committed)
+                if failed is not None:
+                    return failed
+                if not self.stop_requested.is_set():
+                    self._start_query(spark, config, run, catching_up=False)
+            failed = self._wait()  # after a stop during the catch-up: the ended query's outcome again
+            if failed is not None:
+                return failed
+            log.info("stopped after %d batches: %d delivered", self.totals.batches, self.totals.delivered)
+            return 0
         finally:
             self.wakeups.close()
             if self.writer is not None:
@@ -277,7 +292,45 @@ class Scheduler:
         for notice in notices:
             log.info("checkpoint: %s", notice)
 
-    def _wait(self) -> int:
+    def _start_query(self, spark, config: Config, run: str, catching_up: bool) -> None:
+        """Start the query on the checkpoint. Catching up, it runs one batch, uncapped, and ends: Spark reads
+        every source to its end in a Trigger.Once batch (and ignores read limits there)."""
+        writer = (build_stream(spark, config, run, capped=not catching_up).writeStream
+                  .queryName(config.app_id)
+                  .foreachBatch(self.sink)
+                  .option("checkpointLocation", config.checkpoint_dir))
+        writer = writer.trigger(once=True) if catching_up else writer.trigger(processingTime=config.trigger_interval)
+        self.query = writer.start()
+
+    def _catch_up(self, spark, config: Config, run: str, files, planned: Optional[int],
+                  committed: Optional[int]) -> Optional[int]:
+        """Wait for the uncapped catch-up batch of the query _start_query started to commit; the exit code if the
+        query failed, else None (also when a stop ended it: the caller then starts nothing more). ``planned`` and
+        ``committed``: the checkpoint's last planned and last committed batch before that query started."""
+        caught_up_in = None
+        while True:
+            failed = self._wait()
+            if failed is not None or self.stop_requested.is_set():
+                return failed
+            last = files.last_commit()
+            if last == committed:  # nothing new to read
+                break
+            caught_up_in = last
+            if planned is None or last > planned:
+                break
+            # The batch was one planned before this start and not committed: Spark re-runs it as planned (a
+            # Trigger.Once query then runs that batch alone), so the rest is read in one more uncapped batch.
+            committed = last
+            self._start_query(spark, config, run, catching_up=True)
+        log.info("caught up: %s; %s", "nothing to read" if caught_up_in is None else
+                 f"batch {caught_up_in} read every input to its end",
+                 f"from now on a batch reads at most {config.max_requests_per_batch} requests"
+                 if config.max_requests_per_batch else "batches are not capped (--max-requests-per-batch is off)")
+        return None
+
+    def _wait(self) -> Optional[int]:
+        """Wait until the query ends or a stop is asked for (then stop it gracefully); the exit code if the query
+        failed, else None."""
         from pyspark.errors import StreamingQueryException
 
         query = self.query
@@ -306,8 +359,7 @@ class Scheduler:
             else:
                 log.error("query failed: %s", _summary(error))
             return 1
-        log.info("stopped after %d batches: %d delivered", self.totals.batches, self.totals.delivered)
-        return 0
+        return None
 
     def _stop_gracefully(self) -> None:
         """Wait for the batch in flight to commit; a batch starting after the request writes nothing."""
