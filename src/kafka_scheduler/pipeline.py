@@ -139,7 +139,6 @@ class Scheduler:
         self.totals = Totals()
         self.query = None
         self.metrics = SchedulerMetrics(config.input_topics)
-        self.wakeups: Optional[Wakeups] = None
         self._started_at = time.monotonic()
         self._first_batch_logged = False
 
@@ -149,7 +148,7 @@ class Scheduler:
     def _on_batch(self, summary: BatchSummary) -> None:
         index_before = self.totals.index_total
         self.totals.add(summary)
-        self.metrics.record_batch(summary, self.wakeups.next_instant if self.wakeups is not None else None)
+        self.metrics.record_batch(summary)
         if self.totals.index_total != index_before:
             log.info("index: %d entries", self.totals.index_total)
         if not self._first_batch_logged:
@@ -243,6 +242,7 @@ class Scheduler:
         if self.writer is not None:
             self.writer.on_written = self.metrics.record_written
         self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic)
+        self.metrics.follow_next_wakeup(lambda: self.wakeups.next_instant)
         sink = self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
                                       writer=self.writer, wakeups=self.wakeups)
         self.query = (build_stream(spark, config, run).writeStream

@@ -75,7 +75,11 @@ class SchedulerMetrics:
     def dialect_of(self, topic: str) -> str:
         return self.dialects.get(topic, "")
 
-    def record_batch(self, summary: BatchSummary, next_wakeup_ms: Optional[int] = None) -> None:
+    def follow_next_wakeup(self, next_ms: Callable[[], Optional[int]]) -> None:
+        """Read at each scrape: the driver's next wake-up instant (ms) moves between batches too."""
+        self.next_wakeup.set_function(lambda: (next_ms() or 0) / 1000)
+
+    def record_batch(self, summary: BatchSummary) -> None:
         """A committed batch's outcome counts (sinks.RecordSink calls back with its summary)."""
         for (outcome, topic, reason), n in summary.labelled.items():
             if not n:
@@ -105,7 +109,6 @@ class SchedulerMetrics:
         self.batch_duration.observe(summary.compute_s + summary.write_s)
         self.batches.inc()
         self.last_batch.set(summary.written_at_ms / 1000 if summary.written_at_ms else time.time())
-        self.next_wakeup.set(next_wakeup_ms / 1000 if next_wakeup_ms else 0)
 
     def record_written(self, lateness_ms: list[int], refused: int) -> None:
         """The timed writer wrote deliveries (``lateness_ms``: one per delivery) and diverted ``refused`` records."""

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_scheduler.broker import free_port
 
-from .support import at, native, wait_until
+from .support import at, ms_of, native, wait_until
 
 PORT = free_port()
 
@@ -40,8 +40,9 @@ def test_scrape_shows_outcomes_deliveries_pending_and_lateness(kafka, scheduler)
     before = scrape()  # the warm-up delivery is in already
     topic = kafka.topic()
     reader = kafka.reader(topic)
+    later_due = at(15)
     kafka.produce_many(requests, [
-        dict(key=b"later", value=b"later", headers=native(topic, at(15), "later"), partition=0),
+        dict(key=b"later", value=b"later", headers=native(topic, later_due, "later"), partition=0),
         dict(key=b"never", value=b"never", headers=native(topic, at(600), "never"), partition=0),
         dict(headers=native(request_id="never", action="CANCEL"), partition=0),
         dict(key=b"now", value=b"now", headers=native(topic, at(0), "now"), partition=0),
@@ -66,7 +67,11 @@ def test_scrape_shows_outcomes_deliveries_pending_and_lateness(kafka, scheduler)
     assert delta("kafka_scheduler_delivered_at_once_total", **by_input) == 1
     reader.wait_for(lambda r: r.key == b"now", timeout=30, what="the delivery due at once",
                     guard=scheduler.assert_running)
-    assert value(scrape(), "kafka_scheduler_pending_schedules") == 1  # "later"; "never" was cancelled
+    samples = scrape()
+    assert value(samples, "kafka_scheduler_pending_schedules") == 1  # "later"; "never" was cancelled
+    # The job next wakes up for "later" at the latest at its due time (a timer may be between ticks: retried).
+    wait_until(lambda: 0 < value(scrape(), "kafka_scheduler_next_wakeup_timestamp_seconds") <= ms_of(later_due) / 1000,
+               10, "a next wake-up at or before the due time of 'later'", interval=0.2)
 
     reader.wait_for(lambda r: r.key == b"later", timeout=60, what="the delivery of 'later'",
                     guard=scheduler.assert_running)

@@ -128,7 +128,8 @@ def test_a_batch_summary_becomes_metric_values():
                                        "rejected@kar@bad_time": 3, "delivered_at_once@req": 2,
                                        "index_entries:0": 5, "index_entries:1": 2},
                                       written_back=2, dead_lettered=1, compute_s=0.2, write_s=0.1,
-                                      written_at_ms=10_000), next_wakeup_ms=20_000)
+                                      written_at_ms=10_000))
+    metrics.follow_next_wakeup(lambda: 20_000)
     v = metrics.value
     assert v("kafka_scheduler_requests_total", {"outcome": "scheduled", "input_topic": "req", "dialect": "native"}) == 4
     assert v("kafka_scheduler_requests_total", {"outcome": "replaced", "input_topic": "req", "dialect": "native"}) == 1
@@ -144,6 +145,8 @@ def test_a_batch_summary_becomes_metric_values():
     # Deliveries are counted where they are written: here the timed writer wrote them all.
     assert v("kafka_scheduler_delivered_total") == 0
 
+    metrics.follow_next_wakeup(lambda: None)
+    assert v("kafka_scheduler_next_wakeup_timestamp_seconds") == 0
     # A later batch: shard 1 delivered its two; shard 0 reports nothing and keeps its last value.
     metrics.record_batch(summary_with({"index_entries:1": 0}))
     assert v("kafka_scheduler_pending_schedules") == 5
@@ -211,3 +214,39 @@ def test_run_with_the_metrics_port_in_use_exits_2_naming_the_option(tmp_path, ca
     assert code == 2 and time.monotonic() - started < 10
     assert err.startswith(f"kafka-scheduler run: error: --metrics-port {port}: ") and "already in use" in err \
         and err.count("\n") == 1, err
+
+
+def test_the_timed_writer_reports_each_delivery_once_and_no_rejection_as_one():
+    from confluent_kafka import KafkaError
+
+    from .test_timed_writer import RefusingProducer, row
+    from kafka_scheduler.timed_writer import TimedWriter
+
+    metrics = SchedulerMetrics({})
+    producer = RefusingProducer({"denied": KafkaError.TOPIC_AUTHORIZATION_FAILED}, {})
+    writer = TimedWriter("unused", producer=producer, rejections_topic="app-schedule-rejections")
+    writer.on_written = metrics.record_written
+    try:
+        now = int(time.time() * 1000)
+        writer.hold([row("req-0-1", now + 50, b"a", topic="denied"), row("req-0-2", now + 50, b"b"),
+                     row("req-0-2", now + 50, b"b", kind="history", topic="hist"),  # the copy of b: no delivery
+                     row("req-0-3", now + 50, b"c", topic="flaky"),  # fails once, written on the retry
+                     row(None, None, b"bad", kind="reject", topic="app-schedule-rejections")])
+        assert writer.wait_written(now + 50, timeout=10)
+    finally:
+        writer.close()
+    assert metrics.value("kafka_scheduler_delivered_total") == 2  # b and c
+    assert metrics.value("kafka_scheduler_delivery_lateness_seconds_count") == 2
+    assert metrics.value("kafka_scheduler_dead_lettered_total") == 1  # a
+
+
+def test_the_readme_table_lists_every_metric():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("### Metrics", 1)[1].split("###", 1)[0]
+    names = set()
+    for family in SchedulerMetrics({}).registry.collect():
+        names.add(family.name + ("_total" if family.type == "counter" else ""))
+    listed = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `kafka_scheduler_")}
+    assert listed == names
