@@ -548,7 +548,8 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     index and are filed in bulk (an optional ``src_topic`` column names their input topic for the counts
     per topic; their ids are not kept). ``keyed`` (ENTRY_COLUMNS, digest not needed) holds ADDs and
     REPLACEs with a client id that no other request of the batch names: those whose id has no
-    pending version (the usual case) are filed in bulk too, without a Schedule per row.
+    pending version (the usual case) are filed in bulk too, without a Schedule per row (``src_topic``, optional,
+    as for ``anonymous``).
     """
     by_sid: dict[bytes, list[Request]] = {}
     for sid, request in requests:
@@ -628,7 +629,8 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
             digests[i] = digest_of_entry(r)
             index.put(bytes(r.sid), IndexEntry(int(r.due_ms), r.delivery_id, digests[i]))
         bulk.append(fresh[ENTRY_COLUMNS].assign(digest=digests, sid=[bytes(s) for s in fresh["sid"]]))
-        bulk_topics.append(np.array([input_topic_of(s) for s in fresh["sid"]], dtype=object))
+        bulk_topics.append(fresh["src_topic"].to_numpy() if "src_topic" in fresh else
+                           np.array([input_topic_of(s) for s in fresh["sid"]], dtype=object))
     if bulk:
         rows = pd.concat(bulk, ignore_index=True) if len(bulk) > 1 else bulk[0]
         outcomes[Outcome.SCHEDULED] += len(rows)

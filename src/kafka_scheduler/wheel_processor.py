@@ -18,10 +18,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from .dialects.common import KIND_REJECT
-from .protocol import DELIVERY_ID
+from .protocol import DELIVERY_ID, REJECTION_REASON
 from .partitioning import partition_hash
 from .metrics import DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, outcome_key
-from .protocol import REJECTION_REASON
 from .rejection_classes import reason_class
 from .index_cache import IndexCache, IndexEntry, IndexToken, cache_for
 from .schedule import Action, Request, is_internal
@@ -356,7 +355,8 @@ class WheelProcessor(StatefulProcessor):
         # unless its id has a pending version.
         alone = (~client["sid"].duplicated(keep=False) & client["action"].isin([Action.ADD.value,
                                                                                 Action.REPLACE.value])).to_numpy()
-        keyed = client.loc[alone, base_columns + ["sid", "action"]].assign(digest=None).reset_index(drop=True)
+        keyed = client.loc[alone, base_columns + ["sid", "action", "src_topic"]].assign(digest=None) \
+            .reset_index(drop=True)
         requests = []
         for row in log_order(client[~alone]).itertuples(index=False):
             action = Action(row.action)

@@ -108,7 +108,7 @@ def test_bulk_adds_are_counted_per_input_topic_too():
                                                                                  "in-0-2")]
     anonymous = wheel.entries_frame(schedules).drop(columns=["sid", "digest"]).assign(src_topic=["x", "y"])
     keyed = wheel.entries_frame([Schedule(now + 3000, "out", b"k", b"v", (), "z-0-3")]).assign(
-        sid=[sid("z", "3")], action=[Action.ADD.value])
+        sid=[sid("z", "3")], action=[Action.ADD.value], src_topic=["z"])
     result = wheel.apply_requests(store, [], now, anonymous, keyed=keyed)
     assert result.by_topic == Counter({(Outcome.SCHEDULED, "x"): 1, (Outcome.SCHEDULED, "y"): 1,
                                        (Outcome.SCHEDULED, "z"): 1})
