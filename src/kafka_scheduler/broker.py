@@ -57,7 +57,7 @@ class LocalBroker:
 
     def __init__(self, port: int, data_dir: str | os.PathLike, controller_port: int | None = None,
                  heap: str = "512m", auto_create_topics: bool = False, log_level: str = "WARN",
-                 authorizer: bool = False):
+                 authorizer: bool = False, own_session: bool = False):
         self.port = port
         self.controller_port = controller_port or free_port()
         self.data_dir = Path(data_dir).resolve()
@@ -67,6 +67,9 @@ class LocalBroker:
         # ACLs enforced, everyone allowed where a resource has none: on a PLAINTEXT listener every client is
         # User:ANONYMOUS, so an ACL denying that principal makes a topic refuse writes (fault tests).
         self.authorizer = authorizer
+        # Out of the caller's process group, so a Ctrl-C in the terminal leaves it to the caller to stop it after
+        # the clients that use it (the demo); otherwise it shares the caller's fate.
+        self.own_session = own_session
         self.process: subprocess.Popen | None = None
 
     @property
@@ -141,7 +144,8 @@ class LocalBroker:
         config = self._prepare()
         out = open(self.data_dir / "broker.out", "ab")
         self.process = subprocess.Popen(self._java("kafka.Kafka", str(config)), stdout=out,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=self.own_session)
         out.close()
         self._wait_ready(timeout)
         return self

@@ -27,6 +27,7 @@ commands:
   schedule  send a request to deliver a message later
   replace   replace the pending schedule with an id
   cancel    cancel the pending schedule with an id
+  inspect   pending schedules read from a checkpoint: counts per hour and day, one in full
   bench     run a benchmark scenario (from a repository checkout)
   chaos     run the crash suite: kill -9 the job and restart the broker, check every delivery
             (from a repository checkout)
@@ -61,6 +62,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .pipeline import run
 
     return run(resolve(args), from_beginning=args.from_beginning)
+
+
+# ---------------------------------------------------------------- inspect
+
+
+def _instant_ms(text: str, flag: str) -> int:
+    from datetime import datetime, timezone
+
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CommandError(f"{flag} {text!r}: expected an ISO-8601 instant, e.g. 2026-12-24T18:00:00Z") from None
+    if moment.tzinfo is None:
+        raise CommandError(f"{flag} {text!r}: give a time zone (Z or +01:00)")
+    return int(moment.astimezone(timezone.utc).timestamp() * 1000)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import time
+
+    from .checkpoint import last_committed_batch
+    from .config import Config
+    from .inspection import Filters, inspect_checkpoint, render_json, render_table
+    from .pipeline import build_session
+
+    checkpoint_dir = args.checkpoint_dir or Config(app_id=args.app_id).checkpoint_dir
+    if not os.path.isdir(checkpoint_dir) and "://" not in checkpoint_dir:
+        raise CommandError(f"no checkpoint at {checkpoint_dir} (--checkpoint-dir)")
+    filters = Filters(ids=tuple(args.id), destination=args.destination, input_topic=args.input_topic,
+                      due_from_ms=_instant_ms(args.due_from, "--from") if args.due_from else None,
+                      due_until_ms=_instant_ms(args.due_until, "--to") if args.due_until else None)
+    batch = last_committed_batch(checkpoint_dir)
+    if batch is None:
+        raise CommandError(f"checkpoint {checkpoint_dir} has no committed batch yet: nothing to inspect")
+    logging.getLogger(__name__).info("inspect: starting Spark to read %s (batch %d)", checkpoint_dir, batch)
+    spark = build_session(Config(master="local[1]", app_id=args.app_id, checkpoint_dir=checkpoint_dir))
+    try:
+        found = inspect_checkpoint(spark, checkpoint_dir, filters, int(time.time() * 1000), batch, args.limit)
+    finally:
+        spark.stop()
+    print(render_json(found) if args.format == "json" else render_table(found, filters))
+    return 0
 
 
 # ---------------------------------------------------------------- broker
@@ -291,6 +334,28 @@ def build_parser() -> argparse.ArgumentParser:
                           "<dir>.before-<UTC time>, never deleted), start a new one and read every input from its "
                           "earliest offset; schedules already written back are not delivered again")
     run.set_defaults(handler=cmd_run)
+
+    inspect = commands.add_parser(
+        "inspect", help="pending schedules read from a checkpoint",
+        description="Read the pending schedules straight from a checkpoint with Spark's state data source, whether "
+                    "the job runs or not (it reads the last committed batch): how many match, how many fall due "
+                    "per hour (next 48 hours) and per day (next 30 days), and the first ones in full (key, value, "
+                    "headers, due time, delivery id). Starts a local Spark session (a few seconds).")
+    inspect.add_argument("--checkpoint-dir", metavar="DIR", help="the job's checkpoint (default "
+                                                                 "checkpoints/<app-id>)")
+    inspect.add_argument("--app-id", default="kafka-scheduler", metavar="ID",
+                         help="the app whose default checkpoint to read (default kafka-scheduler)")
+    inspect.add_argument("--id", action="append", default=[], metavar="ID",
+                         help="only the schedule with this request id (repeat for more); shown in full")
+    inspect.add_argument("--destination", metavar="TOPIC", help="only schedules delivered to this topic")
+    inspect.add_argument("--input-topic", metavar="TOPIC", help="only schedules requested on this input topic")
+    inspect.add_argument("--from", dest="due_from", metavar="TIME", help="only schedules due at or after this "
+                                                                         "ISO-8601 instant")
+    inspect.add_argument("--to", dest="due_until", metavar="TIME", help="only schedules due before this instant")
+    inspect.add_argument("--limit", type=int, default=20, metavar="N",
+                         help="show at most N schedules, those due first (default 20; 0: counts only)")
+    inspect.add_argument("--format", choices=("table", "json"), default="table", help="output (default table)")
+    inspect.set_defaults(handler=cmd_inspect)
 
     broker = commands.add_parser("broker", help="run a local Kafka broker",
                                  description="Run a single-node Apache Kafka broker (KRaft) on 127.0.0.1 in the "

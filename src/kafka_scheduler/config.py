@@ -49,6 +49,13 @@ _UNIT_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "second": 1
             "m": 60_000, "minute": 60_000, "minutes": 60_000}
 
 
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"must be a port number from 0 to 65535, got {text!r}")
+    return value
+
+
 def _duration_ms(text: str) -> int:
     match = _TRIGGER.match(text)
     if not match:
@@ -150,6 +157,9 @@ OPTIONS: tuple[Option, ...] = (
            "write deliveries, write-backs and rejections in Kafka transactions, each once even across crashes, "
            "for consumers reading with isolation.level=read_committed (the app's ledger topic records what was "
            "written)", "BOOL"),
+    Option("metrics_port", _port, 9464,
+           "serve Prometheus metrics at http://<metrics-host>:<port>/metrics; 0 turns them off", "PORT"),
+    Option("metrics_host", str, "0.0.0.0", "address the metrics server listens on", "HOST"),
     Option("state_layout", _choice("wheel"), "wheel",
            "how pending schedules are kept: 'wheel' (time buckets per shard, bulk; the only layout since the "
            "per-id one was retired); recorded in the checkpoint", "LAYOUT"),
@@ -177,6 +187,8 @@ class Config:
     lookahead: int = 3000  # milliseconds
     max_held: int = 20_000
     exactly_once: bool = False
+    metrics_port: int = 9464  # 0: no metrics server
+    metrics_host: str = "0.0.0.0"
     state_layout: str = "wheel"
     shards: Optional[int] = None  # None: twice the partitions
     # (option name, "--flag" or "KAFKA_SCHEDULER_<NAME>") of each option set explicitly: settings recorded in the

@@ -1,4 +1,5 @@
-"""`kafka-scheduler demo` (what `make run` runs): broker if needed, scheduler, one message arriving."""
+"""`kafka-scheduler demo` (what `make run` runs): broker if needed, scheduler, one message arriving, and then
+every delivery to the demo topic as it arrives, with its due time and lateness."""
 
 from __future__ import annotations
 
@@ -11,99 +12,199 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
+from typing import Optional
 
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from . import protocol
 from .broker import LocalBroker, port_open
-from .client import SchedulerClient, format_instant
+from .client import SchedulerClient, format_instant, parse_due
+from .config import REQUESTS_SUFFIX
+from .encoders import epoch_millis_up
+from .engine_noise import EngineNoiseFilter, debug_enabled, quiet_client_config
 from .topics import ensure_topics, wait_for_broker
 
 log = logging.getLogger("kafka_scheduler.demo")
 
 DEMO_TOPIC = "demo-deliveries"
 READY_MARKER = "running: reading"
+ARRIVAL_TIMEOUT_S = 180.0  # a first batch on a busy laptop can take a minute or two
+# TODO(issue 9, item 5): print the status page's URL here once the job serves one (`--metrics-port`).
 
 
-def _start_scheduler(args: argparse.Namespace) -> tuple[subprocess.Popen, threading.Event]:
+def _start_scheduler(args: argparse.Namespace) -> tuple[subprocess.Popen, threading.Event, threading.Thread]:
     command = [sys.executable, "-m", "kafka_scheduler", "run", "--bootstrap-servers", args.bootstrap_servers,
                "--app-id", args.app_id]
     if args.checkpoint_dir:
         command += ["--checkpoint-dir", args.checkpoint_dir]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    # Its own session: Ctrl-C reaches the demo only, which stops the scheduler with SIGTERM before the broker.
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               text=True, bufsize=1, start_new_session=True)
     ready = threading.Event()
+    noise = EngineNoiseFilter(everything=debug_enabled())
 
     def echo() -> None:
         for line in process.stdout:
-            sys.stderr.write("  [scheduler] " + line)
+            if noise.shows(line):
+                sys.stderr.write("  [scheduler] " + line)
             if READY_MARKER in line:
                 ready.set()
 
-    threading.Thread(target=echo, daemon=True).start()
-    return process, ready
+    echoing = threading.Thread(target=echo, daemon=True)
+    echoing.start()
+    return process, ready, echoing
+
+
+class DeliveryWatch:
+    """Reads the demo topic from now on, and the request topic from its start to learn each delivery's due time:
+    a delivery's ``x-scheduler-delivery-id`` is the topic-partition-offset of the request it comes from."""
+
+    def __init__(self, bootstrap_servers: str, app_id: str):
+        self.requests_topic = app_id + REQUESTS_SUFFIX
+        self._broker_down_noted = False
+        self._bootstrap_servers = bootstrap_servers
+        self.consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"demo-{uuid.uuid4()}",
+                                  "enable.auto.commit": False, "error_cb": self._on_error, **quiet_client_config()})
+        self._requests: dict[str, tuple[Optional[str], datetime]] = {}
+        assignment = []
+        for topic in (DEMO_TOPIC, self.requests_topic):
+            metadata = self.consumer.list_topics(topic, timeout=30).topics[topic]
+            for partition in metadata.partitions:
+                tp = TopicPartition(topic, partition)
+                # From the demo topic's current end: what arrived before this run is not news.
+                tp.offset = (self.consumer.get_watermark_offsets(tp, timeout=30)[1] if topic == DEMO_TOPIC
+                             else OFFSET_BEGINNING)
+                assignment.append(tp)
+        self.consumer.assign(assignment)
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            if not self._broker_down_noted:
+                log.warning("lost the broker at %s: %s", self._bootstrap_servers, error.str())
+                self._broker_down_noted = True
+        elif error.code() != KafkaError._TRANSPORT:  # a dropped connection is retried; all down is said above
+            log.warning("demo consumer: %s", error.str())
+
+    def _learn_request(self, message) -> None:
+        headers = {name: value for name, value in message.headers() or []}
+        action = (headers.get(protocol.ACTION) or b"ADD").decode(errors="replace").upper()
+        if action == "CANCEL" or headers.get(protocol.DELIVER_TO) != DEMO_TOPIC.encode():
+            return
+        try:
+            due = parse_due(headers[protocol.DELIVER_AT].decode())
+        except Exception:  # noqa: BLE001 - a request the scheduler rejects: nothing will be delivered for it
+            return
+        due = datetime.fromtimestamp(epoch_millis_up(due) / 1000, timezone.utc)  # as the scheduler reads it
+        request_id = headers.get(protocol.REQUEST_ID)
+        self._requests[f"{message.topic()}-{message.partition()}-{message.offset()}"] = (
+            request_id.decode(errors="replace") if request_id is not None else None, due)
+
+    def poll(self, timeout: float):
+        """The next delivery on the demo topic within ``timeout`` (printed), or None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.consumer.poll(max(0.0, deadline - time.monotonic()))
+            if message is None:
+                return None
+            if message.error():
+                continue
+            if message.topic() == self.requests_topic:
+                self._learn_request(message)
+                continue
+            self._print(message)
+            return message
+
+    def _print(self, message) -> None:
+        headers = {name: value for name, value in message.headers() or []}
+        delivery_id = (headers.get(protocol.DELIVERY_ID) or b"").decode(errors="replace")
+        request_id, due = self._requests.get(delivery_id, (None, None))  # a redelivery has the same id
+        arrived = datetime.fromtimestamp(message.timestamp()[1] / 1000, timezone.utc)
+        when = f"due {format_instant(due)}, {(arrived - due).total_seconds():.2f}s late" if due else "due time unknown"
+        log.info("delivered %s%s to %s at %s (%s): %s", f"id={request_id} " if request_id else "",
+                 f"key={_text(message.key())}", message.topic(), format_instant(arrived), when,
+                 _text(message.value()))
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _text(data: Optional[bytes], limit: int = 80) -> str:
+    if data is None:
+        return "null"
+    text = data.decode(errors="replace")
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def demo(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     host, _, port = args.bootstrap_servers.rpartition(":")
-    broker = None
-    if not port_open(host, int(port)):
-        if host not in ("127.0.0.1", "localhost"):
-            log.error("no broker answers at %s", args.bootstrap_servers)
-            return 1
-        log.info("no broker at %s: starting a local one (data in %s)", args.bootstrap_servers, args.data_dir)
-        broker = LocalBroker(int(port), args.data_dir).start()
-    scheduler = None
+    broker = scheduler = watch = echoing = None
     try:
+        if not port_open(host, int(port)):
+            if host not in ("127.0.0.1", "localhost"):
+                log.error("no broker answers at %s", args.bootstrap_servers)
+                return 1
+            log.info("no broker at %s: starting a local one (data in %s)", args.bootstrap_servers, args.data_dir)
+            broker = LocalBroker(int(port), args.data_dir, own_session=True).start()
         admin = wait_for_broker(args.bootstrap_servers)
         ensure_topics(admin, [DEMO_TOPIC], partitions=1)
+        del admin  # no client left to retry connecting while the broker stops at the end
+        if stop.is_set():
+            return 0
         log.info("starting the scheduler (Spark takes a few seconds to start)")
-        scheduler, ready = _start_scheduler(args)
+        scheduler, ready, echoing = _start_scheduler(args)
         while not ready.wait(0.5):
+            if stop.is_set():
+                return 0
             if scheduler.poll() is not None:
                 log.error("the scheduler exited with code %s", scheduler.returncode)
                 return 1
 
-        consumer = Consumer({"bootstrap.servers": args.bootstrap_servers, "group.id": f"demo-{uuid.uuid4()}",
-                             "auto.offset.reset": "latest", "enable.auto.commit": False})
-        consumer.subscribe([DEMO_TOPIC])
-        consumer.poll(2)  # join the group before the message can arrive
+        watch = DeliveryWatch(args.bootstrap_servers, args.app_id)
         marker = uuid.uuid4().hex[:8]
-        with SchedulerClient(args.bootstrap_servers, app_id=args.app_id) as client:
+        with SchedulerClient(args.bootstrap_servers, app_id=args.app_id, producer_config=quiet_client_config()) \
+                as client:
             due = client.schedule(DEMO_TOPIC, f"+{args.delay}s", key=f"demo-{marker}",
                                   value=f"hello from kafka-scheduler ({marker})", request_id=f"demo-{marker}")
-        log.info("scheduled demo-%s for %s (in %.0fs) to topic %s", marker, format_instant(due), args.delay,
-                 DEMO_TOPIC)
-        deadline = time.monotonic() + args.delay + 60
-        arrived = None
-        while arrived is None and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and not message.error() and message.key() == f"demo-{marker}".encode():
-                arrived = message
-        consumer.close()
-        if arrived is None:
-            log.error("the demo message did not arrive within %.0fs of its due time", 60)
-            return 1
-        arrival = datetime.fromtimestamp(arrived.timestamp()[1] / 1000, timezone.utc)
-        log.info("ARRIVED on %s: key=%s value=%r due %s, arrived %s (%.2fs after due)", DEMO_TOPIC,
-                 arrived.key().decode(), arrived.value().decode(), format_instant(due), format_instant(arrival),
-                 (arrival - due).total_seconds())
+        log.info("scheduled demo-%s for %s (in %.0fs) to %s", marker, format_instant(due), args.delay, DEMO_TOPIC)
+        deadline = time.monotonic() + args.delay + ARRIVAL_TIMEOUT_S
+        arrived = False
+        while not arrived:
+            if stop.is_set():
+                return 0
+            if time.monotonic() > deadline:
+                log.error("the demo message did not arrive within %.0fs of its due time", ARRIVAL_TIMEOUT_S)
+                return 1
+            message = watch.poll(0.5)
+            arrived = message is not None and message.key() == f"demo-{marker}".encode()
         if args.once:
             return 0
-        log.info("the scheduler keeps running; in another shell try:\n"
+        log.info("the scheduler keeps running; every delivery to %s shows here. In another shell try:\n"
                  "  .venv/bin/kafka-scheduler schedule --to %s --at +10s --value hi --id my-1\n"
                  "  .venv/bin/kafka-scheduler cancel --id my-1\n"
-                 "Ctrl-C stops the scheduler%s.", DEMO_TOPIC, " and the broker" if broker else "")
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        while not stop.wait(0.5) and scheduler.poll() is None:
-            pass
+                 "Ctrl-C stops the scheduler%s.", DEMO_TOPIC, DEMO_TOPIC, " and the broker" if broker else "")
+        while not stop.is_set():
+            watch.poll(0.5)
+            if scheduler.poll() is not None:
+                log.error("the scheduler exited with code %s", scheduler.returncode)
+                return 1
+            if broker is not None and broker.process.poll() is not None:
+                log.error("the broker exited with code %s; see %s", broker.process.returncode, broker.log_file)
+                return 1
         return 0
     finally:
+        if watch is not None:
+            watch.close()
         if scheduler is not None and scheduler.poll() is None:
+            log.info("stopping the scheduler%s", " and the broker" if broker else "")
             scheduler.send_signal(signal.SIGTERM)
             try:
                 scheduler.wait(150)
             except subprocess.TimeoutExpired:
                 scheduler.kill()
+        if echoing is not None:
+            echoing.join(5)  # its last lines (how it stopped) before ours
         if broker is not None:
             broker.stop()

@@ -10,6 +10,15 @@ from typing import Optional
 # Outcome rows "index_entries:<shard>" (n: entries of the shard's id index after a handler call; due_ms: the
 # index version) are reports, not requests: kept apart, last value per shard.
 INDEX_ENTRIES_PREFIX = "index_entries:"
+# Outcome rows name their labels after the outcome: "scheduled@<input topic>", "rejected@<input topic>@<reason
+# class>" (topic names cannot hold "@"). "delivered_at_once@<input topic>" counts schedules due when read: a
+# report on requests already counted, not an outcome.
+LABEL_SEPARATOR = "@"
+DELIVERED_AT_ONCE = "delivered_at_once"
+
+
+def outcome_key(name: str, *labels: str) -> str:
+    return LABEL_SEPARATOR.join((name, *labels))
 
 
 @dataclass
@@ -28,13 +37,23 @@ class BatchSummary:
     compute_s: float = 0.0  # decode, state step and summary (the batch's first Spark job)
     write_s: float = 0.0  # the Kafka write
     index_entries: dict = field(default_factory=dict)  # shard -> id index entries, the shard's last report
+    # (outcome, input topic, reason class or "") -> n: the outcomes again, with the labels the metrics use
+    labelled: Counter = field(default_factory=Counter)
+    at_once: Counter = field(default_factory=Counter)  # input topic -> schedules delivered at once (due when read)
+    written_by_batch: int = 0  # deliveries the batch wrote through Spark's Kafka sink (not the timed writer)
 
     def count_outcome(self, topic: str, n: int, last_n: Optional[int] = None) -> None:
         """An outcome row group: ``n`` summed over the batch, ``last_n`` the value of its latest row."""
         if topic.startswith(INDEX_ENTRIES_PREFIX):
             self.index_entries[int(topic[len(INDEX_ENTRIES_PREFIX):])] = int(n if last_n is None else last_n)
-        else:
-            self.outcomes[topic] += n
+            return
+        name, *labels = topic.split(LABEL_SEPARATOR)
+        if name == DELIVERED_AT_ONCE:
+            self.at_once[labels[0] if labels else ""] += n
+            return
+        self.outcomes[name] += n
+        labels = (labels + ["", ""])[:2]
+        self.labelled[(name, *labels)] += n
 
     @property
     def requests(self) -> int:

@@ -29,6 +29,7 @@ from .dialects import DecodeSettings, decode
 from .dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS, java_options as avro_java_options
 from .jars import jar_paths
 from .metrics import BatchSummary, Totals
+from .prometheus import LagWatcher, SchedulerMetrics, serve
 from .sinks import RecordSink
 from .state_processor import OUTPUT_SCHEMA
 from .exactly_once import TransactionalSender, transactional_id
@@ -140,6 +141,7 @@ class Scheduler:
         self.stop_requested = threading.Event()
         self.totals = Totals()
         self.query = None
+        self.metrics = SchedulerMetrics(config.input_topics)
         self._started_at = time.monotonic()
         self._first_batch_logged = False
 
@@ -149,6 +151,7 @@ class Scheduler:
     def _on_batch(self, summary: BatchSummary) -> None:
         index_before = self.totals.index_total
         self.totals.add(summary)
+        self.metrics.record_batch(summary)
         if self.totals.index_total != index_before:
             log.info("index: %d entries", self.totals.index_total)
         if not self._first_batch_logged:
@@ -179,6 +182,17 @@ class Scheduler:
             log.debug("ticks not trimmed: %s", exc)
 
     def run(self) -> int:
+        # Served from the start (a port in use fails at once, before anything else starts).
+        server = serve(self.metrics, self.config.metrics_host, self.config.metrics_port) \
+            if self.config.metrics_port else None
+        try:
+            return self._run()
+        finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+
+    def _run(self) -> int:
         # A local checkpoint is checked before anything starts, so a refused start costs no Spark start-up. Under
         # spark-submit a plain path is on the cluster's default filesystem, which only Spark's Hadoop reaches.
         settle_first = is_local(self.config.checkpoint_dir) and not under_spark_submit()
@@ -228,10 +242,14 @@ class Scheduler:
         sender = self._start_exactly_once(admin) if config.exactly_once else None
         self.writer = TimedWriter(config.bootstrap_servers, config.max_held, rejections_topic=config.rejections_topic,
                                   sender=sender) if config.lookahead or sender else None
+        if self.writer is not None:
+            self.writer.on_written = self.metrics.record_written
         self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic)
+        self.metrics.follow_next_wakeup(lambda: self.wakeups.next_instant)
         self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
                                writer=self.writer, wakeups=self.wakeups)
         catching_up = reads_all_first(config)
+        lag = None
         try:
             # The same run id, timed writer and wake-ups serve both queries of a catch-up: to them the second
             # query's batches are just the next batches of this driver.
@@ -243,6 +261,9 @@ class Scheduler:
             if catching_up:
                 log.info("catching up: the first batch reads every input to its end before delivering anything")
             self.wakeups.start()
+            # Follows self.query, whichever query of a catch-up runs.
+            lag = LagWatcher(self.metrics, admin, lambda: self.query.lastProgress, inputs).start() \
+                if config.metrics_port else None
             log.info("running: reading %s; stop with Ctrl-C or SIGTERM",
                      ", ".join(f"{t} ({d})" for t, d in inputs.items()))
             if catching_up:
@@ -257,6 +278,8 @@ class Scheduler:
             log.info("stopped after %d batches: %d delivered", self.totals.batches, self.totals.delivered)
             return 0
         finally:
+            if lag is not None:
+                lag.close()
             self.wakeups.close()
             if self.writer is not None:
                 self.writer.close()

@@ -25,6 +25,16 @@ def is_internal(sid: bytes) -> bool:
     return sid[:len(INTERNAL_SID_PREFIX)] == INTERNAL_SID_PREFIX
 
 
+def input_topic_of(sid) -> str:
+    """The input topic a schedule id is scoped by ("" for an id of another form): outcomes are counted per topic."""
+    sid = bytes(sid)
+    for prefix in (CLIENT_SID_PREFIX, INTERNAL_SID_PREFIX):
+        if sid[:len(prefix)] == prefix:
+            topic, sep, _ = sid[len(prefix):].partition(b"/")
+            return topic.decode(errors="replace") if sep else ""
+    return ""
+
+
 
 class Action(str, Enum):
     ADD = "ADD"

@@ -80,12 +80,14 @@ class RecordSink:
         self.wakeups = wakeups
         self.refused_batch: Optional[int] = None  # set when a stop made it refuse a batch
         self.batch_ends_ms: list[int] = []  # when this run's last two batches returned (exactly-once trims by them)
+        self._spark_wrote = False  # whether this batch's deliveries went through Spark's Kafka sink, not the writer
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self.stop_requested.is_set():
             self.refused_batch = batch_id
             raise StopRequested(f"stop requested before batch {batch_id}")
         started_ms = int(time.time() * 1000)
+        self._spark_wrote = False
         self._trim_ledger()
         batch = batch.persist()
         started = time.monotonic()
@@ -116,6 +118,8 @@ class RecordSink:
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
             summary.delivered -= summary.dead_lettered
+            if self._spark_wrote:
+                summary.written_by_batch = summary.delivered
         finally:
             batch.unpersist()
         self.batch_ends_ms = [*self.batch_ends_ms[-1:], int(time.time() * 1000)]
@@ -147,6 +151,7 @@ class RecordSink:
             self.writer.write_now(records.select("delivery_id", "due_ms", "kind", "topic", "partition", "key",
                                                  "value", "headers").toLocalIterator())
             return
+        self._spark_wrote = True
         records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
             .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS).save()
 

@@ -102,6 +102,10 @@ class TimedWriter:
         self.refused = 0  # records a destination refused, written to the rejections topic instead
         self.retried = 0
         self.lateness_ms: list[int] = []  # of the last writes, for the batch line
+        # Called after each write with the lateness (ms) of each delivery written and the number of records refused
+        # (sent to rejections): the metrics (prometheus.py). Rejections and dead letters (no due time) are no
+        # deliveries; a record retried is counted when it is written.
+        self.on_written: Optional[Callable[[list[int], int], None]] = None
         self._thread = threading.Thread(target=self._run, name="timed-writer", daemon=True)
         self._thread.start()
 
@@ -227,6 +231,10 @@ class TimedWriter:
             if lost:
                 self.failed += len(lost)
                 log.error("timed writer: %d record(s) not written, not even as rejections: %s", len(lost), lost[0][2])
+        if self.on_written is not None:
+            failed = {id(held) for held, *_ in refused} | {id(held) for held, _ in again}
+            self.on_written([started - h.due_ms for h in taken if h.due_ms > 0 and h.delivery_id[:1] != "\0"
+                             and id(h) not in failed], len(refused))
         if again:
             self.retried += len(again)
             log.warning("timed writer: %d record(s) not written, retrying in %.0fs: %s", len(again), RETRY_PAUSE_S,

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from .index_cache import IndexCache, IndexEntry, IndexSession, IndexToken
-from .schedule import Action, Outcome, Request, Schedule, WriteBack, completes, is_internal
+from .schedule import Action, Outcome, Request, Schedule, WriteBack, completes, input_topic_of, is_internal
 
 BUCKET_MS = 1000
 # How fast a shard's fire reads, filters and emits a bucket's chunks, conservatively: a bucket is prepared this much
@@ -522,6 +522,10 @@ class _Shard:
 class BatchResult:
     """What one handler call hands to the sink."""
     outcomes: Counter = field(default_factory=Counter)
+    # The same outcomes per input topic, (Outcome, topic) -> n, and the schedules delivered at once (due when
+    # read) per input topic: for the metrics (prometheus.py).
+    by_topic: Counter = field(default_factory=Counter)
+    at_once: Counter = field(default_factory=Counter)
     emitted: list = field(default_factory=list)  # entries frames: due by now (write now) or later (prepared)
     withdrawn: list = field(default_factory=list)  # delivery ids the timed writer may hold and must drop
 
@@ -541,9 +545,11 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
 
     ``requests`` are those with a client id, in log order per id. ``anonymous`` holds the ADDs
     without request id (ENTRY_COLUMNS): nothing can replace or cancel them, so they skip the
-    index and are filed in bulk. ``keyed`` (ENTRY_COLUMNS, digest not needed) holds ADDs and
+    index and are filed in bulk (an optional ``src_topic`` column names their input topic for the counts
+    per topic; their ids are not kept). ``keyed`` (ENTRY_COLUMNS, digest not needed) holds ADDs and
     REPLACEs with a client id that no other request of the batch names: those whose id has no
-    pending version (the usual case) are filed in bulk too, without a Schedule per row.
+    pending version (the usual case) are filed in bulk too, without a Schedule per row (``src_topic``, optional,
+    as for ``anonymous``).
     """
     by_sid: dict[bytes, list[Request]] = {}
     for sid, request in requests:
@@ -555,7 +561,7 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
         return result
 
     shard = _Shard(store, store.next_seq(), now_ms, window_ms, run)
-    outcomes = result.outcomes
+    outcomes, by_topic = result.outcomes, result.by_topic
     due_now: list[Schedule] = []
     to_file: dict[int, tuple[list[Schedule], list[tuple]]] = {}
     index = shard.index()
@@ -568,6 +574,7 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
         fresh = keyed[~known]
     for sid, of_sid in by_sid.items():
         internal = is_internal(sid)
+        topic = input_topic_of(sid)
         current = None if internal else index.get(sid)
         written = None
         if current is not None and shard.written(current):
@@ -578,6 +585,7 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
         for request in of_sid:
             outcome, pending, pending_digest = step(pending, pending_digest, request)
             outcomes[outcome] += 1
+            by_topic[(outcome, topic)] += 1
 
         if pending is current:
             continue
@@ -589,6 +597,7 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
             shard.strike(written)
         if pending is not None and pending.due_ms <= now_ms:
             due_now.append(pending)
+            result.at_once[topic] += 1
             pending = None
         if pending is None:
             if current is not None or written is not None:
@@ -605,8 +614,13 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     frames = {bucket: entries_frame(schedules, ids) for bucket, (schedules, ids) in to_file.items()}
     if due_now:
         result.emitted.append(entries_frame(due_now))
-    bulk = []
+    bulk, bulk_topics = [], []
     if has_anonymous:
+        if "src_topic" in anonymous:
+            bulk_topics.append(anonymous["src_topic"].to_numpy())
+            anonymous = anonymous.drop(columns=["src_topic"])
+        else:
+            bulk_topics.append(np.full(len(anonymous), "", dtype=object))
         bulk.append(anonymous.assign(sid=None, digest=None) if "sid" not in anonymous else anonymous)
     if fresh is not None and len(fresh):
         fresh_later = (fresh["due_ms"] > now_ms).to_numpy()
@@ -615,10 +629,17 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
             digests[i] = digest_of_entry(r)
             index.put(bytes(r.sid), IndexEntry(int(r.due_ms), r.delivery_id, digests[i]))
         bulk.append(fresh[ENTRY_COLUMNS].assign(digest=digests, sid=[bytes(s) for s in fresh["sid"]]))
+        bulk_topics.append(fresh["src_topic"].to_numpy() if "src_topic" in fresh else
+                           np.array([input_topic_of(s) for s in fresh["sid"]], dtype=object))
     if bulk:
         rows = pd.concat(bulk, ignore_index=True) if len(bulk) > 1 else bulk[0]
         outcomes[Outcome.SCHEDULED] += len(rows)
         due_mask = rows["due_ms"] <= now_ms
+        topics = pd.Series(np.concatenate(bulk_topics))
+        for topic, n in topics.value_counts().items():
+            by_topic[(Outcome.SCHEDULED, topic)] += int(n)
+        for topic, n in topics[due_mask.to_numpy()].value_counts().items():
+            result.at_once[topic] += int(n)
         if due_mask.any():
             result.emitted.append(rows[due_mask].reset_index(drop=True))
         later = rows[~due_mask]

@@ -18,9 +18,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from .dialects.common import KIND_REJECT
-from .protocol import DELIVERY_ID
+from .protocol import DELIVERY_ID, REJECTION_REASON
 from .partitioning import partition_hash
-from .metrics import INDEX_ENTRIES_PREFIX
+from .metrics import DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, outcome_key
+from .rejection_classes import reason_class
 from .index_cache import IndexCache, IndexEntry, IndexToken, cache_for
 from .schedule import Action, Request, is_internal
 from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
@@ -241,9 +242,23 @@ def _records(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.Data
 
 
 def _outcomes(counts: Counter) -> pd.DataFrame:
+    """Outcome rows; a key is an outcome name (or Outcome), or a tuple of it and its labels (metrics.outcome_key)."""
+    def name(key) -> str:
+        parts = key if isinstance(key, tuple) else (key,)
+        return outcome_key(*(str(getattr(p, "value", p)) for p in parts))
+
     # Every cell given: a column pandas fills by itself holds NaN, which Spark cannot read as an array or a string.
-    return pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": str(getattr(k, "value", k)),
+    return pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": name(k),
                           "n": n} for k, n in counts.items() if n], columns=OUTPUT_COLUMNS)
+
+
+def rejection_counts(frame: pd.DataFrame) -> Counter:
+    """(rejected, input topic, reason class) -> n of rejection rows (``src_topic``, ``headers``)."""
+    def reason(headers):
+        return next((v for k, v in header_pairs(headers) if k == REJECTION_REASON), None)
+
+    return Counter((OUTCOME_REJECTED, str(topic), reason_class(reason(headers)))
+                   for topic, headers in zip(frame["src_topic"], frame["headers"]))
 
 
 def _header_dicts(cell) -> list:
@@ -327,19 +342,21 @@ class WheelProcessor(StatefulProcessor):
         if int(key[0]) == REJECTIONS_SHARD:
             yield _records(KIND_REJECT, frame["topic"].to_numpy(), frame["key"].to_numpy(),
                            frame["value"].to_numpy(), list(frame["headers"]), None)
-            yield _outcomes(Counter({OUTCOME_REJECTED: len(frame)}))
+            yield _outcomes(rejection_counts(frame))
             return
         shard = int(key[0])
         self.store.use_shard(shard)
         anonymous_mask = frame["sid"].map(is_internal).astype(bool)
         base_columns = [c for c in ENTRY_COLUMNS if c not in INDEX_COLUMNS]
-        anonymous = frame.loc[anonymous_mask, base_columns].assign(sid=None, digest=None).reset_index(drop=True)
+        anonymous = frame.loc[anonymous_mask, base_columns + ["src_topic"]].assign(sid=None, digest=None) \
+            .reset_index(drop=True)
         client = frame[~anonymous_mask]
         # An ADD or REPLACE whose id no other request of the batch names needs no log order: filed in bulk
         # unless its id has a pending version.
         alone = (~client["sid"].duplicated(keep=False) & client["action"].isin([Action.ADD.value,
                                                                                 Action.REPLACE.value])).to_numpy()
-        keyed = client.loc[alone, base_columns + ["sid", "action"]].assign(digest=None).reset_index(drop=True)
+        keyed = client.loc[alone, base_columns + ["sid", "action", "src_topic"]].assign(digest=None) \
+            .reset_index(drop=True)
         requests = []
         for row in log_order(client[~alone]).itertuples(index=False):
             action = Action(row.action)
@@ -355,7 +372,7 @@ class WheelProcessor(StatefulProcessor):
             yield _withdraw_rows(result.withdrawn)
         if self.new_timers:
             yield _timer_rows(self.new_timers)
-        yield _outcomes(result.outcomes)
+        yield _outcomes(result.by_topic + Counter({(DELIVERED_AT_ONCE, t): n for t, n in result.at_once.items()}))
         yield from self._index_size(shard)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:

@@ -1,0 +1,184 @@
+"""The job's Prometheus metrics: one registry fed by the batch summaries (sinks.py), the timed writer's writes and a
+lag watcher, served over HTTP at /metrics (``--metrics-port``).
+
+The values live in ``SchedulerMetrics.registry``: anything else that shows them (a status page) reads the same
+registry (``value``), so the page and a scrape never disagree.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import threading
+import time
+from typing import Callable, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from .config import ConfigError
+from .metrics import BatchSummary
+from .state_processor import OUTCOME_REJECTED
+
+log = logging.getLogger(__name__)
+
+PREFIX = "kafka_scheduler_"
+# Seconds: a delivery a few ms late is the rule with the timed writer; a batch of a herd may take minutes.
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+LAG_EVERY_S = 5.0
+
+
+class SchedulerMetrics:
+    """Every metric the job exports. ``dialects``: input topic -> dialect, for the ``dialect`` label."""
+
+    def __init__(self, dialects: dict[str, str], registry: Optional[CollectorRegistry] = None):
+        self.dialects = dict(dialects)
+        self.registry = registry = registry if registry is not None else CollectorRegistry()
+        by_input = ["input_topic", "dialect"]
+        self.requests = Counter(PREFIX + "requests", "Requests read, by outcome: scheduled, replaced, replace_noop, "
+                                "cancelled, cancel_noop, completed, complete_noop (rejected ones: "
+                                "kafka_scheduler_rejected_total)", ["outcome", *by_input], registry=registry)
+        self.rejected = Counter(PREFIX + "rejected", "Requests rejected (sent to the rejections topic), by reason "
+                                "class", [*by_input, "reason_class"], registry=registry)
+        self.delivered = Counter(PREFIX + "delivered", "Deliveries written to their destination topics",
+                                 registry=registry)
+        self.delivered_at_once = Counter(PREFIX + "delivered_at_once", "Schedules already due when their request "
+                                         "was read, delivered by the batch that read it", by_input, registry=registry)
+        self.written_back = Counter(PREFIX + "written_back", "Write-backs emitted to source topics (Karafka, ETF1, "
+                                    "Sky inputs) with their deliveries", registry=registry)
+        self.dead_lettered = Counter(PREFIX + "dead_lettered", "Deliveries their destination refused (topic or "
+                                     "partition missing, not authorized, too large), sent to the rejections topic",
+                                     registry=registry)
+        self.pending = Gauge(PREFIX + "pending_schedules", "Pending schedules with a request id (the id index, "
+                             "summed over shards; schedules without id are not counted)", registry=registry)
+        self.next_wakeup = Gauge(PREFIX + "next_wakeup_timestamp_seconds", "When the job next acts on pending "
+                                 "schedules (the earliest armed timer, up to --lookahead plus a preparation lead "
+                                 "before the earliest due time); 0: none armed", registry=registry)
+        self.lateness = Histogram(PREFIX + "delivery_lateness_seconds", "How long after its due time each delivery "
+                                  "was written", buckets=LATENESS_BUCKETS, registry=registry)
+        self.batch_duration = Histogram(PREFIX + "batch_duration_seconds", "Micro-batch time in the sink: state "
+                                        "step, summary and Kafka write", buckets=BATCH_BUCKETS, registry=registry)
+        self.batches = Counter(PREFIX + "batches", "Micro-batches completed", registry=registry)
+        self.last_batch = Gauge(PREFIX + "last_batch_timestamp_seconds", "When the last micro-batch completed",
+                                registry=registry)
+        self.input_lag = Gauge(PREFIX + "input_lag_records", "Records in an input topic partition the job has not "
+                               "read yet (latest offset minus the end offset of the last batch)",
+                               ["topic", "partition"], registry=registry)
+        self._lock = threading.Lock()
+        self._index_entries: dict[int, int] = {}
+
+    def value(self, name: str, labels: Optional[dict] = None) -> Optional[float]:
+        """A sample's current value (``name`` as exposed, e.g. ``kafka_scheduler_delivered_total``)."""
+        return self.registry.get_sample_value(name, labels or {})
+
+    def dialect_of(self, topic: str) -> str:
+        return self.dialects.get(topic, "")
+
+    def follow_next_wakeup(self, next_ms: Callable[[], Optional[int]]) -> None:
+        """Read at each scrape: the driver's next wake-up instant (ms) moves between batches too."""
+        self.next_wakeup.set_function(lambda: (next_ms() or 0) / 1000)
+
+    def record_batch(self, summary: BatchSummary) -> None:
+        """A committed batch's outcome counts (sinks.RecordSink calls back with its summary)."""
+        for (outcome, topic, reason), n in summary.labelled.items():
+            if not n:
+                continue
+            if outcome == OUTCOME_REJECTED:
+                self.rejected.labels(topic, self.dialect_of(topic), reason or "other").inc(n)
+            else:
+                self.requests.labels(outcome, topic, self.dialect_of(topic)).inc(n)
+        for topic, n in summary.at_once.items():
+            if n:
+                self.delivered_at_once.labels(topic, self.dialect_of(topic)).inc(n)
+        self.written_back.inc(summary.written_back)
+        self.dead_lettered.inc(summary.dead_lettered)
+        if summary.written_by_batch:
+            # Written by the batch itself (no timed writer, or beyond --max-held): held slices go out at their due
+            # time; the others are observed at the batch's largest lateness, the only figure the batch has.
+            self.delivered.inc(summary.written_by_batch)
+            at_once = summary.written_by_batch - summary.held
+            if at_once > 0 and summary.earliest_due_ms is not None:
+                late_s = max(0, summary.written_at_ms - summary.earliest_due_ms) / 1000
+                for _ in range(min(at_once, 10_000)):
+                    self.lateness.observe(late_s)
+        with self._lock:
+            self._index_entries.update(summary.index_entries)
+            if self._index_entries:
+                self.pending.set(sum(self._index_entries.values()))
+        self.batch_duration.observe(summary.compute_s + summary.write_s)
+        self.batches.inc()
+        self.last_batch.set(summary.written_at_ms / 1000 if summary.written_at_ms else time.time())
+
+    def record_written(self, lateness_ms: list[int], refused: int) -> None:
+        """The timed writer wrote deliveries (``lateness_ms``: one per delivery) and diverted ``refused`` records."""
+        self.delivered.inc(len(lateness_ms))
+        for late in lateness_ms:
+            self.lateness.observe(max(0, late) / 1000)
+        self.dead_lettered.inc(refused)
+
+    def record_lag(self, end_offsets: dict, latest: dict) -> None:
+        """``end_offsets``/``latest``: {(topic, partition): offset}; lag is reported where both are known."""
+        for (topic, partition), end in end_offsets.items():
+            if (topic, partition) in latest:
+                self.input_lag.labels(topic, str(partition)).set(max(0, latest[(topic, partition)] - end))
+
+
+def serve(metrics: SchedulerMetrics, host: str, port: int):
+    """Start the /metrics server; returns the server (``shutdown()`` stops it). A port in use is a ConfigError."""
+    try:
+        server, _thread = start_http_server(port, host, metrics.registry)
+    except OSError as exc:
+        what = "already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise ConfigError(f"--metrics-port {port}: cannot serve metrics on {host}:{port} ({what}); choose another "
+                          f"port, or 0 to turn the metrics off") from None
+    log.info("metrics: http://%s:%d/metrics", host, server.server_port)
+    return server
+
+
+def end_offsets(progress: Optional[dict], topics) -> dict:
+    """{(topic, partition): offset} the last batch read to, from a query's lastProgress."""
+    found: dict = {}
+    for source in (progress or {}).get("sources") or ():
+        offsets = source.get("endOffset")
+        offsets = json.loads(offsets) if isinstance(offsets, str) else offsets
+        for topic, partitions in (offsets or {}).items():
+            if topic in topics:
+                for partition, offset in partitions.items():
+                    found[(topic, int(partition))] = int(offset)
+    return found
+
+
+class LagWatcher:
+    """Every ``every`` seconds: the input topics' latest offsets (one admin look-up) against the end offsets of
+    the query's last batch."""
+
+    def __init__(self, metrics: SchedulerMetrics, admin, progress: Callable[[], Optional[dict]], topics,
+                 every: float = LAG_EVERY_S):
+        self.metrics, self.admin, self.progress, self.topics, self.every = metrics, admin, progress, set(topics), every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lag-watcher", daemon=True)
+
+    def start(self) -> "LagWatcher":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(self.every + 1)
+
+    def _run(self) -> None:
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        while not self._stop.wait(self.every):
+            try:
+                ends = end_offsets(self.progress(), self.topics)
+                if not ends:
+                    continue
+                futures = self.admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in ends},
+                                                  request_timeout=self.every)
+                latest = {(tp.topic, tp.partition): future.result(self.every).offset for tp, future in futures.items()}
+                self.metrics.record_lag(ends, latest)
+            except Exception as exc:  # a broker away for a while: the next round tries again
+                log.debug("input lag not read: %s", exc)

@@ -1,0 +1,44 @@
+"""Rejection reasons (free text in ``x-scheduler-rejection-reason``) grouped into a small fixed set of classes, so a
+metric labelled by class keeps a bounded number of series whatever the texts quote (names, instants, sizes)."""
+
+from __future__ import annotations
+
+import re
+
+BAD_TIME = "bad_time"
+BAD_DESTINATION = "bad_destination"
+TOO_LARGE = "too_large"
+MISSING_FIELD = "missing_field"
+MALFORMED = "malformed"
+REFUSED_BY_DESTINATION = "refused_by_destination"
+OTHER = "other"
+CLASSES = (BAD_TIME, BAD_DESTINATION, TOO_LARGE, MISSING_FIELD, MALFORMED, REFUSED_BY_DESTINATION, OTHER)
+
+# First match wins. Quoted parts ('...') are removed before matching: a value quoted in a reason must not pick
+# its class. The texts come from dialects/*.py (decoding) and sinks.py / timed_writer.py (a destination's refusal).
+_RULES = (
+    # What a destination refused at delivery (sinks.RecordSink._dead_letter, timed_writer.refusal_reason).
+    (REFUSED_BY_DESTINATION, r"^not authorized to write|^destination (topic|partition) .* does not exist"
+                             r"|too large for destination"),
+    (MISSING_FIELD, r"^(missing|empty) "),
+    (TOO_LARGE, r"too large"),
+    (BAD_DESTINATION, r"destination|deliver-to|target_partition|partition"),
+    (BAD_TIME, r"\btime\b|deliver-at|epoch|days ahead|time zone|ISO-8601|Unix seconds"),
+    (MALFORMED, r"^(invalid|malformed|unknown|unparseable|unsupported|duplicate) |not valid UTF-8|newer than"
+                r"|no dialect|^header name"),
+)
+_COMPILED = tuple((name, re.compile(pattern, re.I)) for name, pattern in _RULES)
+_QUOTED = re.compile(r"'[^']*'")
+
+
+def reason_class(reason) -> str:
+    """The class of a rejection reason (text or UTF-8 bytes); a request rejected for several reasons is classed by
+    its first."""
+    if reason is None:
+        return OTHER
+    text = bytes(reason).decode("utf-8", "replace") if isinstance(reason, (bytes, bytearray, memoryview)) else reason
+    text = _QUOTED.sub("''", text)
+    for name, pattern in _COMPILED:
+        if pattern.search(text):
+            return name
+    return OTHER
