@@ -106,7 +106,7 @@ def test_each_schedule_is_delivered_once_across_two_executor_processes(kafka, cl
     to = destination(kafka)
     reader = kafka.reader(to)
     due = schedule(kafka, scheduler.app_id, to, "once", 600, within_s=30)
-    by_key, problems = check(wait_for_all(reader, due, scheduler, timeout=120), due)
+    by_key, problems = check(wait_for_all(reader, due, scheduler, timeout=240), due)
     assert not problems, problems[:10]
     assert set(by_key) == set(due)
     duplicated = {k: len(v) for k, v in by_key.items() if len(v) != 1}
@@ -126,16 +126,16 @@ def test_nothing_is_lost_or_early_when_an_executor_is_killed(kafka, cluster, sch
     to = destination(kafka)
     reader = kafka.reader(to)
     due = schedule(kafka, scheduler.app_id, to, "before", 300, within_s=30)
-    reader.wait_for(lambda r: True, count=30, timeout=60, what="the first deliveries", guard=scheduler.assert_running)
+    reader.wait_for(lambda r: True, count=30, timeout=120, what="the first deliveries", guard=scheduler.assert_running)
     [victim, survivor] = executors = cluster.executors()
     assert len(executors) == 2, executors
     os.kill(victim, signal.SIGKILL)
     mark = len(scheduler.log())
     due.update(schedule(kafka, scheduler.app_id, to, "during", 150, within_s=20))
-    wait_until(lambda: victim not in cluster.executors() and len(cluster.executors()) == 2, 90,
+    wait_until(lambda: victim not in cluster.executors() and len(cluster.executors()) == 2, 180,
                "the worker to start a replacement executor", guard=scheduler.assert_running)
     due.update(schedule(kafka, scheduler.app_id, to, "after", 150, within_s=15))
-    by_key, problems = check(wait_for_all(reader, due, scheduler, timeout=150), due)
+    by_key, problems = check(wait_for_all(reader, due, scheduler, timeout=300), due)
     assert not problems, problems[:10]
     lost = set(due) - set(by_key)
     assert not lost, sorted(lost)[:10]
