@@ -38,6 +38,8 @@ class LocalSparkCluster:
         self.webui_port = free_port()
         # Loopback only: the driver, master, workers and executors all reach each other on 127.0.0.1.
         self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": daemon_memory,
+                    # No REST submission server: its fixed port (6066) is not needed and may be taken.
+                    "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
                     "SPARK_LOG_DIR": str(self.workdir / "logs"), "SPARK_WORKER_DIR": str(self.workdir / "work")}
         self.processes: list[subprocess.Popen] = []
         self.worker_processes: list[subprocess.Popen] = []
@@ -90,7 +92,7 @@ class LocalSparkCluster:
     def alive_workers(self) -> int:
         try:
             return int(self.state().get("aliveworkers", 0))
-        except OSError:  # the master's UI is not listening yet
+        except (OSError, ValueError):  # the master's UI is not listening yet, or serves its HTML page at first
             return 0
 
     def executors(self) -> list[int]:
