@@ -35,18 +35,11 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def scheduler(cluster, scheduler_factory):
     # The driver runs in the scheduler process on loopback; executors get a small heap (the machine is shared).
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_SUBMIT_ARGS")}
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_SUBMIT_ARGS"] = "--conf spark.executor.memory=512m pyspark-shell"
-    try:
+    with pytest.MonkeyPatch.context() as env:  # the scheduler process takes its environment at start
+        env.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        env.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.executor.memory=512m pyspark-shell")
         process = scheduler_factory(extra_args=("--master", cluster.master_url, "--partitions", str(PARTITIONS)))
         process.start().warm_up()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     yield process
 
 
