@@ -42,7 +42,10 @@ def _bool(text: str) -> bool:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
         raise ValueError(f"must be a positive integer, got {text!r}")
     return value
@@ -121,7 +124,7 @@ RESERVED_KAFKA_OPTIONS = {
     "key.deserializer": "records are bytes", "value.deserializer": "records are bytes",
 }
 # Words in an option's name that make its value a secret: shown as **** (config show, logs).
-SECRET_WORDS = ("password", "secret", "sasl.jaas.config", "ssl.key.", "token")
+SECRET_WORDS = ("password", "secret", "sasl.jaas.config", "ssl.key.", "ssl.keystore.key", "token")
 MASK = "****"
 
 
@@ -227,6 +230,10 @@ OPTIONS: tuple[Option, ...] = (
            "KEY=VALUE", repeatable=True, flag_name="--kafka-option", show=dict),
 )
 OPTION_NAMES = {option.name: option for option in OPTIONS}
+# A key of the --config file: an option's name or its flag's ("input" for inputs), "-" or "_" alike; [kafka] apart.
+FILE_KEYS = {**{option.flag[2:].replace("-", "_"): option for option in OPTIONS if option.name != "kafka_options"},
+             **{option.name: option for option in OPTIONS if option.name != "kafka_options"},
+             "kafka": OPTION_NAMES["kafka_options"]}
 
 
 @dataclass(frozen=True)
@@ -345,7 +352,8 @@ def check_kafka_settings(config: Config) -> None:
     except KafkaException as exc:
         error = exc.args[0]
         text = error.str() if hasattr(error, "str") else str(error)
-        hint = " (an option of the Java client only? prefix it java.)" if "No such configuration" in text else ""
+        java_only = "No such configuration" in text or "JAAS" in text
+        hint = " (an option of the Java client only? prefix it java.)" if java_only else ""
         raise ConfigError(f"Kafka option: {text}{hint}") from None
 
 
@@ -406,13 +414,13 @@ def read_file(path: str) -> dict[str, tuple[Any, str]]:
         raise ConfigError(f"--config {path}: not valid TOML: {exc}") from None
     settings: dict[str, tuple[Any, str]] = {}
     for key, value in document.items():
-        name = "kafka_options" if key == "kafka" else key.replace("-", "_")
         where = f"{key} in {path}"
-        option = OPTION_NAMES.get(name)
+        option = FILE_KEYS.get(key.replace("-", "_"))
         if option is None:
-            close = difflib.get_close_matches(name, [*OPTION_NAMES, "kafka"], n=1)
-            hint = f" (did you mean {close[0].replace('kafka_options', 'kafka')}?)" if close else ""
+            close = difflib.get_close_matches(key.replace("-", "_"), FILE_KEYS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(f"{path}: unknown setting {key!r}{hint}")
+        name = option.name
         if name in settings:
             raise ConfigError(f"{path}: {key!r} is given twice (as {settings[name][1].split()[0]} too)")
         if name == "kafka_options":
