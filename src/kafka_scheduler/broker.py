@@ -14,7 +14,9 @@ import socket
 import subprocess
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from .jars import jar_paths
 
@@ -52,12 +54,42 @@ class BrokerError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class SaslSslListener:
+    """A second listener taking SASL/PLAIN over TLS, next to the PLAINTEXT one (which tools and the broker's own
+    traffic keep using)."""
+
+    port: int
+    keystore: Path  # PKCS12: the broker's private key and certificate (valid for 127.0.0.1)
+    keystore_password: str
+    users: dict[str, str] = field(default_factory=dict)  # SASL/PLAIN user -> password
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def properties(self) -> dict[str, str]:
+        def quoted(text: str) -> str:
+            return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        users = " ".join(f"user_{name}={quoted(password)}" for name, password in self.users.items())
+        return {
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config":
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.keystore.password": self.keystore_password,
+            "ssl.key.password": self.keystore_password,
+        }
+
+
 class LocalBroker:
     """Formats (once) and runs a KRaft broker whose data lives in ``data_dir``."""
 
     def __init__(self, port: int, data_dir: str | os.PathLike, controller_port: int | None = None,
                  heap: str = "512m", auto_create_topics: bool = False, log_level: str = "WARN",
-                 authorizer: bool = False, own_session: bool = False):
+                 authorizer: bool = False, own_session: bool = False, sasl_ssl: Optional[SaslSslListener] = None):
         self.port = port
         self.controller_port = controller_port or free_port()
         self.data_dir = Path(data_dir).resolve()
@@ -70,6 +102,7 @@ class LocalBroker:
         # Out of the caller's process group, so a Ctrl-C in the terminal leaves it to the caller to stop it after
         # the clients that use it (the demo); otherwise it shares the caller's fate.
         self.own_session = own_session
+        self.sasl_ssl = sasl_ssl
         self.process: subprocess.Popen | None = None
 
     @property
@@ -104,6 +137,12 @@ class LocalBroker:
             "log.segment.bytes": str(256 * 1024 * 1024),
             "message.max.bytes": str(8 * 1024 * 1024),
         }
+        if self.sasl_ssl is not None:
+            sasl = f"SASL_SSL://127.0.0.1:{self.sasl_ssl.port}"
+            props["listeners"] += "," + sasl
+            props["advertised.listeners"] += "," + sasl
+            props["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL"
+            props.update(self.sasl_ssl.properties())
         if self.authorizer:
             props["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
             props["allow.everyone.if.no.acl.found"] = "true"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional, Protocol
 from urllib.parse import unquote, urlsplit
 
-from .config import ENV_PREFIX, Config, ConfigError
+from .config import Config, ConfigError, shown_setting
 
 
 def is_local(checkpoint_dir: str | Path) -> bool:
@@ -358,11 +358,9 @@ def _settle_one(config: Config, name: str, recorded: Any, where: str, notices: l
 
 
 def _shown(config: Config, name: str) -> str:
-    """An option's value as it was set: '--shards 6', 'KAFKA_SCHEDULER_SHARDS=6' or 'the default --shards 4'."""
-    source, value = config.given_by(name), getattr(config, name)
-    if source is None:
-        return f"the default --{name.replace('_', '-')} {value}"
-    return f"{source}={value}" if source.startswith(ENV_PREFIX) else f"{source} {value}"
+    """An option's value as it was set: '--shards 6', 'KAFKA_SCHEDULER_SHARDS=6', 'shards = 6 in FILE' or 'the
+    default --shards 4'."""
+    return shown_setting(name, config.given_by(name), getattr(config, name))
 
 
 def _encode(config: Config, bucket_ms: int, now: Optional[datetime]) -> bytes:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from . import __version__
-from .config import ConfigError, add_arguments, resolve
+from .config import ConfigError, add_arguments, check_kafka_settings, kafka_settings, resolve
 
 DESCRIPTION = """\
 Delayed delivery for Apache Kafka: send a request now, and the scheduler delivers
@@ -22,6 +22,7 @@ replace or cancel each other until then. Runs on Spark Structured Streaming.
 
 commands:
   run       run the scheduler job (until Ctrl-C / SIGTERM)
+  config    config show: print the effective settings of `run` and where each came from
   broker    run a local single-node Kafka broker (development and tests)
   demo      start a local broker (if none) and the scheduler, and show a message arriving
   schedule  send a request to deliver a message later
@@ -33,7 +34,9 @@ commands:
             (from a repository checkout)
 
 Every `run` option can also be set as an environment variable KAFKA_SCHEDULER_<NAME>,
-e.g. KAFKA_SCHEDULER_BOOTSTRAP_SERVERS=host:9092. See README.md for the protocol.
+e.g. KAFKA_SCHEDULER_BOOTSTRAP_SERVERS=host:9092, or in a TOML file (--config FILE);
+a flag wins over the variable, which wins over the file. Kafka client options (SASL, TLS, ...)
+reach every client: --kafka-option KEY=VALUE. See README.md.
 """
 
 
@@ -61,7 +64,21 @@ def _setup_logging() -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from .pipeline import run
 
-    return run(resolve(args), from_beginning=args.from_beginning)
+    config = resolve(args)
+    check_kafka_settings(config)
+    return run(config, from_beginning=args.from_beginning)
+
+
+# ---------------------------------------------------------------- config
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    from .config_show import as_json, as_toml
+
+    config = resolve(args)
+    check_kafka_settings(config)
+    sys.stdout.write(as_json(config) if args.format == "json" else as_toml(config))
+    return 0
 
 
 # ---------------------------------------------------------------- inspect
@@ -135,8 +152,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def _client(args: argparse.Namespace):
     from .client import SchedulerClient
 
+    config = resolve(args)
+    check_kafka_settings(config)
     # librdkafka's own connection chatter would break the one-line error rule; failures still surface.
-    return SchedulerClient(args.bootstrap_servers, app_id=args.app_id, producer_config={"log_level": 0},
+    return SchedulerClient(config.bootstrap_servers, app_id=config.app_id,
+                           producer_config={**kafka_settings(config), "log_level": 0},
                            dialect=args.dialect, requests_topic=args.requests_topic)
 
 
@@ -259,6 +279,11 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 
 
+def _sender_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where requests go: the servers, the app and the Kafka options, as for `run` (flags, variables, --config)."""
+    add_arguments(parser, names={"config", "bootstrap_servers", "app_id", "kafka_options"})
+
+
 def _client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_SCHEDULER_BOOTSTRAP_SERVERS",
                                                                         "127.0.0.1:9092"), metavar="HOST:PORT",
@@ -357,6 +382,20 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--format", choices=("table", "json"), default="table", help="output (default table)")
     inspect.set_defaults(handler=cmd_inspect)
 
+    config = commands.add_parser("config", help="show the effective settings",
+                                 description="Settings of `run`: config show prints them.")
+    config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True,
+                                            parser_class=OneLineErrorParser)
+    show = config_commands.add_parser("show", help="print the effective settings and where each came from",
+                                      description="Print the settings `run` would use with the same flags, "
+                                                  "variables and --config file, each with its source (flag, env, "
+                                                  "file or default); secrets in Kafka options are shown as ****. "
+                                                  "The TOML form can be used as a --config file.")
+    add_arguments(show)
+    show.add_argument("--from-beginning", action="store_true", help=argparse.SUPPRESS)  # accepted as for run
+    show.add_argument("--format", choices=("toml", "json"), default="toml", help="output format (default toml)")
+    show.set_defaults(handler=cmd_config_show)
+
     broker = commands.add_parser("broker", help="run a local Kafka broker",
                                  description="Run a single-node Apache Kafka broker (KRaft) on 127.0.0.1 in the "
                                              "foreground until Ctrl-C or SIGTERM. For development and tests.")
@@ -385,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    description=textwrap.fill("Send a request to deliver a message to --to at --at "
                                                              "(a native ADD, or a schedule in another --dialect)."),
                                    epilog=DIALECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _client_arguments(schedule)
+    _sender_arguments(schedule)
     _message_arguments(schedule, id_required=False)
     _dialect_arguments(schedule, message=True)
     schedule.set_defaults(handler=cmd_schedule)
@@ -395,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                             "delivers this message at --at (an unknown id acts as "
                                                             "a new schedule)."),
                                   epilog=DIALECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _client_arguments(replace)
+    _sender_arguments(replace)
     _message_arguments(replace, id_required=True)
     _dialect_arguments(replace, message=True)
     replace.set_defaults(handler=cmd_schedule)
@@ -430,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  description=textwrap.fill("Send a CANCEL request for --id (an unknown id is a "
                                                            "no-op)."),
                                  epilog=DIALECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _client_arguments(cancel)
+    _sender_arguments(cancel)
     cancel.add_argument("--id", required=True, metavar="ID", help="request id of the schedule")
     _dialect_arguments(cancel, message=False)
     cancel.set_defaults(handler=cmd_cancel)

@@ -83,6 +83,9 @@ class SchedulerClient:
         if dialect != "native":
             # Keyed by request id; the same partitioner as the Java clients that Karafka/ETF1/Sky users run.
             config["partitioner"] = "murmur2_random"
+        # What the client itself reports (authentication, TLS, connection): the reason behind a metadata timeout.
+        self._client_errors: list[str] = []
+        config["error_cb"] = lambda error: self._client_errors.append(error.str())
         self._producer = Producer({**config, **(producer_config or {})})
         self._partitions: Optional[int] = None
         self._errors: list[str] = []
@@ -92,7 +95,10 @@ class SchedulerClient:
             try:
                 metadata = self._producer.list_topics(self.requests_topic, timeout=10)
             except KafkaException as exc:
-                raise RequestError(f"cannot read topic metadata from {self._bootstrap_servers}: {exc}") from None
+                self._producer.poll(0)  # serves the error callbacks
+                why = "; ".join(dict.fromkeys(re.sub(r" \(after \d+ms in state \w+\)", "", error)
+                                              for error in self._client_errors)) or str(exc)
+                raise RequestError(f"cannot read topic metadata from {self._bootstrap_servers}: {why}") from None
             topic = metadata.topics.get(self.requests_topic)
             if topic is None or topic.error is not None or not topic.partitions:
                 if self.dialect == "native":

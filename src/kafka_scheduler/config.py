@@ -1,13 +1,16 @@
-"""Scheduler settings: one table of options, each a CLI flag and a ``KAFKA_SCHEDULER_<NAME>`` variable.
+"""Scheduler settings: one table of options, each a CLI flag, a ``KAFKA_SCHEDULER_<NAME>`` variable and a key of
+the optional TOML file (``--config FILE``), plus Kafka client options passed through to every client.
 
-Precedence: command-line flag, then environment variable, then default.
+Precedence: command-line flag, then environment variable, then the file, then default.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
+import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Optional
 
@@ -39,7 +42,10 @@ def _bool(text: str) -> bool:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
         raise ValueError(f"must be a positive integer, got {text!r}")
     return value
@@ -106,6 +112,61 @@ def _inputs(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(inputs.items())
 
 
+# Kafka client options: "KEY=VALUE" reaches every client; "librdkafka.KEY" only the Python (confluent-kafka) clients,
+# "java.KEY" only Spark's Kafka source and sink (the Java client), as the two name some settings differently.
+SCOPES = ("librdkafka", "java")
+_KAFKA_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Settings the scheduler's guarantees rest on, or that it sets from its own options: not to be overridden.
+RESERVED_KAFKA_OPTIONS = {
+    "bootstrap.servers": "use --bootstrap-servers",
+    "acks": "deliveries are written with acks=all",
+    "enable.idempotence": "the scheduler's producers are idempotent",
+    "transactional.id": "set by --exactly-once",
+    "isolation.level": "set by --exactly-once",
+    "group.id": "the scheduler tracks its offsets in the checkpoint",
+    "enable.auto.commit": "the scheduler tracks its offsets in the checkpoint",
+    "auto.offset.reset": "the scheduler tracks its offsets in the checkpoint",
+    "partitioner": "keys are partitioned as Java clients do (murmur2)",
+    "key.serializer": "records are bytes", "value.serializer": "records are bytes",
+    "key.deserializer": "records are bytes", "value.deserializer": "records are bytes",
+}
+# Words in an option's name that make its value a secret: shown as **** (config show, logs).
+SECRET_WORDS = ("password", "secret", "sasl.jaas.config", "ssl.key.", "ssl.keystore.key", "token")
+MASK = "****"
+
+
+def is_secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(word in lowered for word in SECRET_WORDS)
+
+
+def kafka_option(text: str) -> tuple[str, str]:
+    """One ``KEY=VALUE``; the value may hold '=' and ','."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    check_kafka_key(key)
+    return key, value.strip()
+
+
+def check_kafka_key(key: str) -> None:
+    if not _KAFKA_KEY.match(key):
+        raise ValueError(f"{key!r} is not a Kafka client option name")
+    scope, _, bare = key.partition(".")
+    if scope in SCOPES and not bare:
+        raise ValueError(f"{key!r}: give the option after the scope, e.g. {scope}.client.id")
+    name = bare if scope in SCOPES else key
+    if name in RESERVED_KAFKA_OPTIONS:
+        raise ValueError(f"{key!r} cannot be set: {RESERVED_KAFKA_OPTIONS[name]}")
+
+
+def _kafka_options(text: str) -> tuple[tuple[str, str], ...]:
+    """The variable's form: ``KEY=VALUE`` entries separated by newlines if there is one, else by commas."""
+    entries = text.splitlines() if "\n" in text else text.split(",")
+    return tuple(kafka_option(entry) for entry in entries if entry.strip())
+
+
 @dataclass(frozen=True)
 class Option:
     name: str
@@ -114,11 +175,16 @@ class Option:
     help: str
     metavar: str = ""
     repeatable: bool = False  # the flag may be given several times; the values are joined with commas
+    flag_name: str = ""  # the flag, when not derived from the name
+    show: Callable[[Any], Any] = lambda value: value  # the value as the file and `config show` write it
 
     @property
     def flag(self) -> str:
         """``--bootstrap-servers``; a repeatable option's flag is singular: ``--input`` for ``inputs``."""
+        if self.flag_name:
+            return self.flag_name
         return "--" + (self.name[:-1] if self.repeatable else self.name).replace("_", "-")
+
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -127,14 +193,15 @@ OPTIONS: tuple[Option, ...] = (
            "an input topic and the dialect its requests are written in (native, karafka, etf1, sky-avro, "
            "sky-json); repeat for several topics, or give a comma list in the variable; default: "
            "<app-id>-schedule-requests:native. With --input only the listed topics are read", "TOPIC:DIALECT",
-           repeatable=True),
+           repeatable=True, show=lambda inputs: [f"{t}:{d}" for t, d in inputs]),
     Option("app_id", str, "kafka-scheduler",
            "application id: names the app's topics (<app-id>-schedule-requests, ...)", "ID"),
     Option("checkpoint_dir", str, None,
            "checkpoint folder (offsets and RocksDB state); default ./checkpoints/<app-id>", "DIR"),
     Option("master", str, "local[2]", "Spark master URL (ignored under spark-submit, which sets it)", "URL"),
     Option("trigger_interval", _trigger, "0 milliseconds",
-           "micro-batch interval; 0 runs batches back to back while there is input (an idle job runs none)", "DURATION"),
+           "micro-batch interval; 0 runs batches back to back while there is input (an idle job runs none)", "DURATION",
+           show=lambda text: text.replace(" milliseconds", "ms")),
     Option("partitions", _positive_int, 2,
            "partitions of the topics the scheduler creates, and Spark shuffle partitions", "N"),
     Option("allowed_destinations", _regex, None,
@@ -149,7 +216,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("lookahead", _duration_ms, 3000,
            "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
            "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
-           "micro-batch after its due time", "DURATION"),
+           "micro-batch after its due time", "DURATION", show=lambda ms: f"{ms}ms"),
     Option("max_held", _positive_int, 20_000,
            "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
            "itself, each slice at its due time", "N"),
@@ -166,7 +233,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("shards", _positive_int, None,
            "state shards of the wheel layout (default: twice --partitions); fixed in the checkpoint at its first run",
            "N"),
+    Option("kafka_options", _kafka_options, (),
+           "a Kafka client option for every client of the job and the CLI (security.protocol=SASL_SSL, ...); "
+           "prefix librdkafka. or java. to reach only the Python clients or only Spark's; repeat for more. The "
+           "variable takes KEY=VALUE entries separated by commas, or by newlines when a value holds a comma",
+           "KEY=VALUE", repeatable=True, flag_name="--kafka-option", show=dict),
 )
+OPTION_NAMES = {option.name: option for option in OPTIONS}
+# A key of the --config file: an option's name or its flag's ("input" for inputs), "-" or "_" alike; [kafka] apart.
+FILE_KEYS = {**{option.flag[2:].replace("-", "_"): option for option in OPTIONS if option.name != "kafka_options"},
+             **{option.name: option for option in OPTIONS if option.name != "kafka_options"},
+             "kafka": OPTION_NAMES["kafka_options"]}
 
 
 @dataclass(frozen=True)
@@ -191,8 +268,10 @@ class Config:
     metrics_host: str = "0.0.0.0"
     state_layout: str = "wheel"
     shards: Optional[int] = None  # None: twice the partitions
-    # (option name, "--flag" or "KAFKA_SCHEDULER_<NAME>") of each option set explicitly: settings recorded in the
-    # checkpoint may replace a default, never an explicit choice (checkpoint.settle_state_settings).
+    kafka_options: tuple[tuple[str, str], ...] = ()  # (key, value), scoped keys included; see kafka_settings()
+    # (option name, "--flag", "KAFKA_SCHEDULER_<NAME>" or "<name> in FILE") of each option set explicitly; a Kafka
+    # option's entry is named "kafka.<key>". Settings recorded in the checkpoint may replace a default, never an
+    # explicit choice (checkpoint.settle_state_settings).
     given: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     # Set when the checkpoint is new or an input was added to it: the first batch must then read every input to
     # its end before delivering, so write-backs and cancels already in the topics act first (no per-batch cap).
@@ -245,20 +324,69 @@ class Config:
         return dict(self.given).get(name)
 
     def describe(self) -> str:
-        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                         if f.name not in ("given", "catch_up_first"))
+        shown = {**{f.name: getattr(self, f.name) for f in fields(self)}, "kafka_options": masked(self.kafka_options)}
+        return ", ".join(f"{name}={value}" for name, value in shown.items() if name not in ("given", "catch_up_first"))
 
 
 def env_name(option: Option) -> str:
     return ENV_PREFIX + option.name.upper()
 
 
+def masked(options: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    return {key: MASK if is_secret(key) else value for key, value in options}
+
+
+def _scoped(options: tuple[tuple[str, str], ...], scope: str) -> dict[str, str]:
+    """Unscoped options, then ``scope.``-prefixed ones (without the prefix), which win."""
+    common = {k: v for k, v in options if k.partition(".")[0] not in SCOPES}
+    return {**common, **{k[len(scope) + 1:]: v for k, v in options if k.startswith(scope + ".")}}
+
+
+def kafka_settings(config: Config) -> dict[str, str]:
+    """Settings for every confluent-kafka (librdkafka) client: the servers and the passed-through options. Clients
+    add their own settings to these (a producer's acks, a consumer's group)."""
+    return {"bootstrap.servers": config.bootstrap_servers, **_scoped(config.kafka_options, "librdkafka")}
+
+
+def spark_kafka_options(config: Config) -> dict[str, str]:
+    """Options for Spark's Kafka source and sink: the servers and the passed-through options, prefixed ``kafka.``."""
+    return {"kafka.bootstrap.servers": config.bootstrap_servers,
+            **{"kafka." + k: v for k, v in _scoped(config.kafka_options, "java").items()}}
+
+
+def check_kafka_settings(config: Config) -> None:
+    """Have librdkafka judge the options now (a client refuses bad ones when created), so a bad one fails at start
+    with one line naming it. The Java client judges its own when Spark's source first reads."""
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        Producer({"log_level": 0, **kafka_settings(config)})
+    except KafkaException as exc:
+        error = exc.args[0]
+        text = error.str() if hasattr(error, "str") else str(error)
+        java_only = "No such configuration" in text or "JAAS" in text
+        hint = " (an option of the Java client only? prefix it java.)" if java_only else ""
+        raise ConfigError(f"Kafka option: {text}{hint}") from None
+
+
+def env_name(option: Option) -> str:
+    return ENV_PREFIX + option.name.upper()
+
+
+CONFIG_ENV = ENV_PREFIX + "CONFIG"
+
+
 def add_arguments(parser: argparse.ArgumentParser, names: Optional[set[str]] = None) -> None:
-    """Add a ``--flag`` per option (all of them, or those in ``names``); defaults stay None to see what was set."""
+    """Add ``--config`` and a ``--flag`` per option (all of them, or those in ``names``, "config" naming ``--config``);
+    defaults stay None to see what was set."""
+    if names is None or "config" in names:
+            parser.add_argument("--config", dest="config_file", default=None, metavar="FILE",
+                            help=f"TOML file of settings (keys: the option names, a [kafka] table of Kafka "
+                                 f"options); flags and variables override it [env {CONFIG_ENV}]")
     for option in OPTIONS:
         if names is not None and option.name not in names:
             continue
-        default = "none" if option.default is None else option.default
+        default = "none" if option.default in (None, ()) else option.default
         # A yes/no option given alone means yes: --exactly-once is --exactly-once=true.
         switch = {"nargs": "?", "const": "true"} if option.parse is _bool else {}
         parser.add_argument(
@@ -267,24 +395,126 @@ def add_arguments(parser: argparse.ArgumentParser, names: Optional[set[str]] = N
             help=f"{option.help} [env {env_name(option)}; default {default}]")
 
 
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``[kafka]`` keys: ``sasl.mechanism = ...`` is a nested table in TOML; give it back its dotted name."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def _scalar_text(value: Any, where: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise ConfigError(f"{where}: expected a string, number or true/false, got {type(value).__name__} {value!r}")
+
+
+def read_file(path: str) -> dict[str, tuple[Any, str]]:
+    """The file's settings as {option name: (raw value for its parser, source)}: plain values as text, a repeatable
+    option's array as a list of texts, the ``[kafka]`` table as a tuple of (key, value) pairs."""
+    try:
+        with open(path, "rb") as file:
+            document = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--config {path}: not valid TOML: {exc}") from None
+    settings: dict[str, tuple[Any, str]] = {}
+    for key, value in document.items():
+        where = f"{key} in {path}"
+        option = FILE_KEYS.get(key.replace("-", "_"))
+        if option is None:
+            close = difflib.get_close_matches(key.replace("-", "_"), FILE_KEYS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{path}: unknown setting {key!r}{hint}")
+        name = option.name
+        if name in settings:
+            raise ConfigError(f"{path}: {key!r} is given twice (as {settings[name][1].split()[0]} too)")
+        if name == "kafka_options":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: expected a table of Kafka options ([kafka] with KEY = VALUE lines)")
+            pairs = []
+            for kafka_key, kafka_value in _flatten(value).items():
+                try:
+                    check_kafka_key(kafka_key)
+                except ValueError as exc:
+                    raise ConfigError(f"[kafka] in {path}: {exc}") from None
+                pairs.append((kafka_key, _scalar_text(kafka_value, f"kafka.{kafka_key} in {path}")))
+            settings[name] = (tuple(pairs), where)
+        elif option.repeatable and isinstance(value, list):
+            settings[name] = ([_scalar_text(item, where) for item in value], where)
+        elif isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a single value, got a table")
+        else:
+            settings[name] = (_scalar_text(value, where), where)
+    return settings
+
+
+def _parse(option: Option, raw: Any, source: str) -> Any:
+    try:
+        if option.name == "kafka_options" and isinstance(raw, list):  # flags: one KEY=VALUE each, commas allowed
+            return tuple(kafka_option(item) for item in raw)
+        return option.parse(",".join(raw) if isinstance(raw, list) else raw)
+    except (ValueError, re.error) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
 def resolve(args: Optional[argparse.Namespace] = None, environ: Optional[dict[str, str]] = None) -> Config:
-    """Build a Config from parsed flags, then the environment, then defaults."""
+    """Build a Config from parsed flags, then the environment, then the ``--config`` file, then defaults. Kafka
+    options merge key by key in the same order: a flag's value for a key wins over the variable's and the file's."""
     environ = os.environ if environ is None else environ
+    path = getattr(args, "config_file", None) or environ.get(CONFIG_ENV) or None
+    in_file = read_file(path) if path else {}
     values: dict[str, Any] = {}
     given: list[tuple[str, str]] = []
     for option in OPTIONS:
-        raw = getattr(args, option.name, None) if args is not None else None
-        if isinstance(raw, list):
-            raw = ",".join(raw)
-        source = option.flag
-        if raw is None and env_name(option) in environ:
-            raw, source = environ[env_name(option)], env_name(option)
-        if raw is None:
+        layers = []  # (raw value, source), lowest precedence first
+        if option.name in in_file:
+            layers.append(in_file[option.name])
+        if env_name(option) in environ:
+            layers.append((environ[env_name(option)], env_name(option)))
+        flag = getattr(args, option.name, None) if args is not None else None
+        if flag is not None:
+            layers.append((flag, option.flag))
+        if option.name == "kafka_options":
+            merged: dict[str, tuple[str, str]] = {}
+            for raw, source in layers:
+                pairs = raw if isinstance(raw, tuple) else _parse(option, raw, source)  # the file's come parsed
+                merged.update({key: (value, source) for key, value in pairs})
+            values[option.name] = tuple((key, value) for key, (value, _) in merged.items())
+            given += [(f"kafka.{key}", source) for key, (_, source) in merged.items()]
+        elif layers:  # only the winning value is parsed: a flag overrides a bad variable
+            raw, source = layers[-1]
+            values[option.name] = _parse(option, raw, source)
+            given.append((option.name, source))
+        else:
             values[option.name] = option.default
-            continue
-        try:
-            values[option.name] = option.parse(raw)
-        except (ValueError, re.error) as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-        given.append((option.name, source))
     return Config(**values, given=tuple(given))
+
+
+def source_kind(source: Optional[str]) -> str:
+    """flag, env, file or default: where a setting's ``given`` source says it came from."""
+    if source is None:
+        return "default"
+    if source.startswith("--"):
+        return "flag"
+    return "env" if source.startswith(ENV_PREFIX) else "file"
+
+
+def shown_setting(name: str, source: Optional[str], value: Any) -> str:
+    """A setting as it was set: '--shards 6', 'KAFKA_SCHEDULER_SHARDS=6', 'shards = 6 in FILE', 'the default
+    --shards 4'."""
+    kind = source_kind(source)
+    if kind == "default":
+        return f"the default --{name.replace('_', '-')} {value}"
+    if kind == "env":
+        return f"{source}={value}"
+    if kind == "file":
+        key, _, path = source.partition(" in ")
+        return f"{key} = {value} in {path}"
+    return f"{source} {value}"

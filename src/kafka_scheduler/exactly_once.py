@@ -61,7 +61,7 @@ class TransactionalSender:
         self._producer = Producer({**producer_settings, "transactional.id": transactional_id(app_id),
                                    "transaction.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 5})
         self._consumer_settings = consumer_settings or {"bootstrap.servers": producer_settings["bootstrap.servers"]}
-        self._admin = AdminClient({"bootstrap.servers": producer_settings["bootstrap.servers"]})
+        self._admin = AdminClient(self._consumer_settings)
         self._lock = threading.Lock()
         self._written: dict[str, int] = {}  # ledger key -> due_ms of its schedule
         self._by_due: list[tuple[int, str]] = []

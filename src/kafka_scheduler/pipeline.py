@@ -24,7 +24,7 @@ from confluent_kafka import TopicPartition
 
 from .checkpoint import LocalFiles, checkpoint_files, is_local, last_committed_batch, local_path, \
     settle_state_settings, start_new_generation
-from .config import Config, ConfigError
+from .config import Config, ConfigError, kafka_settings, masked, spark_kafka_options
 from .dialects import DecodeSettings, decode
 from .dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS, java_options as avro_java_options
 from .jars import jar_paths
@@ -114,13 +114,13 @@ def build_stream(spark, config: Config, run: str = "", capped: bool = True):
     when its query starts, so a query is capped for its whole life or not at all."""
     inputs = config.input_topics
     reader = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", config.bootstrap_servers)
               .option("subscribe", ",".join([*inputs, config.ticks_topic]))
               .option("startingOffsets", "earliest")
               .option("includeHeaders", "true")
               # The consumer's default 500 ms fetch wait was measured to add ~0.5 s to every batch
               # that reads requests (the read of a known offset range waits on its last fetch).
-              .option("kafka.fetch.max.wait.ms", "20"))
+              .option("kafka.fetch.max.wait.ms", "20")
+              .options(**spark_kafka_options(config)))
     if config.exactly_once:
         # Write-backs go to the input topics in transactions: an aborted one must not be read.
         reader = reader.option("kafka.isolation.level", "read_committed")
@@ -201,10 +201,13 @@ class Scheduler:
             LocalFiles(self.config.checkpoint_dir).check_writable()
             self._settle_state_settings()
         config = self.config
-        log.info("broker: connecting to %s", config.bootstrap_servers)
+        options = masked(config.kafka_options)
+        log.info("broker: connecting to %s%s", config.bootstrap_servers,
+                 f" (Kafka options: {', '.join(f'{k}={v}' for k, v in options.items())})" if options else "")
         # A broker that is not up yet (started in parallel, restarting) is waited for, for good: said every few
         # seconds in the log, and a stop request ends the wait.
-        admin = self.admin = wait_for_broker(config.bootstrap_servers, timeout=None, stop=self.stop_requested)
+        admin = self.admin = wait_for_broker(config.bootstrap_servers, timeout=None, stop=self.stop_requested,
+                                             settings=kafka_settings(config))
         if admin is None:
             log.info("stopped before the broker answered")
             return 0
@@ -241,10 +244,11 @@ class Scheduler:
         run = uuid.uuid4().hex
         sender = self._start_exactly_once(admin) if config.exactly_once else None
         self.writer = TimedWriter(config.bootstrap_servers, config.max_held, rejections_topic=config.rejections_topic,
-                                  sender=sender) if config.lookahead or sender else None
+                                  sender=sender, client_options=kafka_settings(config)) \
+            if config.lookahead or sender else None
         if self.writer is not None:
             self.writer.on_written = self.metrics.record_written
-        self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic)
+        self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic, client_options=kafka_settings(config))
         self.metrics.follow_next_wakeup(lambda: self.wakeups.next_instant)
         self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
                                writer=self.writer, wakeups=self.wakeups)
@@ -290,7 +294,8 @@ class Scheduler:
         config = self.config
         # One partition keeps the ledger in write order; records are deleted by the job (TransactionalSender.trim).
         ensure_topics(admin, [config.ledger_topic], 1, config={"retention.ms": "-1"})
-        sender = TransactionalSender(producer_config(config.bootstrap_servers), config.app_id, config.ledger_topic)
+        sender = TransactionalSender(producer_config(config.bootstrap_servers, **kafka_settings(config)), config.app_id,
+                                     config.ledger_topic, consumer_settings=kafka_settings(config))
         started = time.monotonic()
         keys = sender.start()
         log.info("exactly-once: transactional id %s; the ledger %s holds %d record(s) written and not yet retired "

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .config import Config
+from .config import Config, spark_kafka_options
 from .dialects.common import header
 from .protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
     SOURCE_TOPIC
@@ -153,7 +153,8 @@ class RecordSink:
             return
         self._spark_wrote = True
         records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
-            .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS).save()
+            .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS) \
+            .options(**spark_kafka_options(self.config)).save()
 
     def _write(self, records: DataFrame, prepared_records: int, immediate: int = 1) -> int:
         """What is due now at once; prepared deliveries (and their write-backs and copies, which carry their

@@ -83,12 +83,14 @@ class TimedWriter:
     """Holds prepared deliveries and writes each at its due instant."""
 
     def __init__(self, bootstrap_servers: str, max_held: int = 20_000, producer: Optional[Producer] = None,
-                 rejections_topic: Optional[str] = None, sender: Optional["TransactionalSender"] = None):
+                 rejections_topic: Optional[str] = None, sender: Optional["TransactionalSender"] = None,
+                 client_options: Optional[dict] = None):
         self.max_held = max_held
         self.rejections_topic = rejections_topic
         # With exactly-once, every write goes through the sender's transactions (exactly_once.py).
         self.sender = sender
-        self._producer = producer or (None if sender else Producer(producer_config(bootstrap_servers)))
+        self._producer = producer or (None if sender else
+                                      Producer(producer_config(bootstrap_servers, **(client_options or {}))))
         self.failure: Optional[BaseException] = None  # set when the writer cannot go on (fenced): batches then fail
         self._heap: list[Held] = []
         self._held: dict[str, Held] = {}
@@ -327,9 +329,10 @@ def rejection(record: tuple, delivery_id: str, rejections_topic: str, error: Kaf
 class Wakeups:
     """Writes a tick to the ticks topic at every armed timer instant (and a report tick at start)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, producer: Optional[Producer] = None):
+    def __init__(self, bootstrap_servers: str, topic: str, producer: Optional[Producer] = None,
+                 client_options: Optional[dict] = None):
         self.topic = topic
-        self._producer = producer or Producer(producer_config(bootstrap_servers))
+        self._producer = producer or Producer(producer_config(bootstrap_servers, **(client_options or {})))
         self._instants: list[int] = []
         self._known: set[int] = set()
         self._cond = threading.Condition()

@@ -24,8 +24,9 @@ class KafkaUnreachable(RuntimeError):
     pass
 
 
-def admin_client(bootstrap_servers: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3})
+def admin_client(bootstrap_servers: str, settings: Optional[dict] = None) -> AdminClient:
+    """``settings``: config.kafka_settings(config), the passed-through Kafka options (SASL, TLS, ...)."""
+    return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3, **(settings or {})})
 
 
 def broker_addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
@@ -53,7 +54,7 @@ def _no_connection(addresses: list[tuple[str, int]]) -> Optional[str]:
 
 
 def wait_for_broker(bootstrap_servers: str, timeout: Optional[float] = 30.0, stop: Optional[threading.Event] = None,
-                    note_every: float = BROKER_NOTE_EVERY_S) -> Optional[AdminClient]:
+                    note_every: float = BROKER_NOTE_EVERY_S, settings: Optional[dict] = None) -> Optional[AdminClient]:
     """An admin client once a broker answers at ``bootstrap_servers``. While none does, logs one line at once and
     then one every ``note_every`` seconds. Raises KafkaUnreachable after ``timeout`` seconds (None: wait for good);
     returns None if ``stop`` is set while waiting."""
@@ -65,7 +66,7 @@ def wait_for_broker(bootstrap_servers: str, timeout: Optional[float] = 30.0, sto
     while True:
         reason = _no_connection(addresses) if addresses else None
         if reason is None:
-            admin = admin or admin_client(bootstrap_servers)
+            admin = admin or admin_client(bootstrap_servers, settings)
             try:
                 if admin.list_topics(timeout=5.0).brokers:
                     if noted_at is not None:
