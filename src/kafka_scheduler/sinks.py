@@ -189,8 +189,6 @@ class RecordSink:
 
     def _refusals(self, per_topic: Counter, largest: dict[str, int], partitioned: dict[str, int]) -> "Refusals":
         """What the destinations of this batch's deliveries would refuse, from the broker's metadata (cached)."""
-        if not per_topic:
-            return Refusals()
         known = self.topics.describe(set(per_topic) | {self.config.rejections_topic})
         destinations = {t: d for t, d in known.items() if t in per_topic}
         refusals = Refusals(missing=set(per_topic) - destinations.keys(),
@@ -278,6 +276,7 @@ class RecordSink:
         if refusals.any or beyond:
             records, row_count = self._dead_letter(records, refusals, beyond)
             dead += row_count
+        records = self._fit_rejections(records, refusals.rejection_limit)
         columns = ["kind", "topic", "partition", "key", "value", "headers", "due_ms", "prepared", "delivery_id"]
         deliveries = records.filter(F.col("kind") == KIND_DELIVER)
         parts = [records.select(*columns)]
@@ -296,6 +295,18 @@ class RecordSink:
                                         header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
             "due_ms", "prepared", "delivery_id"))
         return reduce(DataFrame.unionByName, parts), dead
+
+    @staticmethod
+    def _fit_rejections(records: DataFrame, limit: int) -> DataFrame:
+        """A rejection carries its request's value and headers plus the reason: one the rejections topic would
+        refuse as too large (a request rejected for its size, near the record limit) goes without its value."""
+        too_large = (F.col("kind") == KIND_REJECT) & (framed_bytes_column(payload_bytes()) > F.lit(limit))
+        note = header(REJECTION_REASON, F.encode(F.lit("its value is left out: the rejections topic takes no record "
+                                                       "that large"), "UTF-8"))
+        # One projection: both columns judged on the record as it was.
+        return records.withColumns({
+            "value": F.when(too_large, F.lit(None).cast("binary")).otherwise(F.col("value")),
+            "headers": F.when(too_large, F.concat("headers", F.array(note))).otherwise(F.col("headers"))})
 
     def _dead_letter(self, records: DataFrame, refusals: "Refusals", beyond: dict[str, int]) -> tuple[DataFrame, int]:
         """Deliveries their destination would refuse (topic missing or not writable, partition missing, record too
