@@ -47,8 +47,8 @@ def test_a_kill_9_after_held_deliveries_were_written_writes_none_of_them_twice(k
         reader.wait_for(lambda r: r.key in expected, count=len(expected), timeout=180, what="every schedule",
                         guard=second.assert_running)
         rejections.wait_for(lambda r: r.key == b"bad", timeout=60, what="the rejection", guard=second.assert_running)
-        second.mark()
-        second.mark()  # two batches after: whatever the restart re-emitted has been through the writer
+        second.mark(timeout=180)
+        second.mark(timeout=180)  # two batches after: whatever the restart re-emitted has been through the writer
         records = reader.read_to_end()
     finally:
         code = second.stop()

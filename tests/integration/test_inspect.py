@@ -35,8 +35,8 @@ def test_inspect_counts_and_shows_the_pending_schedules_of_a_running_job(kafka, 
                                                                           action="REPLACE",
                                                                           extra=[("trace", b"t-1")]), partition=0),
     ])
-    scheduler.mark()
-    scheduler.mark()  # the requests' batch has committed
+    scheduler.mark(timeout=180)
+    scheduler.mark(timeout=180)  # the requests' batch has committed
 
     summary = inspect(scheduler.checkpoint_dir, "--format", "json", "--limit", "3")
     assert summary.returncode == 0, summary.stderr[-2000:]
