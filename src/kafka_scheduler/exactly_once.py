@@ -89,8 +89,9 @@ class TransactionalSender:
                                        f"(at offset {position} of {high}) in {timeout:.0f}s")
                 message = consumer.poll(0.5)
                 if message is not None and message.error() is None:
-                    self._remember(message.value().decode().splitlines())
-                    self._ledger_ends.append((message.offset() + 1, self._latest_due(message)))
+                    entries = _ledger_entries(message.value())
+                    self._remember(entries)
+                    self._ledger_ends.append((message.offset() + 1, max((d for _, d in entries), default=0)))
                 # Aborted records and transaction markers are skipped by the consumer; its position moves past them.
                 [current] = consumer.position([partition])
                 if current.offset >= 0:
@@ -99,20 +100,12 @@ class TransactionalSender:
             consumer.close()
         return len(self._written)
 
-    @staticmethod
-    def _latest_due(message) -> int:
-        return max((int(line.rsplit("\t", 1)[1]) for line in message.value().decode().splitlines()), default=0)
-
-    def _remember(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            key, _, due = line.rpartition("\t")
-            due_ms = int(due)
+    def _remember(self, entries: Iterable[tuple[str, int]]) -> None:
+        """Ledger keys (with their schedules' due times) written: never written again until trimmed."""
+        for key, due_ms in entries:
             if key not in self._written:
                 self._written[key] = due_ms
                 heapq.heappush(self._by_due, (due_ms, key))
-
-    def written(self, delivery_id: str, topic: str) -> bool:
-        return ledger_key(delivery_id, topic) in self._written
 
     def send(self, items: list) -> list:
         """Write (held, record) pairs not in the ledger in transactions; returns (held, record, error) of those
@@ -145,26 +138,18 @@ class TransactionalSender:
 
         self._begin()
         for held, record in items:
-            topic, partition, key, value, headers = record
-            kwargs = {} if partition is None else {"partition": int(partition)}
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=key, headers=headers,
-                                     on_delivery=on_delivery(held, record), **kwargs)
-                    produced.append((held, record))
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-                except KafkaException as exc:
-                    refused.append((held, record, exc.args[0]))
-                    break
+            error = produce_record(producer, record, on_delivery(held, record))
+            if error is None:
+                produced.append((held, record))
+            else:
+                refused.append((held, record, error))
         entries = [(ledger_key(h.delivery_id, r[0]), h.due_ms) for h, r in produced if h.delivery_id[:1] != "\0"]
         ledger_offsets: list = []
         for lines, latest in _ledger_records(entries):
             self._produce_ledger(lines, latest, ledger_offsets)
         if self._commit():
             self.transactions += 1
-            self._remember_entries(entries)
+            self._remember(entries)
             self._ledger_ends.extend(ledger_offsets)
             return refused
         self.aborted += 1
@@ -194,18 +179,9 @@ class TransactionalSender:
             if err is None:
                 offsets.append((msg.offset() + 1, latest))
 
-        while True:
-            try:
-                self._producer.produce(self.ledger_topic, value=lines.encode(), partition=0, on_delivery=callback)
-                return
-            except BufferError:
-                self._producer.poll(0.01)
-
-    def _remember_entries(self, entries: list) -> None:
-        for key, due_ms in entries:
-            if key not in self._written:
-                self._written[key] = due_ms
-                heapq.heappush(self._by_due, (due_ms, key))
+        error = produce_record(self._producer, (self.ledger_topic, 0, None, lines.encode(), None), callback)
+        if error is not None:
+            raise KafkaException(error)
 
     def _commit(self) -> bool:
         """Commit; False if the transaction had to be aborted (a record refused, the broker away too long)."""
@@ -262,6 +238,31 @@ class TransactionalSender:
 
     def close(self, timeout: float = 10.0) -> None:
         self._producer.flush(timeout)
+
+
+def produce_record(producer: Producer, record: tuple, on_delivery) -> Optional[KafkaError]:
+    """Hand one (topic, partition, key, value, headers) record to ``producer``, waiting while its queue is full;
+    the error if the producer refused it before sending (too large, unknown topic or partition). Shared with the
+    timed writer's plain path."""
+    topic, partition, key, value, headers = record
+    kwargs = {} if partition is None else {"partition": int(partition)}
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery, **kwargs)
+            return None
+        except BufferError:
+            producer.poll(0.01)
+        except KafkaException as exc:
+            return exc.args[0]
+
+
+def _ledger_entries(value: bytes) -> list[tuple[str, int]]:
+    """The (key, due_ms) entries of a ledger record ("key<TAB>due_ms" lines; a key holds one tab itself)."""
+    entries = []
+    for line in value.decode().splitlines():
+        key, _, due = line.rpartition("\t")
+        entries.append((key, int(due)))
+    return entries
 
 
 def _ledger_records(entries: list) -> Iterable[tuple[str, int]]:

@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 
-from .exactly_once import FencedError, TransactionalSender
+from .exactly_once import FencedError, TransactionalSender, produce_record
 from .protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -125,9 +125,7 @@ class TimedWriter:
         added = 0
         with self._cond:
             for delivery_id, due_ms, kind, topic, partition, key, value, headers, *_ in rows:
-                if delivery_id is None:  # a rejection: nothing withdraws it
-                    self._anonymous += 1
-                    delivery_id = f"\0{self._anonymous}"
+                delivery_id = self._named(delivery_id)
                 due_ms = due_ms or 0
                 record = (topic, partition, key, value, _header_pairs(headers))
                 held = self._held.get(delivery_id)
@@ -140,6 +138,13 @@ class TimedWriter:
                 held.records.append(record)
             self._cond.notify()
         return added
+
+    def _named(self, delivery_id: Optional[str]) -> str:
+        """A row's delivery id, or one of its own for a row without (a rejection: nothing withdraws it)."""
+        if delivery_id is not None:
+            return delivery_id
+        self._anonymous += 1
+        return f"\0{self._anonymous}"
 
     def withdraw(self, delivery_ids: Iterable[str]) -> int:
         """Drop deliveries not written yet; returns how many were held."""
@@ -256,10 +261,7 @@ class TimedWriter:
         taken: list[Held] = []
         count = 0
         for delivery_id, due_ms, _kind, topic, partition, key, value, headers, *_ in rows:
-            if delivery_id is None:
-                self._anonymous += 1
-                delivery_id = f"\0{self._anonymous}"
-            taken.append(Held(due_ms or 0, delivery_id, [(topic, partition, key, value, _header_pairs(headers))]))
+            taken.append(Held(due_ms or 0, self._named(delivery_id), [(topic, partition, key, value, _header_pairs(headers))]))
             if len(taken) >= chunk:
                 count += len(taken)
                 self._write(taken)
@@ -282,18 +284,9 @@ class TimedWriter:
             return callback
 
         for held, record in items:
-            topic, partition, key, value, headers = record
-            kwargs = {} if partition is None else {"partition": int(partition)}
-            while True:
-                try:
-                    self._producer.produce(topic, value=value, key=key, headers=headers,
-                                           on_delivery=on_delivery(held, record), **kwargs)
-                    break
-                except BufferError:
-                    self._producer.poll(0.01)
-                except KafkaException as exc:  # refused before sending (too large, unknown topic or partition)
-                    failures.append((held, record, exc.args[0]))
-                    break
+            error = produce_record(self._producer, record, on_delivery(held, record))
+            if error is not None:  # refused before sending (too large, unknown topic or partition)
+                failures.append((held, record, error))
         self._producer.flush()
         return failures
 
