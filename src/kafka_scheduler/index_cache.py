@@ -128,6 +128,7 @@ class IndexSession:
         self.changes: list = []
         self._synced = False
         self._invalidate = False
+        self._forgotten_unsynced = 0  # entries forgotten while invalidating: the count stays known
         if not (lazy and self._fresh()):
             self._ensure()
 
@@ -199,7 +200,10 @@ class IndexSession:
         invalidates every cache (``commit``), and the next call that needs the index rebuilds it from the
         chunks, which no longer hold these versions."""
         if not self._synced:  # lazy, and a worker that never held this index: see above
+            # Each given sid is a live chunk entry, so (one live entry per id) an index entry: the count stays
+            # known without the index, which keeps the pending gauge right after a fire on a fresh worker.
             self._invalidate = True
+            self._forgotten_unsynced += len(sids)
             return
         self._ensure()
         entries = self.cache.entries
@@ -209,12 +213,13 @@ class IndexSession:
             if entry is not None and entry.delivery_id == delivery_id:
                 self.remove(sid)
 
-    def forget_due(self, first_ms: int, last_ms: int) -> None:
+    def forget_due(self, first_ms: int, last_ms: int, live_with_id: int) -> None:
         """Every version due from ``first_ms`` to ``last_ms`` leaves the index, as one change however many they
-        are (the caller retires all of them from state in this call). Like ``forget``, a lazy session on a fresh
-        worker invalidates instead."""
+        are (the caller retires all of them from state in this call; ``live_with_id`` of them carry an id). Like
+        ``forget``, a lazy session on a fresh worker invalidates instead."""
         if not self._synced:
             self._invalidate = True
+            self._forgotten_unsynced += live_with_id
             return
         self._ensure()
         if _drop_due(self.cache.entries, first_ms, last_ms):
@@ -239,7 +244,8 @@ class IndexSession:
             for base in range(token.base + 1, token.version + 1):
                 for part in range(parts_of(token.sizes[base - token.base - 1])):
                     store.delta_remove(base, part)
-            self.token = IndexToken(version, version, [nonce], [], -1)
+            entries = token.entries - self._forgotten_unsynced if token.entries >= 0 else -1
+            self.token = IndexToken(version, version, [nonce], [], entries if entries >= 0 else -1)
             store.index_token_put(self.token)
             return
         recount = self._synced and token.entries < 0

@@ -448,7 +448,8 @@ class _Shard:
             info.chunks = merge_small(info.chunks, SEAL_BYTES, lambda a, b: self._merge_chunks(bucket, info, a, b))
         if retire_at is None and prepare_at is None:
             if leaving and self._forget_by_due_time(bucket_bytes):
-                self.index().forget_due(bucket * BUCKET_MS, (bucket + 1) * BUCKET_MS - 1)
+                self.index().forget_due(bucket * BUCKET_MS, (bucket + 1) * BUCKET_MS - 1,
+                                        sum(int(frame["sid"].notna().sum()) for frame in leaving))
             elif leaving:
                 self.forget(pd.concat(leaving, ignore_index=True))
             self.cache[bucket] = None
