@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
+import re
 import socket
 import threading
 import time
@@ -11,6 +13,9 @@ from typing import Optional
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, ConfigResource, NewTopic
+
+from .config import ConfigError
+from .engine_noise import quiet_client_config
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +27,20 @@ BROKER_NOTE_EVERY_S = 10.0
 
 class KafkaUnreachable(RuntimeError):
     pass
+
+
+# Errors a retry cannot mend: the broker answers but refuses these settings (what to check, by setting).
+REFUSALS = {KafkaError._AUTHENTICATION: "the broker refused the credentials: check sasl.mechanism, sasl.username/"
+                                        "sasl.password (or java.sasl.jaas.config)",
+            KafkaError._SSL: "the TLS handshake failed: check security.protocol and the ssl.* settings"}
+
+
+def _refusal(errors) -> Optional[str]:
+    for error in errors:
+        if error.code() in REFUSALS:
+            detail = re.sub(r" \(after \d+ms in state \w+\)", "", error.str())
+            return f"{REFUSALS[error.code()]} ({detail})"
+    return None
 
 
 def admin_client(bootstrap_servers: str, settings: Optional[dict] = None) -> AdminClient:
@@ -57,16 +76,22 @@ def wait_for_broker(bootstrap_servers: str, timeout: Optional[float] = 30.0, sto
                     note_every: float = BROKER_NOTE_EVERY_S, settings: Optional[dict] = None) -> Optional[AdminClient]:
     """An admin client once a broker answers at ``bootstrap_servers``. While none does, logs one line at once and
     then one every ``note_every`` seconds. Raises KafkaUnreachable after ``timeout`` seconds (None: wait for good);
-    returns None if ``stop`` is set while waiting."""
+    returns None if ``stop`` is set while waiting. A broker that refuses the credentials or the TLS settings is
+    not waited for: ConfigError, naming the settings to check."""
     addresses = broker_addresses(bootstrap_servers)
     admin: Optional[AdminClient] = None
+    # What the client reports through its error callback (authentication, TLS, transport); bounded, since the
+    # returned client keeps the callback for the job's life.
+    errors: deque = deque(maxlen=32)
     started = time.monotonic()
     noted_at: Optional[float] = None
     reason = None
     while True:
         reason = _no_connection(addresses) if addresses else None
         if reason is None:
-            admin = admin or admin_client(bootstrap_servers, settings)
+            # Quiet: librdkafka would print each failed reconnect; the wait says what is wrong, once.
+            admin = admin or admin_client(bootstrap_servers, {**(settings or {}), "error_cb": errors.append,
+                                                              **quiet_client_config()})
             try:
                 if admin.list_topics(timeout=5.0).brokers:
                     if noted_at is not None:
@@ -75,6 +100,11 @@ def wait_for_broker(bootstrap_servers: str, timeout: Optional[float] = 30.0, sto
                 reason = "no broker in its metadata yet"
             except KafkaException as exc:
                 reason = str(exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc)
+            admin.poll(0)  # serves the error callback
+            refused = _refusal(errors)
+            if refused:
+                raise ConfigError(f"Kafka at {bootstrap_servers}: {refused}")
+            errors.clear()
         waited = time.monotonic() - started
         if timeout is not None and waited >= timeout:
             raise KafkaUnreachable(f"no Kafka broker answered at {bootstrap_servers} within {timeout:.0f}s ({reason})")

@@ -105,3 +105,17 @@ def test_config_show_masks_what_the_job_uses(secured):
     assert result["settings"]["kafka"]["librdkafka.sasl.username"] == USER
     assert result["sources"]["kafka.client.id"] == "flag --kafka-option"
     assert result["sources"]["kafka.security.protocol"] == f"file {settings}"
+
+
+@pytest.mark.parametrize("option, names", [
+    ("librdkafka.sasl.password=wrong", "sasl.username/sasl.password"),
+    ("librdkafka.ssl.ca.location=", "ssl.* settings"),  # the broker's certificate cannot be verified
+])
+def test_run_refused_by_the_broker_stops_at_once_naming_the_settings(secured, tmp_path, option, names):
+    broker, settings = secured
+    ran = cli("run", "--bootstrap-servers", broker.sasl_ssl.bootstrap_servers, "--app-id", "refused",
+              "--checkpoint-dir", str(tmp_path / "checkpoint"), "--metrics-port", "0", "--config", str(settings),
+              "--kafka-option", option)
+    assert ran.returncode == 2, ran.stderr
+    errors = [line for line in ran.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and names in errors[0], ran.stderr
