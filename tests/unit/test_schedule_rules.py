@@ -489,7 +489,7 @@ def _forget_nothing(self, delivered):
     pass
 
 
-def _forget_nothing_due(self, first_ms, last_ms):
+def _forget_nothing_due(self, first_ms, last_ms, live_with_id):
     pass
 
 
