@@ -33,7 +33,7 @@ from .prometheus import LagWatcher, SchedulerMetrics, serve
 from .sinks import RecordSink
 from .state_processor import OUTPUT_SCHEMA
 from .exactly_once import TransactionalSender, transactional_id
-from .timed_writer import TimedWriter, Wakeups, producer_config
+from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
 from .topics import TopicDirectory, ensure_topics, wait_for_broker
 from .wheel import BUCKET_MS
 from .wheel_processor import WheelProcessor, with_shards
@@ -220,7 +220,10 @@ class Scheduler:
                               f"do{'' if len(absent) > 1 else 'es'} not exist on {config.bootstrap_servers}: "
                               f"check --input; the scheduler creates only its own topics")
         wanted = [t for t in inputs if t not in foreign] + [config.rejections_topic, config.history_topic]
-        created = ensure_topics(admin, wanted, config.partitions)
+        # Records as large as the scheduler writes (a request, its rejection or history copy with their headers):
+        # a stock broker's 1 MiB default would refuse some the job accepts.
+        created = ensure_topics(admin, wanted, config.partitions,
+                                config={"max.message.bytes": str(PRODUCER_MAX_BYTES)})
         # One partition: a tick only has to be read. Read ticks are deleted by the job (_trim_ticks).
         created += ensure_topics(admin, [config.ticks_topic], 1,
                                  config={"retention.ms": "-1", "segment.ms": str(600_000)})

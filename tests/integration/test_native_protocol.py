@@ -296,3 +296,20 @@ def test_python_client_round_trip(kafka, scheduler):
     assert record.timestamp_ms >= int(due.timestamp() * 1000)
     marker_arrives(kafka, requests_topic=f"{scheduler.app_id}-schedule-requests", reader=reader, topic=topic)
     assert [r for r in reader.poll() if r.key == b"py-c"] == []
+
+
+def test_the_scheduler_creates_its_topics_for_records_as_large_as_it_writes(kafka, scheduler):
+    """A stock broker's default (1 MiB) would refuse a rejection or history copy of a request the job accepts."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    from kafka_scheduler.timed_writer import PRODUCER_MAX_BYTES
+    from kafka_scheduler.topics import admin_client
+
+    names = [f"{scheduler.app_id}-schedule-{suffix}" for suffix in ("requests", "rejections", "history")]
+    admin = admin_client(kafka.bootstrap)
+    futures = admin.describe_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names])
+    entries = {resource.name: future.result(timeout=30)["max.message.bytes"] for resource, future in futures.items()}
+    # Set on the topic (the local broker's own default is 8 MiB too; a stock broker's is 1 MiB).
+    assert {name: (int(e.value), e.source) for name, e in entries.items()} == \
+        dict.fromkeys(names, (PRODUCER_MAX_BYTES, ConfigSource.DYNAMIC_TOPIC_CONFIG.value))
