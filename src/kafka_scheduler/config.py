@@ -122,7 +122,7 @@ RESERVED_KAFKA_OPTIONS = {
     "acks": "deliveries are written with acks=all",
     "enable.idempotence": "the scheduler's producers are idempotent",
     "transactional.id": "set by --exactly-once",
-    "isolation.level": "set by --exactly-once",
+    "isolation.level": "requests are read read_committed (an aborted transaction's requests do not act)",
     "group.id": "the scheduler tracks its offsets in the checkpoint",
     "enable.auto.commit": "the scheduler tracks its offsets in the checkpoint",
     "auto.offset.reset": "the scheduler tracks its offsets in the checkpoint",

@@ -120,10 +120,10 @@ def build_stream(spark, config: Config, run: str = "", capped: bool = True):
               # The consumer's default 500 ms fetch wait was measured to add ~0.5 s to every batch
               # that reads requests (the read of a known offset range waits on its last fetch).
               .option("kafka.fetch.max.wait.ms", "20")
+              # A request producer's aborted transaction (Karafka's producers use them) must not act, nor, in
+              # exactly-once mode, the job's own write-backs of an aborted transaction.
+              .option("kafka.isolation.level", "read_committed")
               .options(**spark_kafka_options(config)))
-    if config.exactly_once:
-        # Write-backs go to the input topics in transactions: an aborted one must not be read.
-        reader = reader.option("kafka.isolation.level", "read_committed")
     if config.max_requests_per_batch and capped:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
     requests = decode(reader.load(), inputs, DecodeSettings.from_config(config))

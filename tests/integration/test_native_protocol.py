@@ -313,3 +313,20 @@ def test_the_scheduler_creates_its_topics_for_records_as_large_as_it_writes(kafk
     # Set on the topic (the local broker's own default is 8 MiB too; a stock broker's is 1 MiB).
     assert {name: (int(e.value), e.source) for name, e in entries.items()} == \
         dict.fromkeys(names, (PRODUCER_MAX_BYTES, ConfigSource.DYNAMIC_TOPIC_CONFIG.value))
+
+
+def test_requests_of_an_aborted_transaction_do_not_act(kafka, requests_topic):
+    """Requests are read read_committed, in either delivery mode: a producer's aborted transaction is not read."""
+    from confluent_kafka import Producer
+
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"requester-{uuid.uuid4().hex}"})
+    producer.init_transactions(30)
+    for commit, name in ((False, b"aborted"), (True, b"committed")):
+        producer.begin_transaction()
+        producer.produce(requests_topic, key=name, value=name, headers=native(topic, at(0.5)), partition=0)
+        producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    marker_arrives(kafka, requests_topic, reader, topic)
+    assert [r.key for r in reader.poll()][:-1] == [b"committed"]  # then the marker
