@@ -47,6 +47,16 @@ import sys
 shipped = [p for p in sys.path if os.path.basename(p).startswith("kafka_scheduler-") and p.endswith(".zip")]
 sys.path[:] = [p for p in sys.path if p not in shipped] + shipped
 
+# Linux: a SIGTERM (a graceful stop) when spark-submit's JVM, the parent, ends, so this process never outlives it.
+if sys.platform.startswith("linux"):
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
 # kafka-scheduler submit sends its stop request to this process (a graceful stop), not to spark-submit's JVM.
 pid_file = os.environ.get("KAFKA_SCHEDULER_DRIVER_PID_FILE")
 if pid_file:
@@ -238,7 +248,7 @@ def launch(submission: Submission) -> int:
         pid_file = Path(folder) / "driver.pid"
         # A session of its own: a Ctrl-C at the terminal reaches this process only, which passes it on as a
         # graceful stop, instead of also reaching spark-submit's JVM, whose shutdown would end the job at once.
-        process = subprocess.Popen(submission.command, start_new_session=True,
+        process = subprocess.Popen(submission.command, start_new_session=True, preexec_fn=_end_with_parent,
                                    env={**os.environ, **submission.environment, PID_FILE_ENV: str(pid_file)})
         requests = []
 
@@ -266,6 +276,18 @@ def launch(submission: Submission) -> int:
                 except subprocess.TimeoutExpired:
                     _signal(process.pid, signal.SIGKILL, group=True)
                     process.wait()
+
+
+def _end_with_parent() -> None:
+    """In spark-submit's process before it starts (Linux): the kernel sends it a SIGTERM when this command dies, even
+    by SIGKILL, so the job never runs on unsupervised, out of reach of the terminal it was started from."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
 
 
 def _read_pid(path: Path) -> Optional[int]:

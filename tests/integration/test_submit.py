@@ -38,30 +38,34 @@ def test_submit_runs_the_job_on_the_cluster_and_stops_gracefully(kafka, schedule
     with LocalSparkCluster(tmp_path / "spark", workers=1, cores=1, memory="1g") as cluster:
         scheduler = scheduler_factory(subcommand="submit", extra_args=(
             "--master", cluster.master_url, "--python", str(python), "--executor-memory", "512m"))
-        scheduler.start()
-        assert "submit: spark-submit to " + cluster.master_url in scheduler.log()
-        to = f"submitted-{scheduler.app_id}"  # broker append times: a delivery before its due time shows
-        ensure_topics(admin_client(kafka.bootstrap), [to], 1, config={"message.timestamp.type": "LogAppendTime"})
-        reader = kafka.reader(to)
-        due = {b"now": at(0), b"later": at(10)}
-        for key, instant in due.items():
-            kafka.produce(f"{scheduler.app_id}-schedule-requests", key=key, value=key,
-                          headers=native(to, instant, key.decode()))
-        records = reader.wait_for(lambda r: r.key in due, count=2, timeout=180, what="both deliveries",
-                                  guard=scheduler.assert_running)
-        assert sorted(r.key for r in records) == [b"later", b"now"]
-        for record in records:
-            assert record.value == record.key
-            assert record.timestamp_ms >= ms_of(due[record.key]), record.key
+        try:
+            scheduler.start()
+            assert "submit: spark-submit to " + cluster.master_url in scheduler.log()
+            to = f"submitted-{scheduler.app_id}"  # broker append times: a delivery before its due time shows
+            ensure_topics(admin_client(kafka.bootstrap), [to], 1, config={"message.timestamp.type": "LogAppendTime"})
+            reader = kafka.reader(to)
+            due = {b"now": at(0), b"later": at(10)}
+            for key, instant in due.items():
+                kafka.produce(f"{scheduler.app_id}-schedule-requests", key=key, value=key,
+                              headers=native(to, instant, key.decode()))
+            records = reader.wait_for(lambda r: r.key in due, count=2, timeout=180, what="both deliveries",
+                                      guard=scheduler.assert_running)
+            assert sorted(r.key for r in records) == [b"later", b"now"]
+            for record in records:
+                assert record.value == record.key
+                assert record.timestamp_ms >= ms_of(due[record.key]), record.key
 
-        # The batches ran on the worker's executor: the master gave the app its core, and the executor fetched
-        # the package zip into its work folder.
-        [app] = cluster.state()["activeapps"]
-        assert app["name"] == f"kafka-scheduler:{scheduler.app_id}" and app["cores"] == 1, app
-        fetched = sorted(p.name for p in (tmp_path / "spark" / "work-0" / app["id"]).glob("*/kafka_scheduler-*.zip"))
-        assert len(fetched) == 1, fetched
+            # The batches ran on the worker's executor: the master gave the app its core, and the executor fetched
+            # the package zip into its work folder.
+            [app] = cluster.state()["activeapps"]
+            assert app["name"] == f"kafka-scheduler:{scheduler.app_id}" and app["cores"] == 1, app
+            work = tmp_path / "spark" / "work-0" / app["id"]
+            fetched = sorted(p.name for p in work.glob("*/kafka_scheduler-*.zip"))
+            assert len(fetched) == 1, fetched
 
-        assert scheduler.stop() == 0, scheduler.log()[-3000:]
-        assert "stopped after" in scheduler.log()
-        wait_until(lambda: app["id"] in {a["id"] for a in cluster.state()["completedapps"]}, 30,
-                   "the master to see the application end")
+            assert scheduler.stop() == 0, scheduler.log()[-3000:]
+            assert "stopped after" in scheduler.log()
+            wait_until(lambda: app["id"] in {a["id"] for a in cluster.state()["completedapps"]}, 30,
+                       "the master to see the application end")
+        finally:
+            scheduler.stop()  # while the cluster is up: a graceful stop needs it
