@@ -13,11 +13,10 @@ test: setup
 test-unit: setup
 	.venv/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
-# The package as a zip for spark-submit --py-files (executors import the state processor from it).
+# The package as a zip for spark-submit --py-files (executors import the state processor from it); the same code
+# builds the zip `kafka-scheduler submit` ships (src/kafka_scheduler/package_zip.py).
 dist: setup
-	@mkdir -p dist && rm -f dist/kafka_scheduler.zip
-	@cd src && ../.venv/bin/python -c "import zipfile, pathlib; z = zipfile.ZipFile('../dist/kafka_scheduler.zip', 'w'); [z.write(p) for p in sorted(pathlib.Path('kafka_scheduler').rglob('*')) if '__pycache__' not in p.parts]"
-	@echo "dist/kafka_scheduler.zip; connector jars: $$(ls .cache/jars/spark-kafka/*.jar | paste -sd, -)"
+	@.venv/bin/python -m kafka_scheduler.package_zip dist/kafka_scheduler.zip
 
 # All benchmark scenarios at the target sizes (over an hour: the 10M herd alone takes 15-25 minutes); figures go to bench/results/.
 bench: setup

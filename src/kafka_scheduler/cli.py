@@ -22,6 +22,7 @@ replace or cancel each other until then. Runs on Spark Structured Streaming.
 
 commands:
   run       run the scheduler job (until Ctrl-C / SIGTERM)
+  submit    run the job on a Spark cluster: spark-submit with the connector jars and the package
   config    config show: print the effective settings of `run` and where each came from
   broker    run a local single-node Kafka broker (development and tests)
   demo      start a local broker (if none) and the scheduler, and show a message arriving
@@ -67,6 +68,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = resolve(args)
     check_kafka_settings(config)
     return run(config, from_beginning=args.from_beginning)
+
+
+# ---------------------------------------------------------------- submit
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from .submit import submit
+
+    return submit(args)
 
 
 # ---------------------------------------------------------------- config
@@ -359,6 +369,37 @@ def build_parser() -> argparse.ArgumentParser:
                           "<dir>.before-<UTC time>, never deleted), start a new one and read every input from its "
                           "earliest offset; schedules already written back are not delivered again")
     run.set_defaults(handler=cmd_run)
+
+    submit = commands.add_parser(
+        "submit", help="run the job on a Spark cluster through spark-submit",
+        description="Run the scheduler on a Spark cluster: build the package zip the executors import the state "
+                    "processor from (--py-files; kept in .cache/py-files, rebuilt when the source changes) and call "
+                    "spark-submit "
+                    "(pyspark's, or $SPARK_HOME/bin/spark-submit) with --master, Spark's Kafka connector jars, "
+                    "the zip and the executors' Python; its driver runs `kafka-scheduler run` with the run options "
+                    "below, here (client deploy mode), so it reads the same flags, KAFKA_SCHEDULER_* variables and "
+                    "--config file. The settings are checked before anything is submitted. Executors need a "
+                    "Python of the driver's version with pandas, pyarrow and protobuf (--python). Ctrl-C or "
+                    "SIGTERM stops the job gracefully; a second one ends spark-submit at once.",
+        epilog="example: kafka-scheduler submit --master spark://spark-master:7077 --executor-memory 2g "
+               "--total-executor-cores 8 --bootstrap-servers kafka:9092 --app-id reminders "
+               "--checkpoint-dir hdfs:///checkpoints/reminders --partitions 16")
+    cluster = submit.add_argument_group("spark-submit options")
+    cluster.add_argument("--executor-memory", metavar="SIZE", help="heap of each executor, e.g. 2g (Spark's "
+                                                                     "default 1g)")
+    cluster.add_argument("--executor-cores", type=int, metavar="N", help="cores of each executor")
+    cluster.add_argument("--total-executor-cores", type=int, metavar="N",
+                         help="cores of all executors together (standalone: default all the cluster offers)")
+    cluster.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                         help="a Spark setting for spark-submit; repeat for more")
+    cluster.add_argument("--python", metavar="PATH",
+                         help="the executors' Python (with pandas, pyarrow, protobuf) [default $PYSPARK_PYTHON, "
+                              "else this command's Python]")
+    cluster.add_argument("--dry-run", action="store_true",
+                         help="build the zip and print the spark-submit command (secrets masked), run nothing")
+    add_arguments(submit)
+    submit.add_argument("--from-beginning", action="store_true", help="as for run: rebuild from the input topics")
+    submit.set_defaults(handler=cmd_submit)
 
     inspect = commands.add_parser(
         "inspect", help="pending schedules read from a checkpoint",

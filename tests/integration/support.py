@@ -159,15 +159,15 @@ class Kafka:
 
 
 class SchedulerProcess:
-    """`kafka-scheduler run` as a subprocess, with its log captured to a file."""
+    """`kafka-scheduler run` (or ``subcommand``, e.g. submit) as a subprocess, with its log captured to a file."""
 
     def __init__(self, bootstrap: str, app_id: str, checkpoint_dir: Path, log_path: Path, extra_args=(),
-                 launcher=(sys.executable, "-m", "kafka_scheduler")):
+                 launcher=(sys.executable, "-m", "kafka_scheduler"), subcommand: str = "run"):
         self.app_id = app_id
         self.bootstrap = bootstrap
         self.checkpoint_dir = checkpoint_dir
         self.log_path = log_path
-        self.command = [*launcher, "run", "--bootstrap-servers", bootstrap,
+        self.command = [*launcher, subcommand, "--bootstrap-servers", bootstrap,
                         "--app-id", app_id, "--checkpoint-dir", str(checkpoint_dir), *extra_args]
         self.process: Optional[subprocess.Popen] = None
         self._log_offset = 0

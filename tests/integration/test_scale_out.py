@@ -3,8 +3,8 @@ JVM; one executor JVM per worker), reading a requests topic of 4 partitions with
 micro-batches' tasks and the state store's shards are spread over two executor processes.
 
 The executors run the venv's interpreter for their Python workers (the driver passes it on), which has the
-package installed, so `--master spark://...` needs no zip here; on machines without the package, spark-submit
-with `--py-files dist/kafka_scheduler.zip` ships it (test_spark_submit.py). The checkpoint is a local path,
+package installed, so `--master spark://...` needs no zip here; on machines without the package, `kafka-scheduler
+submit` ships it with spark-submit's --py-files (test_submit.py). The checkpoint is a local path,
 which every executor reaches because they share this machine; on several machines it must be a shared filesystem.
 """
 

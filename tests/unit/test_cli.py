@@ -38,12 +38,12 @@ def test_help_lists_the_commands(capsys):
     assert exit_info.value.code == 0
     out, err = capsys.readouterr()
     assert err == ""
-    for command in ("run", "broker", "demo", "schedule", "replace", "cancel"):
+    for command in ("run", "submit", "broker", "demo", "schedule", "replace", "cancel"):
         assert f"  {command} " in out, command
     assert "KAFKA_SCHEDULER_" in out
 
 
-@pytest.mark.parametrize("command", ["run", "schedule", "replace", "cancel", "broker", "demo"])
+@pytest.mark.parametrize("command", ["run", "submit", "schedule", "replace", "cancel", "broker", "demo"])
 def test_subcommand_help(capsys, command):
     code, out, err = run(capsys, [command, "--help"])
     assert code == 0
