@@ -23,7 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from functools import lru_cache
+from importlib import resources
 from typing import Callable, Iterable, Optional
 from urllib.parse import parse_qs, urlsplit
 
@@ -31,7 +32,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger(__name__)
 
-PAGE = Path(__file__).with_name("status_page.html")
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 HOURS_SHOWN = 48
@@ -55,6 +55,12 @@ REASON_CLASSES = {
     "refused_by_destination": "the destination refused the delivery (missing, not authorized, too large)",
     "other": "another reason (see x-scheduler-rejection-reason in the rejections topic)",
 }
+
+
+@lru_cache(maxsize=1)
+def page_html() -> bytes:
+    """The page, read through the package (also from a zip on --py-files, under spark-submit)."""
+    return resources.files(__package__).joinpath("status_page.html").read_bytes()
 
 
 def iso(seconds: Optional[float]) -> Optional[str]:
@@ -343,7 +349,7 @@ class StatusPage:
         if path == "/metrics":
             return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
         if path in ("/", "/index.html"):
-            return 200, "text/html; charset=utf-8", PAGE.read_bytes()
+            return 200, "text/html; charset=utf-8", page_html()
         if path == "/api/status":
             return _json(200, self.status())
         if path == "/api/upcoming":

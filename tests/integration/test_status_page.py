@@ -195,9 +195,13 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
     chart = image.crop((left, top, left + width, top + height))
     bar_pixels = sum(n for n, rgb in chart.getcolors(width * height) if near(rgb, BAR_RGB))
     assert bar_pixels > 200, f"the chart area ({left},{top} {width}x{height}) has {bar_pixels} pixels of bar colour"
-    days = Elements.of(browse(chromium, tmp_path, "--dump-dom", page="/#30d"))
+    # The 30-day view, and a look-up by id from the page's box (as a link fills it in).
+    days = Elements.of(browse(chromium, tmp_path, "--dump-dom", page="/?id=h26-1#30d"))
     assert int(days.body["data-chart-bars"]) == len(expected_days) and days.ids["upcoming-note"]["text"] == \
         "per day, next 30 days (UTC)"
+    looked_up = days.ids["lookup-result"]["text"]
+    assert "h26-1" in looked_up and orders in looked_up and "order h26 #1" in looked_up and "t-h26-1" in looked_up, \
+        looked_up
     if os.environ.get("STATUS_PAGE_SCREENSHOT"):
         shutil.copy(shot, ROOT / os.environ["STATUS_PAGE_SCREENSHOT"])
 

@@ -18,8 +18,8 @@ import pytest
 from kafka_scheduler.metrics import BatchSummary
 from kafka_scheduler.prometheus import SchedulerMetrics
 from kafka_scheduler.recent import LatenessWindow, RecentRejections
-from kafka_scheduler.status_page import (DAY_MS, HOUR_MS, PAGE, LATE_P99_S, STALL_AFTER_S, PendingCounts, StatusPage,
-                                         UpcomingCache, count_pending, health, snapshot, start_server, status_json,
+from kafka_scheduler.status_page import (DAY_MS, HOUR_MS, LATE_P99_S, STALL_AFTER_S, PendingCounts, StatusPage,
+                                         UpcomingCache, count_pending, health, page_html, snapshot, start_server, status_json,
                                          upcoming_json)
 
 T0 = 1_800_000_000.0  # a fixed "now" (s)
@@ -263,7 +263,7 @@ def test_the_server_serves_metrics_and_page_over_http():
 
 
 def test_the_page_is_self_contained_and_its_script_finds_its_elements():
-    html = PAGE.read_text()
+    html = page_html().decode()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//|@import|url\(\s*["']?(https?:)?//""", html)
     ids = set(re.findall(r'id="([\w-]+)"', html))
     used = set(re.findall(r'\$\("([\w-]+)"\)', html)) | set(re.findall(r'setNum\("([\w-]+)"', html))
