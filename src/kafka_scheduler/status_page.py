@@ -218,20 +218,21 @@ class StateReader:
     def ready(self) -> bool:
         return self._spark is not None
 
-    def run(self, read: Callable, timeout: float = STATE_READ_WAIT_S):
-        """``read(spark, checkpoint_dir, batch)``; None when Spark is not (or no longer) up."""
+    def run(self, read: Callable, empty: Callable, timeout: float = STATE_READ_WAIT_S):
+        """``read(spark, checkpoint_dir, batch)``, or ``empty()`` before the first batch has committed (no state to
+        read yet); None when Spark is not (or no longer) up."""
         if not self._lock.acquire(timeout=timeout):
             raise TimeoutError("another state read is still running")
         try:
             spark, checkpoint_dir = self._spark, self._checkpoint_dir
             if spark is None:
                 return None
-            from .checkpoint import last_committed_batch
+            from .checkpoint import is_local, last_committed_batch
 
-            try:
-                batch = last_committed_batch(checkpoint_dir)
-            except Exception:  # a checkpoint only Spark's Hadoop reaches (hdfs://...): the batch number is extra
-                batch = None
+            # Only a local checkpoint tells its batch here (one on hdfs:// and the like needs Spark's Hadoop).
+            batch = last_committed_batch(checkpoint_dir) if is_local(checkpoint_dir) else None
+            if batch is None and is_local(checkpoint_dir):
+                return empty()
             sc = spark.sparkContext
             sc.setJobDescription("kafka-scheduler status page: state read")
             try:
@@ -286,7 +287,8 @@ class UpcomingCache:
         try:
             as_of_ms = int(self.clock() * 1000)
             result = self.reader.run(lambda spark, checkpoint_dir, batch: upcoming_json(
-                self.count(spark, checkpoint_dir, as_of_ms), as_of_ms, batch))
+                self.count(spark, checkpoint_dir, as_of_ms), as_of_ms, batch),
+                empty=lambda: upcoming_json(PendingCounts(), as_of_ms, None))
             if result is None:
                 return
             with self._lock:
@@ -327,7 +329,7 @@ class StatusPage:
                            self.metrics.recent_rejections.entries())
 
     def schedules(self, ids: list[str]) -> tuple[int, dict]:
-        from .inspection import Filters, inspect_checkpoint
+        from .inspection import Filters, Inspection, inspect_checkpoint
 
         ids = [i for i in ids if i.strip()]
         if not ids:
@@ -335,7 +337,8 @@ class StatusPage:
         as_of_ms = int(self.clock() * 1000)
         try:
             found = self.state.run(lambda spark, checkpoint_dir, batch: inspect_checkpoint(
-                spark, checkpoint_dir, Filters(ids=tuple(ids)), as_of_ms, batch, SCHEDULES_LIMIT))
+                spark, checkpoint_dir, Filters(ids=tuple(ids)), as_of_ms, batch, SCHEDULES_LIMIT),
+                empty=lambda: Inspection(as_of_ms, None))
         except TimeoutError as exc:
             return 503, {"error": f"{exc}; try again"}
         if found is None:

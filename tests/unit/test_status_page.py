@@ -166,7 +166,7 @@ class FakeState:
         self.ready, self.reads, self.release = ready, 0, threading.Event()
         self.release.set()
 
-    def run(self, read):
+    def run(self, read, empty):
         self.release.wait(10)
         self.reads += 1
         return read("spark", "checkpoint", self.reads)
@@ -289,3 +289,30 @@ def test_the_demo_finds_the_status_page_in_the_line_the_job_logs(caplog):
     finally:
         server.shutdown()
         server.server_close()
+
+
+class FakeSpark:
+    class sparkContext:  # noqa: N801 - as pyspark names it
+        descriptions: list = []
+
+        @classmethod
+        def setJobDescription(cls, text):  # noqa: N802
+            cls.descriptions.append(text)
+
+
+def test_state_reads_wait_for_spark_and_for_a_first_committed_batch(tmp_path):
+    from kafka_scheduler.status_page import StateReader
+
+    def read(spark, checkpoint_dir, batch):
+        return ("read", checkpoint_dir, batch)
+
+    reader = StateReader()
+    assert reader.run(read, empty=lambda: "empty") is None, "no Spark session yet"
+    reader.attach(FakeSpark(), str(tmp_path))
+    assert reader.run(read, empty=lambda: "empty") == "empty", "nothing committed: no state to read"
+    (tmp_path / "commits").mkdir()
+    (tmp_path / "commits" / "4").write_text("v1\n{}")
+    assert reader.run(read, empty=lambda: "empty") == ("read", str(tmp_path), 4)
+    assert FakeSpark.sparkContext.descriptions[-2:] == ["kafka-scheduler status page: state read", None]
+    reader.detach()
+    assert reader.run(read, empty=lambda: "empty") is None
