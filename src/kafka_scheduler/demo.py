@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -29,10 +30,16 @@ log = logging.getLogger("kafka_scheduler.demo")
 DEMO_TOPIC = "demo-deliveries"
 READY_MARKER = "running: reading"
 ARRIVAL_TIMEOUT_S = 180.0  # a first batch on a busy laptop can take a minute or two
-# TODO(issue 9, item 5): print the status page's URL here once the job serves one (`--metrics-port`).
+STATUS_PAGE_LINE = re.compile(r"status page: (http://\S+)")  # the scheduler's line (prometheus.serve)
 
 
-def _start_scheduler(args: argparse.Namespace) -> tuple[subprocess.Popen, threading.Event, threading.Thread]:
+def status_page_url(line: str) -> Optional[str]:
+    """The status page's address, from the scheduler line that announces it (none with --metrics-port 0)."""
+    found = STATUS_PAGE_LINE.search(line)
+    return found.group(1) if found else None
+
+
+def _start_scheduler(args: argparse.Namespace) -> tuple[subprocess.Popen, threading.Event, threading.Thread, dict]:
     command = [sys.executable, "-m", "kafka_scheduler", "run", "--bootstrap-servers", args.bootstrap_servers,
                "--app-id", args.app_id]
     if args.checkpoint_dir:
@@ -42,17 +49,20 @@ def _start_scheduler(args: argparse.Namespace) -> tuple[subprocess.Popen, thread
                                text=True, bufsize=1, start_new_session=True)
     ready = threading.Event()
     noise = EngineNoiseFilter(everything=debug_enabled())
+    seen: dict = {}
 
     def echo() -> None:
         for line in process.stdout:
             if noise.shows(line):
                 sys.stderr.write("  [scheduler] " + line)
+            if "status_page" not in seen and status_page_url(line):
+                seen["status_page"] = status_page_url(line)
             if READY_MARKER in line:
                 ready.set()
 
     echoing = threading.Thread(target=echo, daemon=True)
     echoing.start()
-    return process, ready, echoing
+    return process, ready, echoing, seen
 
 
 class DeliveryWatch:
@@ -154,7 +164,7 @@ def demo(args: argparse.Namespace) -> int:
         if stop.is_set():
             return 0
         log.info("starting the scheduler (Spark takes a few seconds to start)")
-        scheduler, ready, echoing = _start_scheduler(args)
+        scheduler, ready, echoing, seen = _start_scheduler(args)
         while not ready.wait(0.5):
             if stop.is_set():
                 return 0
@@ -181,10 +191,13 @@ def demo(args: argparse.Namespace) -> int:
             arrived = message is not None and message.key() == f"demo-{marker}".encode()
         if args.once:
             return 0
+        page = seen.get("status_page")
         log.info("the scheduler keeps running; every delivery to %s shows here. In another shell try:\n"
                  "  .venv/bin/kafka-scheduler schedule --to %s --at +10s --value hi --id my-1\n"
                  "  .venv/bin/kafka-scheduler cancel --id my-1\n"
-                 "Ctrl-C stops the scheduler%s.", DEMO_TOPIC, DEMO_TOPIC, " and the broker" if broker else "")
+                 "%sCtrl-C stops the scheduler%s.", DEMO_TOPIC, DEMO_TOPIC,
+                 f"The status page (pending schedules, upcoming deliveries, health, look-up by id): {page}\n"
+                 if page else "", " and the broker" if broker else "")
         while not stop.is_set():
             watch.poll(0.5)
             if scheduler.poll() is not None:

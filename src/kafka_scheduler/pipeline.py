@@ -31,6 +31,7 @@ from .jars import jar_paths
 from .metrics import BatchSummary, Totals
 from .prometheus import LagWatcher, SchedulerMetrics, serve
 from .sinks import RecordSink
+from .status_page import StatusPage
 from .state_processor import OUTPUT_SCHEMA
 from .exactly_once import TransactionalSender, transactional_id
 from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
@@ -142,6 +143,7 @@ class Scheduler:
         self.totals = Totals()
         self.query = None
         self.metrics = SchedulerMetrics(config.input_topics)
+        self.page = StatusPage(self.metrics, config.app_id)
         self._started_at = time.monotonic()
         self._first_batch_logged = False
 
@@ -183,7 +185,7 @@ class Scheduler:
 
     def run(self) -> int:
         # Served from the start (a port in use fails at once, before anything else starts).
-        server = serve(self.metrics, self.config.metrics_host, self.config.metrics_port) \
+        server = serve(self.metrics, self.config.metrics_host, self.config.metrics_port, self.page) \
             if self.config.metrics_port else None
         try:
             return self._run()
@@ -244,6 +246,8 @@ class Scheduler:
                 raise
             config = self.config
             log.info("checkpoint: %s", _state_text(config))
+        # The status page reads the state store with this session, on request only (status_page.py).
+        self.page.attach_state(spark, config.checkpoint_dir)
         run = uuid.uuid4().hex
         sender = self._start_exactly_once(admin) if config.exactly_once else None
         self.writer = TimedWriter(config.bootstrap_servers, config.max_held, rejections_topic=config.rejections_topic,
@@ -290,6 +294,7 @@ class Scheduler:
             self.wakeups.close()
             if self.writer is not None:
                 self.writer.close()
+            self.page.detach_state()
             spark.stop()
 
     def _start_exactly_once(self, admin) -> TransactionalSender:

@@ -1,8 +1,9 @@
 """The job's Prometheus metrics: one registry fed by the batch summaries (sinks.py), the timed writer's writes and a
-lag watcher, served over HTTP at /metrics (``--metrics-port``).
+lag watcher, served over HTTP at /metrics (``--metrics-port``) with the status page (status_page.py).
 
-The values live in ``SchedulerMetrics.registry``: anything else that shows them (a status page) reads the same
-registry (``value``), so the page and a scrape never disagree.
+The values live in ``SchedulerMetrics.registry``: the status page reads the same registry, so the page and a scrape
+never disagree. What the page shows beyond the counters (lateness over the last hour, the last rejections) is fed
+here too, by the same calls (recent.py).
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import json
 import logging
 import threading
 import time
+from collections import Counter as Tally
 from typing import Callable, Optional
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .config import ConfigError
 from .metrics import BatchSummary
+from .recent import LatenessWindow, RecentRejections
+from .rejection_classes import REFUSED_BY_DESTINATION
 from .state_processor import OUTCOME_REJECTED
 
 log = logging.getLogger(__name__)
@@ -67,6 +71,8 @@ class SchedulerMetrics:
                                ["topic", "partition"], registry=registry)
         self._lock = threading.Lock()
         self._index_entries: dict[int, int] = {}
+        self.recent_lateness = LatenessWindow()
+        self.recent_rejections = RecentRejections()
 
     def value(self, name: str, labels: Optional[dict] = None) -> Optional[float]:
         """A sample's current value (``name`` as exposed, e.g. ``kafka_scheduler_delivered_total``)."""
@@ -81,41 +87,53 @@ class SchedulerMetrics:
 
     def record_batch(self, summary: BatchSummary) -> None:
         """A committed batch's outcome counts (sinks.RecordSink calls back with its summary)."""
+        at_s = summary.written_at_ms / 1000 if summary.written_at_ms else time.time()
         for (outcome, topic, reason), n in summary.labelled.items():
             if not n:
                 continue
             if outcome == OUTCOME_REJECTED:
                 self.rejected.labels(topic, self.dialect_of(topic), reason or "other").inc(n)
+                self.recent_rejections.add(at_s, topic, self.dialect_of(topic), reason or "other", n)
             else:
                 self.requests.labels(outcome, topic, self.dialect_of(topic)).inc(n)
         for topic, n in summary.at_once.items():
             if n:
                 self.delivered_at_once.labels(topic, self.dialect_of(topic)).inc(n)
         self.written_back.inc(summary.written_back)
-        self.dead_lettered.inc(summary.dead_lettered)
+        self._dead_lettered(summary.dead_lettered, at_s)
         if summary.written_by_batch:
             # Written by the batch itself (no timed writer, or beyond --max-held): held slices go out at their due
             # time; the others are observed at the batch's largest lateness, the only figure the batch has.
             self.delivered.inc(summary.written_by_batch)
             at_once = summary.written_by_batch - summary.held
             if at_once > 0 and summary.earliest_due_ms is not None:
-                late_s = max(0, summary.written_at_ms - summary.earliest_due_ms) / 1000
-                for _ in range(min(at_once, 10_000)):
-                    self.lateness.observe(late_s)
+                self._observe_lateness(max(0, summary.written_at_ms - summary.earliest_due_ms) / 1000,
+                                       min(at_once, 10_000))
         with self._lock:
             self._index_entries.update(summary.index_entries)
             if self._index_entries:
                 self.pending.set(sum(self._index_entries.values()))
         self.batch_duration.observe(summary.compute_s + summary.write_s)
         self.batches.inc()
-        self.last_batch.set(summary.written_at_ms / 1000 if summary.written_at_ms else time.time())
+        self.last_batch.set(at_s)
 
     def record_written(self, lateness_ms: list[int], refused: int) -> None:
         """The timed writer wrote deliveries (``lateness_ms``: one per delivery) and diverted ``refused`` records."""
         self.delivered.inc(len(lateness_ms))
-        for late in lateness_ms:
-            self.lateness.observe(max(0, late) / 1000)
-        self.dead_lettered.inc(refused)
+        for late, n in Tally(lateness_ms).items():
+            self._observe_lateness(max(0, late) / 1000, n)
+        self._dead_lettered(refused, time.time())
+
+    def _observe_lateness(self, seconds: float, n: int) -> None:
+        for _ in range(n):
+            self.lateness.observe(seconds)
+        self.recent_lateness.add(seconds, n)
+
+    def _dead_lettered(self, n: int, at_s: float) -> None:
+        self.dead_lettered.inc(n)
+        if n:
+            # A destination refused them at delivery: no input topic to show, the request was accepted long ago.
+            self.recent_rejections.add(at_s, None, "", REFUSED_BY_DESTINATION, n)
 
     def record_lag(self, end_offsets: dict, latest: dict) -> None:
         """``end_offsets``/``latest``: {(topic, partition): offset}; lag is reported where both are known."""
@@ -124,16 +142,25 @@ class SchedulerMetrics:
                 self.input_lag.labels(topic, str(partition)).set(max(0, latest[(topic, partition)] - end))
 
 
-def serve(metrics: SchedulerMetrics, host: str, port: int):
-    """Start the /metrics server; returns the server (``shutdown()`` stops it). A port in use is a ConfigError."""
+def serve(metrics: SchedulerMetrics, host: str, port: int, page=None):
+    """Start the HTTP server of /metrics and the status page (``page``: a status_page.StatusPage; without one, a page
+    of the metrics alone); returns the server (``shutdown()`` stops it). A port in use is a ConfigError."""
+    from .status_page import StatusPage, start_server
+
     try:
-        server, _thread = start_http_server(port, host, metrics.registry)
+        server = start_server(page or StatusPage(metrics), host, port)
     except OSError as exc:
         what = "already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
         raise ConfigError(f"--metrics-port {port}: cannot serve metrics on {host}:{port} ({what}); choose another "
                           f"port, or 0 to turn the metrics off") from None
-    log.info("metrics: http://%s:%d/metrics", host, server.server_port)
+    log.info("metrics: http://%s:%d/metrics; status page: http://%s:%d/", host, server.server_port,
+             _browsable(host), server.server_port)
     return server
+
+
+def _browsable(host: str) -> str:
+    """The address to open in a browser on this machine: a server listening on every interface answers there too."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
 
 def end_offsets(progress: Optional[dict], topics) -> dict:

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.request
 
 from kafka_scheduler.broker import free_port, port_open
 
@@ -22,6 +23,7 @@ def test_demo_shows_deliveries_as_they_arrive_and_no_engine_noise(tmp_path):
     port = free_port()
     output_file = tmp_path / "demo.out"
     env = {name: value for name, value in os.environ.items() if name != "KAFKA_SCHEDULER_LOG_LEVEL"}
+    env["KAFKA_SCHEDULER_METRICS_PORT"] = str(free_port())  # as `make run` has it (9464 by default): a status page
     with open(output_file, "w") as output:
         # Its own process group, like a terminal's foreground job: the Ctrl-C below reaches everything in it.
         demo = subprocess.Popen(
@@ -40,6 +42,10 @@ def test_demo_shows_deliveries_as_they_arrive_and_no_engine_noise(tmp_path):
     try:
         wait_until(lambda: "the scheduler keeps running" in text(), 420, "the demo message to arrive", guard=running)
         assert "starting a local one" in text()
+        page = f"http://127.0.0.1:{env['KAFKA_SCHEDULER_METRICS_PORT']}/"
+        assert f"The status page (pending schedules, upcoming deliveries, health, look-up by id): {page}" in text()
+        with urllib.request.urlopen(page, timeout=30) as response:
+            assert response.status == 200 and b"<canvas" in response.read()
         assert re.search(r"delivered id=demo-(\w+) key='demo-\1' to demo-deliveries at \S+Z "
                          r"\(due \S+Z, \d+\.\d\ds late\): 'hello from kafka-scheduler \(\1\)'", text()), text()
 

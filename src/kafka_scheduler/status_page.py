@@ -1,0 +1,404 @@
+"""The status page and the metrics, served together on the metrics port (``--metrics-port``).
+
+    /                  the page: one self-contained HTML file (status_page.html: inline CSS and JS, no CDN)
+    /metrics           Prometheus' text format, from the job's registry
+    /api/status        pending, deliveries, lateness over the last hour, recent rejections, health
+    /api/upcoming      schedules due per hour (next 48 h) and per day (next 30 d), read from the state store
+    /api/schedules?id= pending schedules with these request ids, in full (as ``kafka-scheduler inspect --id``)
+
+Everything /api/status shows comes from the same registry a scrape reads (and the in-memory rings fed by the same
+calls, recent.py), so the page and /metrics agree. Reading the state store costs a Spark job: it is done only when
+someone asks (never on the batch path, never on a timer), /api/upcoming at most every UPCOMING_MAX_AGE_S in a
+background thread while the last result is served.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from functools import lru_cache
+from importlib import resources
+from typing import Callable, Iterable, Optional
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger(__name__)
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+HOURS_SHOWN = 48
+DAYS_SHOWN = 30
+UPCOMING_MAX_AGE_S = 30.0
+SCHEDULES_LIMIT = 20
+STATE_READ_WAIT_S = 120.0  # a look-up waits at most this long for a state read in flight
+
+# Health. An idle job runs no batch at all, so a quiet job is stalled only when there is work it does not do.
+STALL_AFTER_S = 120.0  # records waiting (input lag), or a wake-up overdue, with no batch for this long
+LATE_P99_S = 5.0  # the p99 lateness of the last RECENT_S above this: late
+LATE_LAG_RECORDS = 10_000  # this many requests not read yet: late
+RECENT_S = 300.0
+
+REASON_CLASSES = {
+    "missing_field": "a required field is missing or empty (destination, due time, id)",
+    "bad_time": "the due time cannot be read, has no time zone, or is too far ahead",
+    "bad_destination": "the destination topic or partition is not valid",
+    "too_large": "the request is larger than the limit",
+    "malformed": "the record is not a request of its dialect",
+    "refused_by_destination": "the destination refused the delivery (missing, not authorized, too large)",
+    "other": "another reason (see x-scheduler-rejection-reason in the rejections topic)",
+}
+
+
+@lru_cache(maxsize=1)
+def page_html() -> bytes:
+    """The page, read through the package (also from a zip on --py-files, under spark-submit)."""
+    return resources.files(__package__).joinpath("status_page.html").read_bytes()
+
+
+def iso(seconds: Optional[float]) -> Optional[str]:
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# ---------------------------------------------------------------- /api/status (pure)
+
+Samples = dict  # (sample name, ((label, value), ...) sorted) -> value
+
+
+def snapshot(registry) -> Samples:
+    """Every sample of the registry at once, as a scrape sees them."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in registry.collect() for s in family.samples}
+
+
+def total(samples: Samples, name: str, **labels) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(v for (n, pairs), v in samples.items() if n == name and wanted <= set(pairs))
+
+
+def by_label(samples: Samples, name: str, label: str) -> dict:
+    found: Counter = Counter()
+    for (n, pairs), v in samples.items():
+        if n == name:
+            found[dict(pairs).get(label, "")] += v
+    return {k: v for k, v in sorted(found.items()) if v}
+
+
+def health(now_s: float, started_s: float, last_batch_s: Optional[float], batches: float,
+           next_wakeup_s: Optional[float], lag_total: float, recent_p99_s: Optional[float]) -> dict:
+    """ok, late, stalled or starting, and why (one sentence)."""
+    quiet_s = now_s - (last_batch_s or started_s)
+    wake_overdue_s = now_s - next_wakeup_s if next_wakeup_s and (last_batch_s or 0) < next_wakeup_s else 0
+    if lag_total > 0 and quiet_s > STALL_AFTER_S:
+        return {"verdict": "stalled", "reason": f"{lag_total:,.0f} input records waiting and no batch for "
+                                                f"{quiet_s:,.0f} s"}
+    if wake_overdue_s > STALL_AFTER_S:
+        return {"verdict": "stalled", "reason": f"a wake-up was due {wake_overdue_s:,.0f} s ago and no batch ran "
+                                                "since"}
+    if not batches:
+        return {"verdict": "starting", "reason": "no batch completed yet"}
+    if recent_p99_s is not None and recent_p99_s > LATE_P99_S:
+        return {"verdict": "late", "reason": f"deliveries of the last {RECENT_S / 60:.0f} minutes: p99 "
+                                             f"{recent_p99_s:.1f} s late"}
+    if lag_total > LATE_LAG_RECORDS:
+        return {"verdict": "late", "reason": f"{lag_total:,.0f} input records not read yet"}
+    return {"verdict": "ok", "reason": "deliveries on time, input read"}
+
+
+def status_json(samples: Samples, now_s: float, started_s: float, app_id: str, lateness_hour: dict,
+                lateness_recent: dict, lateness_minutes: list[dict], rejections: list[dict]) -> dict:
+    """What /api/status answers, from one snapshot of the registry and the rings (recent.py)."""
+    m = "kafka_scheduler_"
+    last_batch = total(samples, m + "last_batch_timestamp_seconds") or None
+    next_wakeup = total(samples, m + "next_wakeup_timestamp_seconds") or None
+    batches = total(samples, m + "batches_total")
+    lag = sorted(({"topic": dict(pairs)["topic"], "partition": int(dict(pairs)["partition"]), "records": int(v)}
+                  for (n, pairs), v in samples.items() if n == m + "input_lag_records"),
+                 key=lambda e: (e["topic"], e["partition"]))
+    lag_total = sum(e["records"] for e in lag)
+    return {
+        "app_id": app_id,
+        "as_of": iso(now_s),
+        "uptime_s": round(now_s - started_s, 1),
+        "pending": int(total(samples, m + "pending_schedules")),
+        "next_wakeup": {"at": iso(next_wakeup), "in_s": round(next_wakeup - now_s, 3) if next_wakeup else None},
+        "delivered": {"total": int(total(samples, m + "delivered_total")),
+                      "at_once": int(total(samples, m + "delivered_at_once_total")),
+                      "written_back": int(total(samples, m + "written_back_total")),
+                      "dead_lettered": int(total(samples, m + "dead_lettered_total"))},
+        "requests": {k: int(v) for k, v in by_label(samples, m + "requests_total", "outcome").items()},
+        "rejected": {"total": int(total(samples, m + "rejected_total")),
+                     "by_class": {k: int(v) for k, v in by_label(samples, m + "rejected_total", "reason_class").items()}},
+        "lateness": {"window_s": 3600, **_rounded(lateness_hour), "last_5_min": _rounded(lateness_recent),
+                     "per_minute": [{"start": iso(e["start"]), **_rounded(e)} for e in lateness_minutes],
+                     "since_start_count": int(total(samples, m + "delivery_lateness_seconds_count"))},
+        "rejections": [{"at": iso(e["at"]), "input_topic": e["input_topic"], "dialect": e["dialect"],
+                        "reason_class": e["reason_class"], "count": e["count"],
+                        "about": REASON_CLASSES.get(e["reason_class"], REASON_CLASSES["other"])} for e in rejections],
+        "health": {**health(now_s, started_s, last_batch, batches, next_wakeup, lag_total, lateness_recent["p99_s"]),
+                   "last_batch": iso(last_batch),
+                   "last_batch_age_s": round(now_s - last_batch, 1) if last_batch else None,
+                   "batches": int(batches), "input_lag": lag, "input_lag_total": lag_total},
+    }
+
+
+def _rounded(stats: dict) -> dict:
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in stats.items() if k != "start"}
+
+
+# ---------------------------------------------------------------- /api/upcoming (pure)
+
+
+@dataclass
+class PendingCounts:
+    total: int = 0
+    overdue: int = 0  # due before as_of: being delivered, or delivered and not yet retired by a batch
+    per_hour: Counter = field(default_factory=Counter)  # start of hour (ms) -> schedules due in it
+    per_day: Counter = field(default_factory=Counter)
+
+
+def count_pending(frames: Iterable, as_of_ms: int) -> PendingCounts:
+    """Counts of pending schedules (frames of inspection.pending_frames: a ``due_ms`` column)."""
+    counts = PendingCounts()
+    for frame in frames:
+        due = frame["due_ms"].astype("int64")
+        counts.total += len(due)
+        counts.overdue += int((due < as_of_ms).sum())
+        counts.per_hour.update(Counter((due // HOUR_MS * HOUR_MS).tolist()))
+        counts.per_day.update(Counter((due // DAY_MS * DAY_MS).tolist()))
+    return counts
+
+
+def upcoming_json(counts: PendingCounts, as_of_ms: int, batch: Optional[int]) -> dict:
+    """48 hourly and 30 daily buckets from the current hour and day (UTC), zeros included, and what lies beyond."""
+    first_hour = as_of_ms // HOUR_MS * HOUR_MS
+    first_day = as_of_ms // DAY_MS * DAY_MS
+    hours = [{"start": iso(h / 1000), "count": counts.per_hour.get(h, 0)}
+             for h in range(first_hour, first_hour + HOURS_SHOWN * HOUR_MS, HOUR_MS)]
+    days = [{"date": iso(d / 1000)[:10], "count": counts.per_day.get(d, 0)}
+            for d in range(first_day, first_day + DAYS_SHOWN * DAY_MS, DAY_MS)]
+    return {"as_of": iso(as_of_ms / 1000), "batch": batch, "total": counts.total,
+            "due_not_retired": counts.overdue, "hours": hours, "days": days,
+            "before_hours": sum(n for h, n in counts.per_hour.items() if h < first_hour),
+            "after_hours": sum(n for h, n in counts.per_hour.items() if h >= first_hour + HOURS_SHOWN * HOUR_MS),
+            "after_days": sum(n for d, n in counts.per_day.items() if d >= first_day + DAYS_SHOWN * DAY_MS)}
+
+
+# ---------------------------------------------------------------- the state store, read on request
+
+
+class StateReader:
+    """Spark reads of the job's checkpoint, one at a time, once the job's Spark session is up."""
+
+    def __init__(self):
+        self._lock = threading.Lock()  # one state read at a time: each is a Spark job on the job's cores
+        self._spark = None
+        self._checkpoint_dir: Optional[str] = None
+
+    def attach(self, spark, checkpoint_dir: str) -> None:
+        self._spark, self._checkpoint_dir = spark, checkpoint_dir
+
+    def detach(self) -> None:
+        """Before the session stops: waits (a while) for a read in flight."""
+        got = self._lock.acquire(timeout=30)
+        self._spark = None
+        if got:
+            self._lock.release()
+
+    @property
+    def ready(self) -> bool:
+        return self._spark is not None
+
+    def run(self, read: Callable, empty: Callable, timeout: float = STATE_READ_WAIT_S):
+        """``read(spark, checkpoint_dir, batch)``, or ``empty()`` before the first batch has committed (no state to
+        read yet); None when Spark is not (or no longer) up."""
+        if not self._lock.acquire(timeout=timeout):
+            raise TimeoutError("another state read is still running")
+        try:
+            spark, checkpoint_dir = self._spark, self._checkpoint_dir
+            if spark is None:
+                return None
+            from .checkpoint import is_local, last_committed_batch
+
+            # Only a local checkpoint tells its batch here (one on hdfs:// and the like needs Spark's Hadoop).
+            batch = last_committed_batch(checkpoint_dir) if is_local(checkpoint_dir) else None
+            if batch is None and is_local(checkpoint_dir):
+                return empty()
+            sc = spark.sparkContext
+            sc.setJobDescription("kafka-scheduler status page: state read")
+            try:
+                return read(spark, checkpoint_dir, batch)
+            finally:
+                sc.setJobDescription(None)
+        finally:
+            self._lock.release()
+
+
+def _count_state(spark, checkpoint_dir: str, as_of_ms: int) -> PendingCounts:
+    from .inspection import pending_frames
+
+    return count_pending(pending_frames(spark, checkpoint_dir), as_of_ms)
+
+
+class UpcomingCache:
+    """The last /api/upcoming answer; a request finding it older than ``max_age_s`` starts one recount in the
+    background and gets the last answer meanwhile."""
+
+    def __init__(self, reader: StateReader, max_age_s: float = UPCOMING_MAX_AGE_S,
+                 clock: Callable[[], float] = time.time, count: Optional[Callable] = None):
+        self.reader, self.max_age_s, self.clock = reader, max_age_s, clock
+        self.count = count or _count_state  # (spark, checkpoint_dir, as_of_ms) -> PendingCounts
+        self._lock = threading.Lock()
+        self._result: Optional[dict] = None
+        self._computed_at: Optional[float] = None
+        self._error: Optional[str] = None
+        self._worker: Optional[threading.Thread] = None
+
+    def get(self) -> dict:
+        now = self.clock()
+        with self._lock:
+            stale = self._computed_at is None or now - self._computed_at > self.max_age_s
+            computing = self._worker is not None and self._worker.is_alive()
+            if stale and not computing and self.reader.ready:
+                self._worker = threading.Thread(target=self._compute, name="status-page-upcoming", daemon=True)
+                self._worker.start()
+                computing = True
+            result, computed_at, error = self._result, self._computed_at, self._error
+        if result is None:
+            state = "error" if error and not computing else "computing" if self.reader.ready else "waiting"
+            return {"state": state, "computing": computing, "error": error,
+                    "reason": {"computing": "reading the state store (the first read takes a few seconds)",
+                               "waiting": "the job's Spark session is starting",
+                               "error": "the last read failed; the next request tries again"}[state]}
+        return {"state": "ready", **result, "age_s": round(now - computed_at, 1), "computing": computing,
+                "error": error}
+
+    def _compute(self) -> None:
+        started = time.monotonic()
+        try:
+            as_of_ms = int(self.clock() * 1000)
+            result = self.reader.run(lambda spark, checkpoint_dir, batch: upcoming_json(
+                self.count(spark, checkpoint_dir, as_of_ms), as_of_ms, batch),
+                empty=lambda: upcoming_json(PendingCounts(), as_of_ms, None))
+            if result is None:
+                return
+            with self._lock:
+                self._result, self._computed_at, self._error = result, as_of_ms / 1000, None
+            log.debug("status page: upcoming counts read in %.1fs", time.monotonic() - started)
+        except Exception as exc:  # the page shows it; the next request tries again
+            message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            log.warning("status page: reading the state store failed: %s", message)
+            with self._lock:
+                self._error = message
+                self._computed_at = self.clock()  # not again at once: after max_age_s
+
+
+# ---------------------------------------------------------------- the page and its routes
+
+
+class StatusPage:
+    """The routes; ``attach_state`` once the job's Spark session is up (before that, the state routes say so)."""
+
+    def __init__(self, metrics, app_id: str = "", started_s: Optional[float] = None,
+                 clock: Callable[[], float] = time.time):
+        self.metrics, self.app_id, self.clock = metrics, app_id, clock
+        self.started_s = started_s if started_s is not None else clock()
+        self.state = StateReader()
+        self.upcoming = UpcomingCache(self.state, clock=clock)
+
+    def attach_state(self, spark, checkpoint_dir: str) -> None:
+        self.state.attach(spark, checkpoint_dir)
+
+    def detach_state(self) -> None:
+        self.state.detach()
+
+    def status(self) -> dict:
+        now = self.clock()
+        rings = self.metrics.recent_lateness
+        return status_json(snapshot(self.metrics.registry), now, self.started_s, self.app_id,
+                           rings.stats(now), rings.stats(now, RECENT_S), rings.per_slot(now),
+                           self.metrics.recent_rejections.entries())
+
+    def schedules(self, ids: list[str]) -> tuple[int, dict]:
+        from .inspection import Filters, Inspection, inspect_checkpoint
+
+        ids = [i for i in ids if i.strip()]
+        if not ids:
+            return 400, {"error": "missing id: ask /api/schedules?id=<request id> (repeat id for several)"}
+        as_of_ms = int(self.clock() * 1000)
+        try:
+            found = self.state.run(lambda spark, checkpoint_dir, batch: inspect_checkpoint(
+                spark, checkpoint_dir, Filters(ids=tuple(ids)), as_of_ms, batch, SCHEDULES_LIMIT),
+                empty=lambda: Inspection(as_of_ms, None))
+        except TimeoutError as exc:
+            return 503, {"error": f"{exc}; try again"}
+        if found is None:
+            return 503, {"error": "the job's Spark session is not up (starting or stopping); try again"}
+        return 200, {"ids": ids, **found.to_json()}
+
+    def answer(self, target: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for a GET of ``target`` (path and query)."""
+        parts = urlsplit(target)
+        path = parts.path.rstrip("/") or "/"
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
+        if path in ("/", "/index.html"):
+            return 200, "text/html; charset=utf-8", page_html()
+        if path == "/api/status":
+            return _json(200, self.status())
+        if path == "/api/upcoming":
+            return _json(200, self.upcoming.get())
+        if path == "/api/schedules":
+            return _json(*self.schedules(parse_qs(parts.query).get("id", [])))
+        return _json(404, {"error": f"no such page: {parts.path}", "pages": ["/", "/metrics", "/api/status",
+                                                                             "/api/upcoming", "/api/schedules?id="]})
+
+
+def _json(status: int, body: dict) -> tuple[int, str, bytes]:
+    return status, "application/json", json.dumps(body, indent=1).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    page: StatusPage  # set on the subclass start_server makes
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        try:
+            status, content_type, body = self.page.answer(self.path)
+        except Exception as exc:  # one bad request must not look like a dead job
+            log.warning("status page: %s failed: %s", self.path, exc)
+            status, content_type, body = _json(500, {"error": str(exc)})
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
+        log.debug("status page: " + format, *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def start_server(page: StatusPage, host: str, port: int) -> ThreadingHTTPServer:
+    """Serve ``page`` on host:port (0: a free port) from a daemon thread; ``shutdown()`` and ``server_close()``
+    stop it. Raises OSError when the port cannot be bound."""
+    handler = type("StatusPageHandler", (_Handler,), {"page": page})
+    server = (_Server6 if ":" in host else _Server)((host, port), handler)
+    threading.Thread(target=server.serve_forever, name="status-page", daemon=True).start()
+    return server
