@@ -55,7 +55,19 @@ class SchedulerMetrics:
                                      "partition missing, not authorized, too large), sent to the rejections topic",
                                      registry=registry)
         self.pending = Gauge(PREFIX + "pending_schedules", "Pending schedules with a request id (the id index, "
-                             "summed over shards; schedules without id are not counted)", registry=registry)
+                             "summed over shards, after every batch; schedules without id are not counted: see "
+                             "kafka_scheduler_counted_pending_schedules)", registry=registry)
+        # Counted from the checkpoint by a state read that a scrape (or the status page) starts when the last is
+        # stale (status_page.UpcomingCache): NaN until the first read.
+        self.counted_pending = Gauge(PREFIX + "counted_pending_schedules", "All pending schedules not yet due (with "
+                                     "or without id), counted from the checkpoint's last committed batch at "
+                                     "kafka_scheduler_counted_timestamp_seconds", registry=registry)
+        self.earliest_due = Gauge(PREFIX + "earliest_pending_due_timestamp_seconds", "The earliest due time of the "
+                                  "pending schedules not yet due, from the same count (0: none)", registry=registry)
+        self.counted_at = Gauge(PREFIX + "counted_timestamp_seconds", "When the pending schedules were last counted "
+                                "from the checkpoint (a scrape starts a recount once the count is older than 30 s, "
+                                "or 20 times the last count's duration)", registry=registry)
+        self.follow_state_counts(lambda: None)
         self.next_wakeup = Gauge(PREFIX + "next_wakeup_timestamp_seconds", "When the job next acts on pending "
                                  "schedules (the earliest armed timer, up to --lookahead plus a preparation lead "
                                  "before the earliest due time); 0: none armed", registry=registry)
@@ -80,6 +92,13 @@ class SchedulerMetrics:
 
     def dialect_of(self, topic: str) -> str:
         return self.dialects.get(topic, "")
+
+    def follow_state_counts(self, counted: Callable[[], Optional[tuple]]) -> None:
+        """``counted()``: (schedules not yet due, earliest due in ms or None, as of in s) or None, read at scrape."""
+        nan = float("nan")
+        self.counted_pending.set_function(lambda: nan if (c := counted()) is None else c[0])
+        self.earliest_due.set_function(lambda: nan if (c := counted()) is None else (c[1] or 0) / 1000)
+        self.counted_at.set_function(lambda: nan if (c := counted()) is None else c[2])
 
     def follow_next_wakeup(self, next_ms: Callable[[], Optional[int]]) -> None:
         """Read at each scrape: the driver's next wake-up instant (ms) moves between batches too."""

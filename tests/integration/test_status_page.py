@@ -159,6 +159,12 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
         {ms_iso(k): v for k, v in expected_hours.items()}, upcoming["hours"]
     assert {d["date"]: d["count"] for d in upcoming["days"] if d["count"]} == dict(expected_days), upcoming["days"]
     assert upcoming["total"] == pending and upcoming["after_days"] == 1 and upcoming["due_not_retired"] == 0, upcoming
+    # The counted gauges of /metrics come from the same read (a scrape serves the last count).
+    samples = scrape()
+    assert summed(samples, "kafka_scheduler_counted_pending_schedules") == pending
+    assert summed(samples, "kafka_scheduler_earliest_pending_due_timestamp_seconds") == \
+        min(due for due, _ in plan.values()) / 1000 == upcoming["earliest_due_ms"] / 1000
+    assert summed(samples, "kafka_scheduler_counted_timestamp_seconds") == upcoming["as_of_ms"] / 1000
 
     # /api/schedules: one schedule in full; a missing id is a 400 that says what to send; unknown paths 404.
     code, found = get_json("/api/schedules?id=h26-1")

@@ -157,6 +157,7 @@ def test_upcoming_counts_per_hour_and_day_from_the_current_hour_and_day():
     assert hours[47]["count"] == 1 and answer["after_hours"] == 2 and answer["before_hours"] == 0
     assert [d["count"] for d in days[:3]] == [3, 0, 2] and answer["after_days"] == 1
     assert answer["total"] == 6 and answer["due_not_retired"] == 1
+    assert counts.earliest_due_ms == answer["earliest_due_ms"] == as_of + HOUR_MS  # the overdue one is not pending
 
 
 class FakeState:
@@ -200,6 +201,41 @@ def test_upcoming_is_counted_in_the_background_on_request_and_served_from_cache_
     state.release.set()
     wait_for(lambda: cache.get()["batch"] == 2)
     assert state.reads == 2
+
+
+def test_a_scrape_keeps_the_counted_gauges_current_and_reads_are_spaced_by_their_duration():
+    now = [T0]
+    state = FakeState()
+    metrics = SchedulerMetrics({})
+    page = StatusPage(metrics, "reminders", clock=lambda: now[0])
+    page.state = state
+    read_s = [0.0]
+
+    def count(spark, checkpoint, as_of_ms):
+        time.sleep(read_s[0])
+        return PendingCounts(total=5 + state.reads, overdue=1, earliest_due_ms=as_of_ms + 60_000)
+
+    page.upcoming = UpcomingCache(state, max_age_s=30, clock=lambda: now[0], count=count)
+    metrics.follow_state_counts(page.upcoming.counted)
+    assert str(metrics.value("kafka_scheduler_counted_pending_schedules")) == "nan", "unknown before the first count"
+    page.answer("/metrics")  # the scrape starts the count; the next one sees it
+    wait_for(lambda: metrics.value("kafka_scheduler_counted_timestamp_seconds") == T0)
+    assert metrics.value("kafka_scheduler_counted_pending_schedules") == 5  # 6 in state, 1 already due
+    assert metrics.value("kafka_scheduler_earliest_pending_due_timestamp_seconds") == T0 + 60
+    read_s[0], now[0] = 0.2, T0 + 31
+    page.answer("/metrics")
+    wait_for(lambda: metrics.value("kafka_scheduler_counted_timestamp_seconds") == T0 + 31)
+    assert metrics.value("kafka_scheduler_counted_pending_schedules") == 6 and state.reads == 2
+    read_s[0], now[0] = 2.0, T0 + 62  # this read takes 2 s: the next starts no sooner than 40 s after it
+    page.answer("/metrics")
+    wait_for(lambda: metrics.value("kafka_scheduler_counted_timestamp_seconds") == T0 + 62)
+    read_s[0], now[0] = 0.0, T0 + 62 + 35  # older than 30 s, but not 40
+    page.answer("/metrics")
+    time.sleep(0.2)
+    assert state.reads == 3
+    now[0] = T0 + 62 + 41
+    page.answer("/metrics")
+    wait_for(lambda: state.reads == 4)
 
 
 def test_nobody_asking_means_no_state_read():
