@@ -106,8 +106,9 @@ def schedule_view(row) -> dict:
     return view
 
 
-def pending_frames(spark, checkpoint_dir: str) -> Iterator[pd.DataFrame]:
-    """Pending schedules, a chunk at a time: the entry columns plus ``id`` and ``input_topic``."""
+def pending_frames(spark, checkpoint_dir: str, named: bool = True) -> Iterator[pd.DataFrame]:
+    """Pending schedules, a chunk at a time: the entry columns plus (``named``) ``id`` and ``input_topic``, which
+    cost a Python call per schedule, so a count leaves them out."""
     from pyspark.sql import functions as F
 
     def state(name: str):
@@ -125,6 +126,9 @@ def pending_frames(spark, checkpoint_dir: str) -> Iterator[pd.DataFrame]:
         if gone:
             frame = frame[~frame["delivery_id"].isin(gone)]
         if not len(frame):
+            continue
+        if not named:
+            yield frame
             continue
         frame = frame.assign(id=[_request_id(s) for s in frame["sid"]],
                              input_topic=[_input_topic(d) for d in frame["delivery_id"]])

@@ -260,7 +260,7 @@ class StateReader:
 def _count_state(spark, checkpoint_dir: str, as_of_ms: int) -> PendingCounts:
     from .inspection import pending_frames
 
-    return count_pending(pending_frames(spark, checkpoint_dir), as_of_ms)
+    return count_pending(pending_frames(spark, checkpoint_dir, named=False), as_of_ms)
 
 
 class UpcomingCache:
