@@ -59,16 +59,19 @@ not part of `make bench`).
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import shutil
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Optional
 
+from kafka_scheduler.broker import free_port
 from kafka_scheduler.checkpoint import last_committed_batch
 from kafka_scheduler.protocol import DIALECT_NAMES
 
@@ -371,7 +374,8 @@ def herd(env: Environment, args) -> dict:
 
 
 def pending(env: Environment, args) -> dict:
-    scheduler = env.scheduler(extra_args=args.scheduler_args).start()
+    port = free_port()  # the status page's state count is measured too
+    scheduler = env.scheduler(extra_args=(*args.scheduler_args, "--metrics-port", str(port))).start()
     destination = env.topic("pending")
     far = int(time.time() * 1000) + FAR_FUTURE_MS
     ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: far + i, "pending", args.time_budget,
@@ -380,10 +384,28 @@ def pending(env: Environment, args) -> dict:
     settle_until = time.time() + 20
     wait_until(lambda: scheduler.sample_memory() is not None and time.time() > settle_until, 60, "settling",
                interval=1)
-    peak = scheduler.peak_rss
+    peak = dict(scheduler.peak_rss)
     checkpoint_bytes = directory_bytes(scheduler.checkpoint)
+    log("counting the pending schedules from the checkpoint (the read a scrape or the status page starts)")
+    started = time.monotonic()
+    during: list[int] = [0]  # the job's largest RSS while it counts
+
+    def counted() -> Optional[dict]:
+        during[0] = max(during[0], sum(scheduler.sample_memory().values()))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/upcoming", timeout=30) as answer:
+            upcoming = json.loads(answer.read())
+        return upcoming if upcoming.get("state") == "ready" else None
+
+    upcoming = wait_until(counted, args.time_budget, "the state count", interval=0.5,
+                          progress=lambda: f"{time.monotonic() - started:.0f}s")
+    count_s = time.monotonic() - started
+    if upcoming["total"] != args.count:
+        raise RuntimeError(f"the state count found {upcoming['total']} pending, not {args.count}")
+    log(f"counted {upcoming['total']:,} pending in {count_s:.1f}s")
     scheduler.stop()
-    return {"peak_rss_total_mib": round(sum(peak.values()) / 2**20),
+    return {"state_count_s": round(count_s, 1),
+            "rss_total_during_count_mib": round(during[0] / 2**20),
+            "peak_rss_total_mib": round(sum(peak.values()) / 2**20),
             **{f"peak_rss_{k}_mib": round(v / 2**20) for k, v in peak.items()},
             "checkpoint_bytes_per_pending": round(checkpoint_bytes / args.count, 1),
             "checkpoint_mib": round(checkpoint_bytes / 2**20, 1),
