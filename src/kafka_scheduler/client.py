@@ -29,6 +29,7 @@ from confluent_kafka import KafkaException, Producer
 from .config import REQUESTS_SUFFIX
 from .encoders import (DIALECTS, HeaderList, RequestError, effective_due, encode, format_instant,  # noqa: F401
                        request_headers)
+from .topics import client_error_text
 
 When = Union[str, datetime, timedelta]
 
@@ -96,8 +97,7 @@ class SchedulerClient:
                 metadata = self._producer.list_topics(self.requests_topic, timeout=10)
             except KafkaException as exc:
                 self._producer.poll(0)  # serves the error callbacks
-                why = "; ".join(dict.fromkeys(re.sub(r" \(after \d+ms in state \w+\)", "", error)
-                                              for error in self._client_errors)) or str(exc)
+                why = "; ".join(dict.fromkeys(client_error_text(error) for error in self._client_errors)) or str(exc)
                 raise RequestError(f"cannot read topic metadata from {self._bootstrap_servers}: {why}") from None
             topic = metadata.topics.get(self.requests_topic)
             if topic is None or topic.error is not None or not topic.partitions:

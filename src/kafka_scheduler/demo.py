@@ -55,8 +55,8 @@ def _start_scheduler(args: argparse.Namespace) -> tuple[subprocess.Popen, thread
         for line in process.stdout:
             if noise.shows(line):
                 sys.stderr.write("  [scheduler] " + line)
-            if "status_page" not in seen and status_page_url(line):
-                seen["status_page"] = status_page_url(line)
+            if "status_page" not in seen and (url := status_page_url(line)):
+                seen["status_page"] = url
             if READY_MARKER in line:
                 ready.set()
 

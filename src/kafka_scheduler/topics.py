@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections import deque
 import re
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -35,11 +35,18 @@ REFUSALS = {KafkaError._AUTHENTICATION: "the broker refused the credentials: che
             KafkaError._SSL: "the TLS handshake failed: check security.protocol and the ssl.* settings"}
 
 
+_CLIENT_STATE = re.compile(r" \(after \d+ms in state \w+\)")
+
+
+def client_error_text(text: str) -> str:
+    """A librdkafka error as a person reads it: without the connection-state suffix that differs per retry."""
+    return _CLIENT_STATE.sub("", text)
+
+
 def _refusal(errors) -> Optional[str]:
     for error in errors:
         if error.code() in REFUSALS:
-            detail = re.sub(r" \(after \d+ms in state \w+\)", "", error.str())
-            return f"{REFUSALS[error.code()]} ({detail})"
+            return f"{REFUSALS[error.code()]} ({client_error_text(error.str())})"
     return None
 
 

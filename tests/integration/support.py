@@ -17,10 +17,17 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_scheduler.checkpoint import last_committed_batch
 from kafka_scheduler.client import format_instant
 from kafka_scheduler.topics import admin_client, ensure_topics
+
+
+def metric_samples(text: str) -> dict:
+    """{(sample name, sorted label pairs): value} of a scrape's text."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1,

@@ -5,11 +5,10 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_scheduler.broker import free_port
 
-from .support import at, ms_of, native, wait_until
+from .support import at, metric_samples, ms_of, native, wait_until
 
 PORT = free_port()
 
@@ -25,9 +24,7 @@ def scheduler(scheduler_factory):
 def scrape() -> dict:
     """{(sample name, sorted label pairs): value} of one scrape."""
     with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+        return metric_samples(response.read().decode())
 
 
 def value(samples: dict, name: str, **labels) -> float:

@@ -21,12 +21,11 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_scheduler.broker import free_port
 from kafka_scheduler.client import format_instant
 
-from .support import at, native, wait_until
+from .support import at, metric_samples, native, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = free_port()
@@ -69,8 +68,7 @@ def get_json(path: str) -> tuple[int, dict]:
 def scrape() -> dict:
     status, body, _ = get("/metrics")
     assert status == 200
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(body.decode()) for s in family.samples}
+    return metric_samples(body.decode())
 
 
 def summed(samples: dict, name: str, **labels) -> float:
