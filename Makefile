@@ -14,9 +14,9 @@ test-unit: setup
 	.venv/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
 # The package as a zip for spark-submit --py-files (executors import the state processor from it); the same code
-# builds the zip `kafka-scheduler submit` ships (src/kafka_scheduler/package_zip.py).
+# builds the zip `kafka-scheduler submit` ships (src/kafka_scheduler/cli/package_zip.py).
 dist: setup
-	@.venv/bin/python -m kafka_scheduler.package_zip dist/kafka_scheduler.zip
+	@.venv/bin/python -m kafka_scheduler.cli.package_zip dist/kafka_scheduler.zip
 
 # All benchmark scenarios at the target sizes (over an hour: the 10M herd alone takes 15-25 minutes); figures go to bench/results/.
 bench: setup

@@ -28,11 +28,11 @@ from typing import Callable, Optional
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from kafka_scheduler.broker import LocalBroker, free_port
-from kafka_scheduler.checkpoint import committed_offsets
-from kafka_scheduler.client import format_instant
-from kafka_scheduler.encoders import encode
-from kafka_scheduler.topics import wait_for_broker
+from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
+from kafka_scheduler.engine.checkpoint import committed_offsets
+from kafka_scheduler.client.scheduler_client import format_instant
+from kafka_scheduler.client.encoders import encode
+from kafka_scheduler.kafka.topics import wait_for_broker
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"

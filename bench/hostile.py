@@ -25,7 +25,7 @@ from collections import Counter
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kafka_scheduler.checkpoint import committed_offsets, last_committed_batch
+from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
 
 from .harness import Environment, log, wait_until
 
@@ -59,7 +59,7 @@ def hostile(env: Environment, args) -> dict:
         "--max-value-bytes", str(MAX_VALUE_BYTES), "--max-requests-per-batch", str(MAX_REQUESTS_PER_BATCH),
         *[a for d, t in inputs.items() for a in ("--input", f"{t}:{d}")], *args.scheduler_args)).start()
     # On a new checkpoint with a non-native input the job reads without --max-requests-per-batch for as long as
-    # it runs, not only in its first batch (pipeline.reads_all_first), and a backlog of a million records in
+    # it runs, not only in its first batch (engine.query.reads_all_first), and a backlog of a million records in
     # one batch exhausts its heap (OutOfMemoryError, first run of this scenario). Restarted once the first batch
     # has committed, it reads capped batches.
     wait_until(lambda: last_committed_batch(scheduler.checkpoint) is not None, 600, "the first batch")

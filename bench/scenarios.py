@@ -71,8 +71,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Optional
 
-from kafka_scheduler.broker import free_port
-from kafka_scheduler.checkpoint import last_committed_batch
+from kafka_scheduler.kafka.local_broker import free_port
+from kafka_scheduler.engine.checkpoint import last_committed_batch
 from kafka_scheduler.protocol import DIALECT_NAMES
 
 from .hostile import hostile
@@ -277,7 +277,7 @@ def _mix_sender(destination: str, far: int, counts: Counter) -> Callable[[Reques
 
 
 def _logged_outcomes(log_text: str, after_batch: int) -> dict[str, int]:
-    """Outcome counts summed over the job's batch lines after ``after_batch`` (metrics.BatchSummary.log_line)."""
+    """Outcome counts summed over the job's batch lines after ``after_batch`` (engine.batch_summary.BatchSummary.log_line)."""
     outcomes: Counter = Counter()
     for match in re.finditer(r"batch (\d+): (\d+) requests \(([^)]*)\)", log_text):
         if int(match.group(1)) > after_batch:
@@ -564,7 +564,7 @@ def _rate_groups(waves: list[tuple[int, float]], groups: int) -> list[Optional[f
 
 def _logged_strike_batches(log_text: str, after_batch: int) -> list[tuple[dict, float]]:
     """(outcome counts, state seconds) of the batches after ``after_batch`` that cancelled or replaced
-    something, from the scheduler's per-batch log line (see metrics.BatchSummary.log_line)."""
+    something, from the scheduler's per-batch log line (see engine.batch_summary.BatchSummary.log_line)."""
     batches = []
     for match in _BATCH_LINE.finditer(log_text):
         if int(match.group(1)) <= after_batch:

@@ -30,10 +30,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from bench.harness import _descendants, git_commit, machine
-from kafka_scheduler.broker import LocalBroker, free_port
-from kafka_scheduler.checkpoint import committed_offsets, last_committed_batch
-from kafka_scheduler.encoders import DIALECTS, effective_due, encode
-from kafka_scheduler.topics import wait_for_broker
+from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
+from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
+from kafka_scheduler.client.encoders import DIALECTS, effective_due, encode
+from kafka_scheduler.kafka.topics import wait_for_broker
 from tests.integration.support import SchedulerProcess, wait_until
 
 from .checker import DELIVERY_ID, Delivery, Sent, Verdict, check, value_for, version_of

@@ -4,6 +4,6 @@
         --py-files dist/kafka_scheduler.zip scripts/spark-submit-entry.py run --bootstrap-servers ... --app-id ...
 """
 
-from kafka_scheduler.cli import main
+from kafka_scheduler.cli.main import main
 
 raise SystemExit(main())

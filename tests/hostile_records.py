@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Optional, Sequence
 
+from kafka_scheduler.protocol import DIALECT_NAMES
+
 OK, ABSENT, BAD, DUP, UNSURE = "ok", "absent", "bad", "dup", "unsure"
 REQUEST, REJECT, EITHER = "request", "reject", "either"
 
-DIALECTS = ("native", "karafka", "etf1", "sky-avro", "sky-json")
+DIALECTS = DIALECT_NAMES
 
 INVALID_UTF8 = (b"\xff", b"\xfe\xff", b"\x80", b"\xc3\x28", b"\xa0\xa1", b"\xe2\x28\xa1", b"\xf0\x28\x8c\xbc",
                 b"\xed\xa0\x80",  # a UTF-16 surrogate

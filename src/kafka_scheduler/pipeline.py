@@ -1,7 +1,7 @@
-"""The scheduler job: one Structured Streaming query from the input topics to the Kafka sink.
+"""The scheduler job, wired: the engine's streaming query (engine/) with the operations surfaces around it (ops/).
 
-    Kafka source (every input topic) -> dialect decode per topic (Spark SQL) -> transformWithState
-    (WheelProcessor or SchedulerProcessor, RocksDB, processing-time timers) -> foreachBatch RecordSink -> Kafka
+    Kafka source (every input topic) -> dialect decode per topic (Spark SQL, dialects/) -> transformWithState
+    (WheelProcessor, RocksDB, processing-time timers) -> foreachBatch RecordSink -> Kafka
 
 Offsets and state live in the checkpoint, so a restart resumes where the last
 committed batch ended.
@@ -13,124 +13,33 @@ import json
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Optional
 
 from confluent_kafka import TopicPartition
 
-from .checkpoint import LocalFiles, checkpoint_files, is_local, last_committed_batch, local_path, \
+from .config import Config, ConfigError, kafka_settings, masked
+from .engine.batch_summary import BatchSummary, Totals
+from .engine.checkpoint import LocalFiles, checkpoint_files, is_local, last_committed_batch, local_path, \
     settle_state_settings, start_new_generation
-from .config import Config, ConfigError, kafka_settings, masked, spark_kafka_options
-from .dialects import DecodeSettings, decode
-from .dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS, java_options as avro_java_options
-from .jars import jar_paths
-from .metrics import BatchSummary, Totals
-from .prometheus import LagWatcher, SchedulerMetrics, serve
-from .sinks import RecordSink
-from .status_page import StatusPage
-from .state_processor import OUTPUT_SCHEMA
-from .exactly_once import TransactionalSender, transactional_id
-from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
-from .topics import TopicDirectory, ensure_topics, wait_for_broker
-from .wheel import BUCKET_MS
-from .wheel_processor import WheelProcessor, with_shards
+from .engine.exactly_once import TransactionalSender, transactional_id
+from .engine.query import build_stream, reads_all_first
+from .engine.record_sink import RecordSink
+from .engine.session import build_session, under_spark_submit
+from .engine.timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
+from .engine.wheel import BUCKET_MS
+from .kafka.topics import TopicDirectory, ensure_topics, wait_for_broker
+from .ops.http_server import serve
+from .ops.input_lag import LagWatcher
+from .ops.metrics import SchedulerMetrics
+from .ops.status_page import StatusPage
 
 log = logging.getLogger("kafka_scheduler")
 
-LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 GRACEFUL_STOP_TIMEOUT_S = 120.0
 TICK_TRIM_EVERY = 100  # batches
-
-
-def under_spark_submit() -> bool:
-    """spark-submit starts Python with a gateway already running and sets master and jars itself."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
-
-
-def spark_settings(config: Config) -> dict[str, str]:
-    settings = {
-        "spark.app.name": f"kafka-scheduler:{config.app_id}",
-        "spark.sql.shuffle.partitions": str(config.partitions),
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.streaming.minBatchesToRetain": "20",
-        # No micro-batch without new input: an idle job then costs next to nothing. Timers fire in the batches
-        # the driver's wake-up ticks cause (timed_writer.Wakeups).
-        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-        # How often an idle query asks Kafka for new offsets: each ask costs ~2 ms of JVM CPU, so the default
-        # 10 ms kept a quarter of a core busy doing nothing (measured: bench idle). A request or tick waits at
-        # most this long to be seen; prepared deliveries are unaffected (ticked --lookahead ahead).
-        "spark.sql.streaming.pollingDelay": "200ms",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": config.driver_memory,
-        # Avro's limits keep a hostile Sky Avro value from making the JVM allocate gigabytes (dialects/sky_avro.py).
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()}",
-        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()}",
-    }
-    if not under_spark_submit():
-        settings["spark.master"] = config.master
-        settings["spark.jars"] = ",".join(str(p) for p in jar_paths("spark-kafka"))
-    return settings
-
-
-def build_session(config: Config):
-    # The Python workers must run the interpreter that has this package and its dependencies.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if config.master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
-    for key, value in spark_settings(config).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    # Under spark-submit the driver's JVM was started before these settings: give it Avro's limits directly
-    # (Avro reads them when it first decodes, which is later).
-    for name, value in AVRO_LIMITS.items():
-        spark.sparkContext._jvm.java.lang.System.setProperty(name, str(value))
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
-
-
-def reads_all_first(config: Config) -> bool:
-    """Whether the first batch reads every input to its end, uncapped: on a new checkpoint, or one that gains an
-    input, when an input's dialect writes back (its topic holds write-backs and cancels that must act before any
-    overdue schedule is delivered). A native topic alone keeps the per-batch cap, which bounds memory. Only that
-    batch is uncapped: it runs in a query of its own (Scheduler._catch_up)."""
-    return config.catch_up_first and any(d != "native" for d in config.input_topics.values())
-
-
-def build_stream(spark, config: Config, run: str = "", capped: bool = True):
-    """The streaming DataFrame of output rows (deliveries, rejections, outcome counts, armed timers,
-    withdrawals). ``run`` names this driver process (its timed writer holds what the batches prepare).
-    ``capped``: a batch reads at most --max-requests-per-batch records. The Kafka source reads that option once,
-    when its query starts, so a query is capped for its whole life or not at all."""
-    inputs = config.input_topics
-    reader = (spark.readStream.format("kafka")
-              .option("subscribe", ",".join([*inputs, config.ticks_topic]))
-              .option("startingOffsets", "earliest")
-              .option("includeHeaders", "true")
-              # The consumer's default 500 ms fetch wait was measured to add ~0.5 s to every batch
-              # that reads requests (the read of a known offset range waits on its last fetch).
-              .option("kafka.fetch.max.wait.ms", "20")
-              # A request producer's aborted transaction (Karafka's producers use them) must not act, nor, in
-              # exactly-once mode, the job's own write-backs of an aborted transaction.
-              .option("kafka.isolation.level", "read_committed")
-              .options(**spark_kafka_options(config)))
-    if config.max_requests_per_batch and capped:
-        reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
-    requests = decode(reader.load(), inputs, DecodeSettings.from_config(config))
-    return with_shards(requests, config.shards, config.ticks_topic).groupBy("shard").transformWithStateInPandas(
-        statefulProcessor=WheelProcessor(config.lookahead, run), outputStructType=OUTPUT_SCHEMA,
-        outputMode="Update", timeMode="ProcessingTime")
 
 
 class Scheduler:
@@ -246,7 +155,7 @@ class Scheduler:
                 raise
             config = self.config
             log.info("checkpoint: %s", _state_text(config))
-        # The status page reads the state store with this session, on request only (status_page.py).
+        # The status page reads the state store with this session, on request only (ops/status_page.py).
         self.page.attach_state(spark, config.checkpoint_dir)
         run = uuid.uuid4().hex
         sender = self._start_exactly_once(admin) if config.exactly_once else None

@@ -1,4 +1,5 @@
-"""Names on the wire: the native request headers and the headers the scheduler writes.
+"""The vocabulary shared by the client, the dialects and the engine: names on the wire (the native request
+headers, the headers the scheduler writes), the dialect names, the Sky Avro schema, and the forms of schedule ids.
 
 Kept free of Spark imports so the client library stays light.
 """
@@ -20,5 +21,27 @@ SOURCE_OFFSET = PREFIX + "source-offset"
 DELIVERED_TO = PREFIX + "delivered-to"
 DUE_MS = PREFIX + "due-ms"
 
-# Request dialects an input topic can be read with (dialects/ has a decoder for each).
+# Request dialects an input topic can be read with (dialects/ has a decoder for each, client/encoders.py an encoder).
 DIALECT_NAMES = ("native", "karafka", "etf1", "sky-avro", "sky-json")
+
+# The Sky writer schema of the contract (time in epoch milliseconds). Older Sky producers wrote it without
+# ``headers``, which the decoder also reads.
+SKY_AVRO_FIELDS = (
+    {"name": "time", "type": "long"},
+    {"name": "topic", "type": "string"},
+    {"name": "key", "type": "bytes"},
+    {"name": "value", "type": ["null", "bytes"]},
+)
+SKY_AVRO_HEADERS_FIELD = {"name": "headers", "type": {"type": "map", "values": "bytes"}}
+SKY_AVRO_SCHEMA = {"type": "record", "name": "AvroSchedule", "fields": [*SKY_AVRO_FIELDS, SKY_AVRO_HEADERS_FIELD]}
+
+# Schedule ids are bytes end to end (ids of the other dialects are Kafka keys: any bytes), scoped
+# by input topic: b"id:<topic>/<request id bytes>". Topic names cannot contain "/", so the
+# form is unambiguous. An ADD without request id gets b"offset:<topic>/<partition>/<offset>":
+# nothing can refer to it. Rejections share one grouping key of their own.
+CLIENT_SID_PREFIX = b"id:"
+INTERNAL_SID_PREFIX = b"offset:"
+REJECTIONS_SID = b"\x00rejections"
+
+# What a pending schedule costs in state beyond its key, value and headers: the size limits count it.
+ENTRY_OVERHEAD_BYTES = 32

@@ -13,7 +13,7 @@ from typing import Optional
 
 import pytest
 
-from kafka_scheduler.broker import LocalBroker, free_port
+from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
 
 from .support import Kafka, SchedulerProcess
 

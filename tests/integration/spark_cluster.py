@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyspark
 
-from kafka_scheduler.broker import free_port
+from kafka_scheduler.kafka.local_broker import free_port
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"

@@ -19,9 +19,9 @@ from typing import Callable, Optional
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from kafka_scheduler.checkpoint import last_committed_batch
-from kafka_scheduler.client import format_instant
-from kafka_scheduler.topics import admin_client, ensure_topics
+from kafka_scheduler.engine.checkpoint import last_committed_batch
+from kafka_scheduler.client.scheduler_client import format_instant
+from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 
 def metric_samples(text: str) -> dict:
@@ -283,7 +283,7 @@ class SchedulerProcess:
             raise AssertionError(f"scheduler did not stop within {timeout:.0f}s:\n{self.log()[-3000:]}")
 
 
-# One micro-batch that did something, as metrics.BatchSummary.log_line writes it, e.g.
+# One micro-batch that did something, as engine.batch_summary.BatchSummary.log_line writes it, e.g.
 # "batch 42: 3 requests (1 cancelled, 2 scheduled); 5 delivered (3 held until due) (max lateness 0.05s) ..."
 BATCH_LINE = re.compile(
     r"(?:^|\bINFO\s+)batch (?P<batch>\d+): (?:(?P<requests>\d+) requests \((?P<outcomes>[^)]*)\); )?"

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import urllib.request
 
-from kafka_scheduler.broker import free_port, port_open
+from kafka_scheduler.kafka.local_broker import free_port, port_open
 
 from .support import wait_until
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
-from kafka_scheduler.broker import LocalBroker, free_port
+from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
 from kafka_scheduler.protocol import DELIVERY_ID, REJECTION_REASON, SOURCE_OFFSET, SOURCE_TOPIC
-from kafka_scheduler.topics import admin_client, ensure_topics
+from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 from .support import Kafka, SchedulerProcess, at, batch_lines, ms_of, native, wait_until
 

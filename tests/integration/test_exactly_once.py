@@ -9,7 +9,7 @@ from collections import Counter
 
 from datetime import datetime, timezone
 
-from kafka_scheduler.client import format_instant
+from kafka_scheduler.client.scheduler_client import format_instant
 
 from .support import at, ms_of, native, wait_until
 from .test_timed_writer import kill_9

@@ -9,9 +9,9 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
 
-from kafka_scheduler.exactly_once import FencedError, TransactionalSender
-from kafka_scheduler.timed_writer import Held, TimedWriter, producer_config
-from kafka_scheduler.topics import admin_client, ensure_topics
+from kafka_scheduler.engine.exactly_once import FencedError, TransactionalSender
+from kafka_scheduler.engine.timed_writer import Held, TimedWriter, producer_config
+from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 from .support import wait_until
 

@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 
-from kafka_scheduler.broker import free_port
+from kafka_scheduler.kafka.local_broker import free_port
 
 from .support import at, metric_samples, ms_of, native, wait_until
 

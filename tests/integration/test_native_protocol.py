@@ -283,7 +283,7 @@ def test_cli_schedule_replace_and_cancel(kafka, scheduler):
 
 
 def test_python_client_round_trip(kafka, scheduler):
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     topic = kafka.topic()
     reader = kafka.reader(topic)
@@ -302,8 +302,8 @@ def test_the_scheduler_creates_its_topics_for_records_as_large_as_it_writes(kafk
     """A stock broker's default (1 MiB) would refuse a rejection or history copy of a request the job accepts."""
     from confluent_kafka.admin import ConfigResource, ConfigSource
 
-    from kafka_scheduler.timed_writer import PRODUCER_MAX_BYTES
-    from kafka_scheduler.topics import admin_client
+    from kafka_scheduler.engine.timed_writer import PRODUCER_MAX_BYTES
+    from kafka_scheduler.kafka.topics import admin_client
 
     names = [f"{scheduler.app_id}-schedule-{suffix}" for suffix in ("requests", "rejections", "history")]
     admin = admin_client(kafka.bootstrap)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from kafka_scheduler.checkpoint import committed_offsets
+from kafka_scheduler.engine.checkpoint import committed_offsets
 
 from .support import at, ms_of, native, wait_until
 

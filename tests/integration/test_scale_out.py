@@ -18,7 +18,7 @@ from collections import defaultdict
 import pytest
 
 from kafka_scheduler.protocol import DELIVERY_ID
-from kafka_scheduler.topics import admin_client, ensure_topics
+from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 from .spark_cluster import LocalSparkCluster
 from .support import at, ms_of, native, wait_until

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from kafka_scheduler.broker import LocalBroker, SaslSslListener, free_port
+from kafka_scheduler.kafka.local_broker import LocalBroker, SaslSslListener, free_port
 
 from .support import Kafka, SchedulerProcess
 

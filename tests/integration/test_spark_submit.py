@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kafka_scheduler.jars import jar_paths
+from kafka_scheduler.kafka.jars import jar_paths
 
 from .support import at, native
 

@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from kafka_scheduler.checkpoint import committed_offsets
-from kafka_scheduler.client import format_instant
+from kafka_scheduler.engine.checkpoint import committed_offsets
+from kafka_scheduler.client.scheduler_client import format_instant
 
 from .support import Kafka, at, ms_of, native, wait_until
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from kafka_scheduler.broker import free_port
-from kafka_scheduler.client import format_instant
+from kafka_scheduler.kafka.local_broker import free_port
+from kafka_scheduler.client.scheduler_client import format_instant
 
 from .support import at, metric_samples, native, wait_until
 

@@ -12,7 +12,7 @@ import sysconfig
 import venv
 from pathlib import Path
 
-from kafka_scheduler.topics import admin_client, ensure_topics
+from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 from .spark_cluster import LocalSparkCluster
 from .support import at, ms_of, native, wait_until

@@ -16,7 +16,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     from kafka_scheduler.dialects.sky_avro import java_options
-    from kafka_scheduler.jars import jar_paths
+    from kafka_scheduler.kafka.jars import jar_paths
 
     already_running = SparkSession.getActiveSession() is not None
     session = (SparkSession.builder.master("local[1]")

@@ -1,4 +1,4 @@
-"""The per-batch log line (metrics.BatchSummary.log_line), the integration tests' parser of it,
+"""The per-batch log line (engine.batch_summary.BatchSummary.log_line), the integration tests' parser of it,
 and the sink's count of deliveries held until their due time (--lookahead), on local Spark."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_scheduler.config import Config
-from kafka_scheduler.metrics import BatchSummary
+from kafka_scheduler.engine.batch_summary import BatchSummary
 from tests.integration.support import batch_lines, outcome_counts, parse_batch_line
 
 OUTCOMES = ("scheduled", "replaced", "replace_noop", "cancelled", "cancel_noop", "rejected")
@@ -91,7 +91,7 @@ class FakeWriter:
 
 
 def capturing_sink(writer=None):
-    from kafka_scheduler.sinks import RecordSink
+    from kafka_scheduler.engine.record_sink import RecordSink
 
     class CapturingSink(RecordSink):
         """Records what each Kafka write would send, and when, instead of writing."""
@@ -152,7 +152,7 @@ def test_sink_without_a_writer_writes_once(spark):
 
 
 def test_index_size_reports_are_not_requests_and_keep_the_last_value_per_shard():
-    from kafka_scheduler.metrics import Totals
+    from kafka_scheduler.engine.batch_summary import Totals
 
     totals = Totals()
     first = BatchSummary(1)

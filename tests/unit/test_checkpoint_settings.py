@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scheduler.checkpoint import (STATE_FILE, STATE_FORMAT, HadoopFiles, LocalFiles, is_local,
+from kafka_scheduler.engine.checkpoint import (STATE_FILE, STATE_FORMAT, HadoopFiles, LocalFiles, is_local,
                                         settle_state_settings)
 from kafka_scheduler.config import ConfigError, add_arguments, resolve
 
@@ -197,7 +197,7 @@ def test_local_files_name_the_absolute_folder(tmp_path, monkeypatch):
 
 
 def test_run_refuses_before_connecting_to_kafka_with_one_line(tmp_path, capsys, keep_signal_handlers):
-    from kafka_scheduler.cli import main
+    from kafka_scheduler.cli.main import main
 
     first_run(tmp_path)
     # Nothing listens on port 1: reaching Kafka would hang in the broker wait, not fail at once.
@@ -297,7 +297,7 @@ def test_invalid_inputs_are_refused_with_one_clear_message(tmp_path, argv, messa
 
 
 def test_from_beginning_keeps_the_old_checkpoint_aside(tmp_path):
-    from kafka_scheduler.checkpoint import start_new_generation
+    from kafka_scheduler.engine.checkpoint import start_new_generation
 
     checkpoint = tmp_path / "ckpt"
     first_run(checkpoint)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_scheduler import __version__
-from kafka_scheduler.cli import main
+from kafka_scheduler.cli.main import main
 
 # Nothing listens here: a command that got as far as talking to Kafka could not succeed.
 NO_KAFKA = ("--bootstrap-servers", "127.0.0.1:1")
@@ -272,7 +272,7 @@ def test_etf1_needs_a_value(capsys):
 @pytest.fixture
 def produced(monkeypatch):
     """The records the commands produce, through a stand-in producer."""
-    import kafka_scheduler.client as client_module
+    import kafka_scheduler.client.scheduler_client as client_module
 
     records = []
 

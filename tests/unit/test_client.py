@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kafka_scheduler.client import RequestError, format_instant, parse_due, request_headers
+from kafka_scheduler.client.scheduler_client import RequestError, format_instant, parse_due, request_headers
 
 UTC = timezone.utc
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
@@ -201,7 +201,7 @@ class FakeProducer:
 
 @pytest.fixture
 def fake_producer(monkeypatch):
-    import kafka_scheduler.client as client_module
+    import kafka_scheduler.client.scheduler_client as client_module
 
     FakeProducer.instances = []
     FakeProducer.partitions = 3
@@ -212,7 +212,7 @@ def fake_producer(monkeypatch):
 def test_client_native_is_unchanged(fake_producer):
     import zlib
 
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     with SchedulerClient("b:9092", app_id="app") as client:
         client.schedule("orders", "2026-05-24T12:30:00.250Z", value="v", key="k", request_id="r-1")
@@ -231,7 +231,7 @@ def test_client_native_is_unchanged(fake_producer):
 
 
 def test_client_karafka_keys_by_id_and_lets_murmur2_partition(fake_producer):
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     with SchedulerClient("b:9092", dialect="karafka", requests_topic="schedules") as client:
         due = client.schedule("orders", "2026-05-24T12:30:00.250Z", value=b"v", key=b"k", request_id="r-1",
@@ -251,7 +251,7 @@ def test_client_karafka_keys_by_id_and_lets_murmur2_partition(fake_producer):
 
 
 def test_client_producer_config_wins(fake_producer):
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     SchedulerClient("b:9092", dialect="sky-json", requests_topic="s", producer_config={"partitioner": "murmur2"})
     assert fake_producer.instances[0].config["partitioner"] == "murmur2"
@@ -259,7 +259,7 @@ def test_client_producer_config_wins(fake_producer):
 
 @pytest.mark.parametrize("dialect", ["karafka", "etf1", "sky-avro", "sky-json"])
 def test_client_needs_a_requests_topic_for_other_dialects(fake_producer, dialect):
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     with pytest.raises(RequestError, match="requests_topic"):
         SchedulerClient("b:9092", dialect=dialect)
@@ -267,14 +267,14 @@ def test_client_needs_a_requests_topic_for_other_dialects(fake_producer, dialect
 
 
 def test_client_unknown_dialect(fake_producer):
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     with pytest.raises(RequestError, match="unknown dialect"):
         SchedulerClient("b:9092", dialect="kaspr", requests_topic="s")
 
 
 def test_client_native_may_use_another_topic(fake_producer):
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     client = SchedulerClient("b:9092", requests_topic="more-requests")
     client.cancel("r-1")
@@ -282,7 +282,7 @@ def test_client_native_may_use_another_topic(fake_producer):
 
 
 def test_client_missing_topic_of_another_dialect(fake_producer):
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     fake_producer.partitions = 0
     client = SchedulerClient("b:9092", dialect="etf1", requests_topic="schedules")
@@ -291,7 +291,7 @@ def test_client_missing_topic_of_another_dialect(fake_producer):
 
 
 def test_client_rejects_before_producing(fake_producer):
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     client = SchedulerClient("b:9092", dialect="etf1", requests_topic="schedules")
     with pytest.raises(RequestError, match="request id is required"):

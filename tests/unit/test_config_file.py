@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scheduler.cli import main
+from kafka_scheduler.cli.main import main
 from kafka_scheduler.config import (Config, ConfigError, add_arguments, check_kafka_settings, is_secret,
                                     kafka_settings, resolve, spark_kafka_options)
-from kafka_scheduler.config_show import as_json, as_toml
+from kafka_scheduler.cli.config_show import as_json, as_toml
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -69,7 +69,7 @@ def test_kafka_options_merge_key_by_key_in_precedence_order(toml_file):
 
 
 def test_a_file_value_counts_as_an_explicit_choice_for_the_checkpoint(toml_file):
-    from kafka_scheduler.checkpoint import _shown
+    from kafka_scheduler.engine.checkpoint import _shown
 
     path = toml_file("shards = 6\n")
     config = resolve(parse("--config", path), environ={})

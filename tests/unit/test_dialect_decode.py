@@ -21,8 +21,8 @@ from pyspark.sql import functions as F
 
 from kafka_scheduler import dialects
 from kafka_scheduler.dialects.common import NORMALIZED_COLUMNS, DecodeSettings
-from kafka_scheduler.schedule import REJECTIONS_SID
-from kafka_scheduler.wheel import ENTRY_OVERHEAD_BYTES
+from kafka_scheduler.protocol import REJECTIONS_SID
+from kafka_scheduler.protocol import ENTRY_OVERHEAD_BYTES
 
 from . import test_native_decode as native_cases
 

@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from kafka_scheduler.broker import free_port
-from kafka_scheduler.checkpoint import STATE_FILE, LocalFiles
+from kafka_scheduler.kafka.local_broker import free_port
+from kafka_scheduler.engine.checkpoint import STATE_FILE, LocalFiles
 from kafka_scheduler.config import ConfigError
 from kafka_scheduler.pipeline import _storage_failure
-from kafka_scheduler.sinks import framed_bytes
-from kafka_scheduler.topics import KafkaUnreachable, broker_addresses, wait_for_broker
+from kafka_scheduler.engine.record_sink import framed_bytes
+from kafka_scheduler.kafka.topics import KafkaUnreachable, broker_addresses, wait_for_broker
 
 from .test_checkpoint_settings import commit, first_run, recorded, settle
 
@@ -32,7 +32,7 @@ def test_bootstrap_addresses_are_read_from_every_form():
 
 def test_waiting_for_a_broker_says_so_at_once_then_at_the_note_interval_and_gives_up_only_with_a_timeout(caplog):
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
-    caplog.set_level(logging.INFO, logger="kafka_scheduler.topics")
+    caplog.set_level(logging.INFO, logger="kafka_scheduler.kafka.topics")
     started = time.monotonic()
     with pytest.raises(KafkaUnreachable, match=f"no Kafka broker answered at {address} within 3s"):
         wait_for_broker(address, timeout=3, note_every=1.5)
@@ -91,7 +91,7 @@ def test_a_query_that_failed_writing_files_is_told_apart(text, cause):
 
 def test_run_on_an_unwritable_checkpoint_exits_2_with_one_line_before_anything_starts(tmp_path, capsys,
                                                                                       keep_signal_handlers):
-    from kafka_scheduler.cli import main
+    from kafka_scheduler.cli.main import main
 
     (tmp_path / "file").write_text("")
     started = time.monotonic()

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import fastavro
 import pytest
 
-from kafka_scheduler.client import request_headers
-from kafka_scheduler.encoders import DIALECTS, RequestError, effective_due, encode
+from kafka_scheduler.client.scheduler_client import request_headers
+from kafka_scheduler.client.encoders import DIALECTS, RequestError, effective_due, encode
 
 UTC = timezone.utc
 DUE = datetime(2026, 5, 24, 12, 30, 0, 250000, tzinfo=UTC)  # Unix 1779625800.25

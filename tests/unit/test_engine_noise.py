@@ -1,7 +1,8 @@
 """What the demo echoes of the scheduler's output: the engines' noise goes, our lines and real errors stay.
 The lines are as a scheduler printed them (`make run` before the noise was filtered)."""
 
-from kafka_scheduler.engine_noise import EngineNoiseFilter, KafkaClientLog
+from kafka_scheduler.cli.engine_noise import EngineNoiseFilter
+from kafka_scheduler.kafka.client_log import KafkaClientLog
 
 OUTPUT = """\
 18:28:59 INFO  spark: starting (local[2], 2 shuffle partitions, wheel state layout, 4 shards)

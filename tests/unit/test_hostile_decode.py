@@ -24,7 +24,7 @@ from kafka_scheduler import dialects
 from kafka_scheduler.dialects import common, karafka, native, sky_avro
 from kafka_scheduler.dialects.common import DecodeSettings
 from kafka_scheduler.protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
-from kafka_scheduler.schedule import REJECTIONS_SID
+from kafka_scheduler.protocol import REJECTIONS_SID
 
 from .. import hostile_records as hr
 from .test_native_decode import KAFKA_SCHEMA

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from kafka_scheduler.inspection import DAY_MS, HOUR_MS, Filters, Inspection, _request_id, render_table
+from kafka_scheduler.ops.inspection import DAY_MS, HOUR_MS, Filters, Inspection, _request_id, render_table
 
 
 def test_request_ids_come_out_of_client_schedule_ids_and_id_less_schedules_have_none():

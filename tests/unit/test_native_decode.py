@@ -12,8 +12,9 @@ import pytest
 
 from kafka_scheduler.dialects.common import NORMALIZED_COLUMNS, DecodeSettings
 from kafka_scheduler import dialects
-from kafka_scheduler.schedule import REJECTIONS_SID, Schedule
-from kafka_scheduler.wheel import entry_bytes
+from kafka_scheduler.engine.schedule import Schedule
+from kafka_scheduler.protocol import REJECTIONS_SID
+from kafka_scheduler.engine.wheel import entry_bytes
 
 KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
                 "timestampType int, headers array<struct<key:string,value:binary>>")

@@ -12,15 +12,17 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from kafka_scheduler import wheel
-from kafka_scheduler.broker import free_port
-from kafka_scheduler.metrics import BatchSummary
-from kafka_scheduler.prometheus import SchedulerMetrics, end_offsets, serve
-from kafka_scheduler.rejection_classes import CLASSES, reason_class
-from kafka_scheduler.schedule import Action, Outcome, Request, Schedule, input_topic_of
-from kafka_scheduler.wheel_processor import _outcomes, rejection_counts
+from kafka_scheduler.engine import wheel
+from kafka_scheduler.kafka.local_broker import free_port
+from kafka_scheduler.engine.batch_summary import BatchSummary
+from kafka_scheduler.ops.http_server import serve
+from kafka_scheduler.ops.input_lag import end_offsets
+from kafka_scheduler.ops.metrics import SchedulerMetrics
+from kafka_scheduler.engine.rejection_classes import CLASSES, reason_class
+from kafka_scheduler.engine.schedule import Action, Outcome, Request, Schedule, input_topic_of
+from kafka_scheduler.engine.wheel_processor import _outcomes, rejection_counts
 
-# Reasons as the decoders and the sink write them (dialects/*.py, sinks.py, timed_writer.py).
+# Reasons as the decoders and the sink write them (dialects/*.py, engine/record_sink.py, engine/timed_writer.py).
 REASONS = {
     "missing x-scheduler-deliver-to": "missing_field",
     "missing schedule id (the record key is empty)": "missing_field",
@@ -200,7 +202,7 @@ def test_metrics_are_served_over_http():
 
 
 def test_run_with_the_metrics_port_in_use_exits_2_naming_the_option(tmp_path, capsys, keep_signal_handlers):
-    from kafka_scheduler.cli import main
+    from kafka_scheduler.cli.main import main
 
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
@@ -220,7 +222,7 @@ def test_the_timed_writer_reports_each_delivery_once_and_no_rejection_as_one():
     from confluent_kafka import KafkaError
 
     from .test_timed_writer import RefusingProducer, row
-    from kafka_scheduler.timed_writer import TimedWriter
+    from kafka_scheduler.engine.timed_writer import TimedWriter
 
     metrics = SchedulerMetrics({})
     producer = RefusingProducer({"denied": KafkaError.TOPIC_AUTHORIZATION_FAILED}, {})

@@ -32,12 +32,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler import index_cache, wheel
-from kafka_scheduler.checkpoint import settle_state_settings
+from kafka_scheduler.engine import index_cache, wheel
+from kafka_scheduler.engine.checkpoint import settle_state_settings
 from kafka_scheduler.config import Config
 from kafka_scheduler.protocol import SOURCE_OFFSET
-from kafka_scheduler.schedule import Action, Outcome, Request, Schedule, WriteBack
-from kafka_scheduler.wheel_processor import log_order
+from kafka_scheduler.engine.schedule import Action, Outcome, Request, Schedule, WriteBack
+from kafka_scheduler.engine.wheel_processor import log_order
 
 
 def sched(due: int, value: Optional[bytes] = b"v", version: str = "t-0-0", topic: str = "out",

@@ -15,12 +15,13 @@ import urllib.request
 import pandas as pd
 import pytest
 
-from kafka_scheduler.metrics import BatchSummary
-from kafka_scheduler.prometheus import SchedulerMetrics
-from kafka_scheduler.recent import LatenessWindow, RecentRejections
-from kafka_scheduler.status_page import (DAY_MS, HOUR_MS, LATE_P99_S, STALL_AFTER_S, PendingCounts, StatusPage,
-                                         UpcomingCache, count_pending, health, page_html, snapshot, start_server, status_json,
-                                         upcoming_json)
+from kafka_scheduler.engine.batch_summary import BatchSummary
+from kafka_scheduler.ops.metrics import SchedulerMetrics
+from kafka_scheduler.ops.recent import LatenessWindow, RecentRejections
+from kafka_scheduler.ops.http_server import Routes, start_server
+from kafka_scheduler.ops.status_page import (DAY_MS, HOUR_MS, LATE_P99_S, STALL_AFTER_S, PendingCounts, StatusPage,
+                                             UpcomingCache, count_pending, health, page_html, snapshot, status_json,
+                                             upcoming_json)
 
 T0 = 1_800_000_000.0  # a fixed "now" (s)
 
@@ -217,24 +218,25 @@ def test_a_scrape_keeps_the_counted_gauges_current_and_reads_are_spaced_by_their
 
     page.upcoming = UpcomingCache(state, max_age_s=30, clock=lambda: now[0], count=count)
     metrics.follow_state_counts(page.upcoming.counted)
+    routes = Routes(metrics, page)
     assert str(metrics.value("kafka_scheduler_counted_pending_schedules")) == "nan", "unknown before the first count"
-    page.answer("/metrics")  # the scrape starts the count; the next one sees it
+    routes.answer("/metrics")  # the scrape starts the count; the next one sees it
     wait_for(lambda: metrics.value("kafka_scheduler_counted_timestamp_seconds") == T0)
     assert metrics.value("kafka_scheduler_counted_pending_schedules") == 5  # 6 in state, 1 already due
     assert metrics.value("kafka_scheduler_earliest_pending_due_timestamp_seconds") == T0 + 60
     read_s[0], now[0] = 0.2, T0 + 31
-    page.answer("/metrics")
+    routes.answer("/metrics")
     wait_for(lambda: metrics.value("kafka_scheduler_counted_timestamp_seconds") == T0 + 31)
     assert metrics.value("kafka_scheduler_counted_pending_schedules") == 6 and state.reads == 2
     read_s[0], now[0] = 2.0, T0 + 62  # this read takes 2 s: the next starts no sooner than 40 s after it
-    page.answer("/metrics")
+    routes.answer("/metrics")
     wait_for(lambda: metrics.value("kafka_scheduler_counted_timestamp_seconds") == T0 + 62)
     read_s[0], now[0] = 0.0, T0 + 62 + 35  # older than 30 s, but not 40
-    page.answer("/metrics")
+    routes.answer("/metrics")
     time.sleep(0.2)
     assert state.reads == 3
     now[0] = T0 + 62 + 41
-    page.answer("/metrics")
+    routes.answer("/metrics")
     wait_for(lambda: state.reads == 4)
 
 
@@ -262,7 +264,8 @@ def test_upcoming_before_spark_is_up_and_after_a_failed_read():
 
 
 def test_routes_answer_with_the_right_status_and_type():
-    page = StatusPage(fed_metrics(), "reminders")
+    metrics = fed_metrics()
+    page = Routes(metrics, StatusPage(metrics, "reminders"))
     code, content_type, body = page.answer("/metrics")
     assert code == 200 and content_type.startswith("text/plain") and b"kafka_scheduler_pending_schedules 12.0" in body
     code, content_type, body = page.answer("/")
@@ -282,7 +285,7 @@ def test_routes_answer_with_the_right_status_and_type():
 
 def test_the_server_serves_metrics_and_page_over_http():
     metrics = fed_metrics()
-    server = start_server(StatusPage(metrics, "reminders"), "127.0.0.1", 0)
+    server = start_server(Routes(metrics, StatusPage(metrics, "reminders")), "127.0.0.1", 0)
     base = f"http://127.0.0.1:{server.server_port}"
     try:
         with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
@@ -313,10 +316,10 @@ def test_a_snapshot_is_what_a_scrape_reads():
 
 
 def test_the_demo_finds_the_status_page_in_the_line_the_job_logs(caplog):
-    from kafka_scheduler.demo import status_page_url
-    from kafka_scheduler.prometheus import serve
+    from kafka_scheduler.cli.demo import status_page_url
+    from kafka_scheduler.ops.http_server import serve
 
-    with caplog.at_level(logging.INFO, logger="kafka_scheduler.prometheus"):
+    with caplog.at_level(logging.INFO, logger="kafka_scheduler.ops.http_server"):
         server = serve(SchedulerMetrics({}), "0.0.0.0", 0)
     try:
         [line] = [r.getMessage() for r in caplog.records if "status page" in r.getMessage()]
@@ -337,7 +340,7 @@ class FakeSpark:
 
 
 def test_state_reads_wait_for_spark_and_for_a_first_committed_batch(tmp_path):
-    from kafka_scheduler.status_page import StateReader
+    from kafka_scheduler.ops.status_page import StateReader
 
     def read(spark, checkpoint_dir, batch):
         return ("read", checkpoint_dir, batch)

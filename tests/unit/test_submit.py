@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kafka_scheduler.cli import build_parser
+from kafka_scheduler.cli.main import build_parser
 from kafka_scheduler.config import ConfigError, resolve
-from kafka_scheduler.package_zip import cached_zip, source_hash, write_zip
-from kafka_scheduler.submit import (Cluster, Submission, cluster_options, driver_environment, driver_script,
+from kafka_scheduler.cli.package_zip import cached_zip, source_hash, write_zip
+from kafka_scheduler.cli.submit import (Cluster, Submission, cluster_options, driver_environment, driver_script,
                                     find_spark_submit, run_arguments, shown, spark_submit_command)
 
 from .test_cli import one_line_error, run
@@ -263,9 +263,9 @@ def test_the_same_source_gives_the_same_bytes(tmp_path):
 
 def test_make_dist_uses_the_same_code(tmp_path):
     makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
-    assert "-m kafka_scheduler.package_zip dist/kafka_scheduler.zip" in makefile
-    result = subprocess.run([sys.executable, "-m", "kafka_scheduler.package_zip", str(tmp_path / "k.zip")],
+    assert "-m kafka_scheduler.cli.package_zip dist/kafka_scheduler.zip" in makefile
+    result = subprocess.run([sys.executable, "-m", "kafka_scheduler.cli.package_zip", str(tmp_path / "k.zip")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"{tmp_path / 'k.zip'}; connector jars: ")
-    assert "kafka_scheduler/state_processor.py" in zipfile.ZipFile(tmp_path / "k.zip").namelist()
+    assert "kafka_scheduler/engine/wheel_processor.py" in zipfile.ZipFile(tmp_path / "k.zip").namelist()

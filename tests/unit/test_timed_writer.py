@@ -5,7 +5,7 @@ import time
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kafka_scheduler.timed_writer import TICK_REPORT, TICK_WAKE, TimedWriter, Wakeups
+from kafka_scheduler.engine.timed_writer import TICK_REPORT, TICK_WAKE, TimedWriter, Wakeups
 
 from ..integration.support import wait_until
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .config import OPTIONS, Config, masked, source_kind
+from ..config import OPTIONS, Config, masked, source_kind
 
 
 def _entries(config: Config) -> list[tuple[str, Any, str]]:

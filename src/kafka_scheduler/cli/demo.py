@@ -17,20 +17,21 @@ from typing import Optional
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from . import protocol
-from .broker import LocalBroker, port_open
-from .client import SchedulerClient, format_instant, parse_due
-from .config import REQUESTS_SUFFIX
-from .encoders import epoch_millis_up
-from .engine_noise import EngineNoiseFilter, debug_enabled, quiet_client_config
-from .topics import ensure_topics, wait_for_broker
+from .. import protocol
+from ..kafka.local_broker import LocalBroker, port_open
+from ..client.scheduler_client import SchedulerClient, format_instant, parse_due
+from ..config import REQUESTS_SUFFIX
+from ..client.encoders import epoch_millis_up
+from ..kafka.client_log import quiet_client_config
+from .engine_noise import EngineNoiseFilter, debug_enabled
+from ..kafka.topics import ensure_topics, wait_for_broker
 
-log = logging.getLogger("kafka_scheduler.demo")
+log = logging.getLogger("kafka_scheduler.cli.demo")
 
 DEMO_TOPIC = "demo-deliveries"
 READY_MARKER = "running: reading"
 ARRIVAL_TIMEOUT_S = 180.0  # a first batch on a busy laptop can take a minute or two
-STATUS_PAGE_LINE = re.compile(r"status page: (http://\S+)")  # the scheduler's line (prometheus.serve)
+STATUS_PAGE_LINE = re.compile(r"status page: (http://\S+)")  # the scheduler's line (ops.http_server.serve)
 
 
 def status_page_url(line: str) -> Optional[str]:

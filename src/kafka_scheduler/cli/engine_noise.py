@@ -1,4 +1,5 @@
-"""Keeping the engines' chatter out of what a person reads: Spark's JVM and Python workers, librdkafka, py4j.
+"""Keeping the engines' chatter out of what a person reads of the job's output: Spark's JVM and Python workers,
+librdkafka, py4j.
 
 What the engines print for themselves is, in normal operation, noise: banners of Spark's Python workers, JVM
 warnings, librdkafka's refused-connect retries, py4j's tracebacks when a stop interrupts a call. Errors are kept:
@@ -48,19 +49,3 @@ class EngineNoiseFilter:
 
 def debug_enabled() -> bool:
     return logging.getLogger().isEnabledFor(logging.DEBUG)
-
-
-class KafkaClientLog:
-    """A confluent-kafka ``logger``: librdkafka's own lines (connect retries above all) go to Python logging at
-    DEBUG. The failure a person must see is reported by whoever uses the client, from its errors."""
-
-    def __init__(self, name: str = "kafka_scheduler.librdkafka"):
-        self._log = logging.getLogger(name)
-
-    def log(self, _level: int, message: str, *args) -> None:
-        self._log.debug(message, *args)
-
-
-def quiet_client_config() -> dict:
-    """Extra confluent-kafka settings for a client whose retry chatter nobody should read."""
-    return {"logger": KafkaClientLog()}

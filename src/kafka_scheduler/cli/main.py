@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
-from . import __version__
-from .config import ConfigError, add_arguments, check_kafka_settings, kafka_settings, resolve
+from .. import __version__
+from ..config import ConfigError, add_arguments, check_kafka_settings, kafka_settings, resolve
 
 DESCRIPTION = """\
 Delayed delivery for Apache Kafka: send a request now, and the scheduler delivers
@@ -63,7 +63,7 @@ def _setup_logging() -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .pipeline import run
+    from ..pipeline import run
 
     config = resolve(args)
     check_kafka_settings(config)
@@ -109,10 +109,10 @@ def _instant_ms(text: str, flag: str) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     import time
 
-    from .checkpoint import last_committed_batch
-    from .config import Config
-    from .inspection import Filters, inspect_checkpoint, render_json, render_table
-    from .pipeline import build_session
+    from ..engine.checkpoint import last_committed_batch
+    from ..config import Config
+    from ..ops.inspection import Filters, inspect_checkpoint, render_json, render_table
+    from ..engine.session import build_session
 
     checkpoint_dir = args.checkpoint_dir or Config(app_id=args.app_id).checkpoint_dir
     if not os.path.isdir(checkpoint_dir) and "://" not in checkpoint_dir:
@@ -137,7 +137,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from .broker import LocalBroker
+    from ..kafka.local_broker import LocalBroker
 
     broker = LocalBroker(args.port, args.data_dir, heap=args.heap, auto_create_topics=args.auto_create_topics)
     stop = threading.Event()
@@ -160,7 +160,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace):
-    from .client import SchedulerClient
+    from ..client.scheduler_client import SchedulerClient
 
     config = resolve(args)
     check_kafka_settings(config)
@@ -172,7 +172,7 @@ def _client(args: argparse.Namespace):
 
 def _check_dialect(args: argparse.Namespace) -> None:
     """Dialect options that do not fit together: one line, before any connection."""
-    from .encoders import DIALECTS
+    from ..client.encoders import DIALECTS
 
     if args.dialect not in DIALECTS:  # only reachable through the environment variable
         raise CommandError(f"KAFKA_SCHEDULER_DIALECT={args.dialect!r}: use one of {', '.join(DIALECTS)}")
@@ -215,7 +215,7 @@ def _via(args: argparse.Namespace) -> str:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from .client import encode, format_instant, parse_due
+    from ..client.scheduler_client import encode, format_instant, parse_due
 
     action = "REPLACE" if args.command == "replace" else "ADD"
     _check_dialect(args)
@@ -233,7 +233,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from .client import encode
+    from ..client.scheduler_client import encode
 
     _check_dialect(args)
     encode(args.dialect, "CANCEL", request_id=args.id)
@@ -259,7 +259,7 @@ def _checkout_module(folder: str, module: str, what: str):
     """``folder.module`` of the repository checkout (bench/, chaos/ live next to src/, not in the package)."""
     import importlib
 
-    from .jars import PROJECT_ROOT
+    from ..kafka.jars import PROJECT_ROOT
 
     if not (PROJECT_ROOT / folder / f"{module}.py").exists():
         raise CommandError(f"the {folder}/ folder is not here: {what} run from a checkout of the repository")
@@ -320,7 +320,7 @@ so it is never early. A replace in those dialects is the same record as a schedu
 
 
 def _dialect_arguments(parser: argparse.ArgumentParser, message: bool) -> None:
-    from .encoders import DIALECTS
+    from ..client.encoders import DIALECTS
 
     parser.add_argument("--dialect", default=os.environ.get("KAFKA_SCHEDULER_DIALECT", "native"), choices=DIALECTS,
                         metavar="{" + ",".join(DIALECTS) + "}",
@@ -352,7 +352,11 @@ def _message_arguments(parser: argparse.ArgumentParser, id_required: bool) -> No
                              + ("" if id_required else " (optional for native; the other dialects need it)"))
 
 
-def build_parser() -> argparse.ArgumentParser:
+CHECKOUT_COMMANDS = ("bench", "chaos")
+
+
+def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """``checkout_commands``: which of CHECKOUT_COMMANDS get their full arguments (their module is imported)."""
     parser = OneLineErrorParser(prog="kafka-scheduler", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"kafka-scheduler {__version__}")
@@ -491,19 +495,21 @@ def build_parser() -> argparse.ArgumentParser:
                                             "bucket's struck versions pile up; --deliver also checks the "
                                             "outcome). Prints the figures and writes "
                                             "bench/results/<time>-<scenario>.json.")
-    try:
+    # bench/ and chaos/ are imported only when their command runs (they live in a checkout, beside src/).
+    if "bench" in checkout_commands:
         _bench_module().add_arguments(bench)
-    except CommandError:
-        bench.add_argument("scenario")
+    else:
+        bench.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     bench.set_defaults(handler=cmd_bench)
 
-    try:
+    if "chaos" in checkout_commands:
         suite = _chaos_module()
         chaos = commands.add_parser("chaos", help="run the crash suite", description=suite.DESCRIPTION,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
         suite.add_arguments(chaos)
-    except CommandError:
-        chaos = commands.add_parser("chaos", help="run the crash suite (from a repository checkout)")
+    else:
+        chaos = commands.add_parser("chaos", help="run the crash suite (from a repository checkout)", add_help=False)
+        chaos.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     chaos.set_defaults(handler=cmd_chaos)
 
     cancel = commands.add_parser("cancel", help="cancel a pending schedule",
@@ -518,16 +524,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser([name for name in CHECKOUT_COMMANDS if argv[:1] == [name]])
+    except CommandError as exc:
+        print(f"kafka-scheduler {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
     _setup_logging()
-    from .broker import BrokerError
-    from .client import RequestError
-    from .jars import MissingJars
-    from .topics import KafkaUnreachable
+    from ..kafka.local_broker import BrokerError
+    from ..client.scheduler_client import RequestError
+    from ..kafka.jars import MissingJars
+    from ..kafka.topics import KafkaUnreachable
 
     try:
         return args.handler(args)

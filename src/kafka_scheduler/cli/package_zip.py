@@ -4,7 +4,7 @@
 cache folder, named by a hash of the files, so an unchanged package is not rebuilt and a changed one never reuses
 a stale zip.
 
-    python -m kafka_scheduler.package_zip dist/kafka_scheduler.zip
+    python -m kafka_scheduler.cli.package_zip dist/kafka_scheduler.zip
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from .jars import PROJECT_ROOT, jar_paths
+from ..kafka.jars import PROJECT_ROOT, jar_paths
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the whole kafka_scheduler package
 ZIP_PREFIX = "kafka_scheduler-"
 # Fixed entry times: the same source gives the same bytes, whenever and wherever it is zipped.
 _ENTRY_TIME = (1980, 1, 1, 0, 0, 0)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from .config import OPTIONS, Config, ConfigError, check_kafka_settings, is_secret, MASK, resolve
+from ..config import OPTIONS, Config, ConfigError, check_kafka_settings, is_secret, MASK, resolve
 
 log = logging.getLogger("kafka_scheduler")
 
@@ -37,7 +37,7 @@ PID_FILE_ENV = "KAFKA_SCHEDULER_DRIVER_PID_FILE"
 DRIVER_SCRIPT_NAME = "kafka-scheduler-driver.py"
 DRIVER_SCRIPT = '''\
 """The driver of `kafka-scheduler submit`: spark-submit runs a Python file, and this one runs
-`kafka-scheduler run` with the options it is given. Written by kafka_scheduler.submit."""
+`kafka-scheduler run` with the options it is given. Written by kafka_scheduler.cli.submit."""
 
 import os
 import sys
@@ -64,7 +64,7 @@ if pid_file:
         file.write(str(os.getpid()))
     os.replace(pid_file + ".partial", pid_file)
 
-from kafka_scheduler.cli import main
+from kafka_scheduler.cli.main import main
 
 raise SystemExit(main(["run", *sys.argv[1:]]))
 '''
@@ -223,7 +223,7 @@ def driver_environment(package_zip: str, environ: Mapping[str, str] = os.environ
 
 def build(args: argparse.Namespace) -> Submission:
     """Check the settings and the cluster options, build what executors need, and return the spark-submit command."""
-    from .jars import jar_paths
+    from ..kafka.jars import jar_paths
     from .package_zip import cache_dir, cached_zip
 
     config = resolve(args)
@@ -233,7 +233,7 @@ def build(args: argparse.Namespace) -> Submission:
     jars = [str(p) for p in jar_paths("spark-kafka")]
     package = cached_zip()
     script = driver_script(cache_dir())
-    from .pipeline import spark_settings  # the job's own Spark settings: one source for the driver JVM's too
+    from ..engine.session import spark_settings  # the job's own Spark settings: one source for the driver JVM's too
 
     settings = spark_settings(config)
     driver_settings = {key: settings[key] for key in DRIVER_JVM_SETTINGS if key in settings}

@@ -24,9 +24,9 @@ import json
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, NamedTuple, Optional, Union
 
-from .protocol import ACTION, DELIVER_AT, DELIVER_TO, PREFIX, REQUEST_ID
+from ..protocol import ACTION, DELIVER_AT, DELIVER_TO, DIALECT_NAMES, PREFIX, REQUEST_ID, SKY_AVRO_SCHEMA
 
-DIALECTS = ("native", "karafka", "etf1", "sky-avro", "sky-json")
+DIALECTS = DIALECT_NAMES
 
 Bytes = Optional[Union[str, bytes]]
 HeaderList = Iterable[tuple[str, Bytes]]
@@ -42,17 +42,6 @@ RESERVED_PREFIXES = {
 }
 
 KARAFKA_SCHEMA_VERSION = "1.0.0"
-
-# The Sky writer schema of the contract (time in epoch milliseconds).
-SKY_AVRO_SCHEMA = {
-    "type": "record", "name": "AvroSchedule", "fields": [
-        {"name": "time", "type": "long"},
-        {"name": "topic", "type": "string"},
-        {"name": "key", "type": "bytes"},
-        {"name": "value", "type": ["null", "bytes"]},
-        {"name": "headers", "type": {"type": "map", "values": "bytes"}},
-    ],
-}
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ACTIONS = {"add": "ADD", "schedule": "ADD", "replace": "REPLACE", "cancel": "CANCEL"}

@@ -1,6 +1,6 @@
 """A small Python client that produces scheduling requests, in the native dialect or another one.
 
-    from kafka_scheduler.client import SchedulerClient
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
     with SchedulerClient("127.0.0.1:9092", app_id="kafka-scheduler") as client:
         client.schedule("reminders", "+30s", value=b"hello", request_id="r-1")
         client.replace("reminders", "2026-12-24T18:00:00Z", value=b"later", request_id="r-1")
@@ -14,7 +14,7 @@ Native requests that carry an id go to a partition chosen from the id (crc32), s
 for one id is read in the order it was sent. In the other dialects the record key is the request
 id and the producer's murmur2 partitioner (as in Java clients) picks the partition, with the same
 effect. Karafka and ETF1 carry whole seconds: their due times are rounded up to the next second.
-The encoding itself is in ``kafka_scheduler.encoders``.
+The encoding itself is in ``kafka_scheduler.client.encoders``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Optional, Union
 
 from confluent_kafka import KafkaException, Producer
 
-from .config import REQUESTS_SUFFIX
+from ..config import REQUESTS_SUFFIX
 from .encoders import (DIALECTS, HeaderList, RequestError, effective_due, encode, format_instant,  # noqa: F401
                        request_headers)
-from .topics import client_error_text
+from ..kafka.topics import client_error_text
 
 When = Union[str, datetime, timedelta]
 

@@ -8,6 +8,7 @@ step of their own, and only for the topics of their dialect.
 
 from __future__ import annotations
 
+import importlib
 from functools import reduce
 from types import ModuleType
 from typing import Mapping
@@ -15,25 +16,14 @@ from typing import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from . import native
 from ..protocol import DIALECT_NAMES
 from .common import NORMALIZED_COLUMNS, OPTIONAL_COLUMNS, DecodeSettings, normalize
 
-DIALECTS: dict[str, ModuleType] = {"native": native}
+# One module per name of protocol.DIALECT_NAMES (sky-avro: sky_avro.py). A module that fails to import fails here,
+# loudly: a dialect never silently disappears.
+DIALECTS: dict[str, ModuleType] = {name: importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
+                                   for name in DIALECT_NAMES}
 
-
-def _register() -> None:
-    """Dialect modules register here as they are added; a missing one is simply not offered."""
-    import importlib
-
-    for name in DIALECT_NAMES[1:]:
-        try:
-            DIALECTS[name] = importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
-        except ModuleNotFoundError:
-            continue
-
-
-_register()
 
 def _parsed(module, settings) -> dict[str, Column]:
     parsed = getattr(module, "parsed_columns", None)

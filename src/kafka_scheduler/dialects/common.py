@@ -20,9 +20,8 @@ from typing import Callable, Optional, Sequence, Union
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
-from ..schedule import CLIENT_SID_PREFIX, INTERNAL_SID_PREFIX, REJECTIONS_SID
-from ..wheel import ENTRY_OVERHEAD_BYTES
+from ..protocol import CLIENT_SID_PREFIX, ENTRY_OVERHEAD_BYTES, INTERNAL_SID_PREFIX, REJECTION_REASON, \
+    REJECTIONS_SID, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
 HEADER_TYPE = "array<struct<key:string,value:binary>>"
 
@@ -31,7 +30,7 @@ KIND_REJECT = "reject"
 
 
 NORMALIZED_COLUMNS = (
-    "sid",  # schedule id, binary, scoped per source topic (schedule.py: CLIENT_SID_PREFIX, ...)
+    "sid",  # schedule id, binary, scoped per source topic (protocol.py: CLIENT_SID_PREFIX, ...)
     "kind",  # request | reject
     "action",  # ADD | REPLACE | CANCEL (requests only)
     "due_ms",  # due time, epoch milliseconds, rounded up

@@ -18,18 +18,12 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
+from ..protocol import SKY_AVRO_FIELDS, SKY_AVRO_SCHEMA
 from . import sky
 from .common import DecodeSettings, bound, first_reason, no_headers, quoted
 
-_FIELDS = [
-    {"name": "time", "type": "long"},
-    {"name": "topic", "type": "string"},
-    {"name": "key", "type": "bytes"},
-    {"name": "value", "type": ["null", "bytes"]},
-]
-WRITER_SCHEMA = json.dumps({"type": "record", "name": "AvroSchedule",
-                            "fields": [*_FIELDS, {"name": "headers", "type": {"type": "map", "values": "bytes"}}]})
-OLDER_SCHEMA = json.dumps({"type": "record", "name": "AvroSchedule", "fields": _FIELDS})
+WRITER_SCHEMA = json.dumps(SKY_AVRO_SCHEMA)
+OLDER_SCHEMA = json.dumps({**SKY_AVRO_SCHEMA, "fields": list(SKY_AVRO_FIELDS)})
 
 # PERMISSIVE: a value that does not decode gives a struct of nulls (never an error); every field is
 # required by both schemas, so a null ``time`` means "did not decode".

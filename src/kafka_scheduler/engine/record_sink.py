@@ -20,15 +20,15 @@ from typing import Callable, Optional
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .config import Config, spark_kafka_options
-from .dialects.common import header
-from .protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
+from ..config import Config, spark_kafka_options
+from ..dialects.common import header
+from ..protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
     SOURCE_TOPIC
-from .metrics import BatchSummary
-from .dialects.common import KIND_REJECT
-from .state_processor import KIND_DELIVER, KIND_OUTCOME
+from .batch_summary import BatchSummary
+from ..dialects.common import KIND_REJECT
+from .wheel_processor import KIND_DELIVER, KIND_OUTCOME
 from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups
-from .topics import Destination, TopicDirectory
+from ..kafka.topics import Destination, TopicDirectory
 from .wheel_processor import KIND_TIMER, KIND_WITHDRAW
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ OTHER = "other"
 CLASSES = (BAD_TIME, BAD_DESTINATION, TOO_LARGE, MISSING_FIELD, MALFORMED, REFUSED_BY_DESTINATION, OTHER)
 
 # First match wins. Quoted parts ('...') are removed before matching: a value quoted in a reason must not pick
-# its class. The texts come from dialects/*.py (decoding) and sinks.py / timed_writer.py (a destination's refusal).
+# its class. The texts come from dialects/*.py (decoding) and record_sink.py / timed_writer.py (a destination's refusal).
 _RULES = (
-    # What a destination refused at delivery (sinks.RecordSink._dead_letter, timed_writer.refusal_reason).
+    # What a destination refused at delivery (record_sink.RecordSink._dead_letter, timed_writer.refusal_reason).
     (REFUSED_BY_DESTINATION, r"^not authorized to write|^destination (topic|partition) .* does not exist"
                              r"|too large for destination"),
     (MISSING_FIELD, r"^(missing|empty) "),

@@ -12,13 +12,7 @@ from typing import Optional
 
 Headers = tuple[tuple[str, Optional[bytes]], ...]
 
-# Schedule ids are bytes end to end (ids of the coming dialects are Kafka keys: any bytes), scoped
-# by input topic: b"id:<topic>/<request id bytes>". Topic names cannot contain "/", so the
-# form is unambiguous. An ADD without request id gets b"offset:<topic>/<partition>/<offset>":
-# nothing can refer to it. Rejections share one grouping key of their own.
-CLIENT_SID_PREFIX = b"id:"
-INTERNAL_SID_PREFIX = b"offset:"
-REJECTIONS_SID = b"\x00rejections"
+from ..protocol import CLIENT_SID_PREFIX, INTERNAL_SID_PREFIX
 
 
 def is_internal(sid: bytes) -> bool:

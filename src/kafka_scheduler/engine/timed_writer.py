@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Optional
 from confluent_kafka import KafkaError, Producer
 
 from .exactly_once import FencedError, TransactionalSender, produce_record
-from .protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from ..protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class TimedWriter:
         self.retried = 0
         self.lateness_ms: list[int] = []  # of the last writes, for the batch line
         # Called after each write with the lateness (ms) of each delivery written and the number of records refused
-        # (sent to rejections): the metrics (prometheus.py). Rejections and dead letters (no due time) are no
+        # (sent to rejections): the metrics (ops/metrics.py). Rejections and dead letters (no due time) are no
         # deliveries; a record retried is counted when it is written.
         self.on_written: Optional[Callable[[list[int], int], None]] = None
         self._thread = threading.Thread(target=self._run, name="timed-writer", daemon=True)

@@ -42,6 +42,7 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol
 import numpy as np
 import pandas as pd
 
+from ..protocol import ENTRY_OVERHEAD_BYTES
 from .index_cache import IndexCache, IndexEntry, IndexSession, IndexToken
 from .schedule import Action, Outcome, Request, Schedule, WriteBack, completes, input_topic_of, is_internal
 
@@ -62,7 +63,6 @@ ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id", "e
                  # the client id and digest of the version (null without request id): rebuild the index
                  "sid", "digest"]
 INDEX_COLUMNS = ["sid", "digest"]
-ENTRY_OVERHEAD_BYTES = 32
 
 
 def bucket_of(due_ms: int) -> int:
@@ -524,7 +524,7 @@ class BatchResult:
     """What one handler call hands to the sink."""
     outcomes: Counter = field(default_factory=Counter)
     # The same outcomes per input topic, (Outcome, topic) -> n, and the schedules delivered at once (due when
-    # read) per input topic: for the metrics (prometheus.py).
+    # read) per input topic: for the metrics (ops/metrics.py).
     by_topic: Counter = field(default_factory=Counter)
     at_once: Counter = field(default_factory=Counter)
     emitted: list = field(default_factory=list)  # entries frames: due by now (write now) or later (prepared)

@@ -16,20 +16,49 @@ import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import ArrayType, BinaryType, BooleanType, IntegerType, LongType, StringType, StructField, \
+    StructType
 
-from .dialects.common import KIND_REJECT
-from .protocol import DELIVERY_ID, REJECTION_REASON
+from ..dialects.common import KIND_REJECT
+from ..protocol import DELIVERY_ID, REJECTION_REASON
 from .partitioning import partition_hash
-from .metrics import DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, outcome_key
+from .batch_summary import DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, outcome_key
 from .rejection_classes import reason_class
 from .index_cache import IndexCache, IndexEntry, IndexToken, cache_for
 from .schedule import Action, Request, is_internal
-from .state_processor import KIND_DELIVER, KIND_OUTCOME, OUTCOME_REJECTED, OUTPUT_SCHEMA
 from .wheel import ENTRY_COLUMNS, INDEX_COLUMNS, BucketInfo, apply_requests, fire, flag, header_pairs, missing, \
     optional_int, schedule_of_entry
 
-REJECTIONS_SHARD = -1
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+# What the processor emits: records to write (deliver, reject) and per-outcome counts (outcome).
+OUTPUT_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("topic", StringType()),  # destination topic; for outcome rows, the outcome name
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("headers", HEADERS_TYPE),
+    StructField("due_ms", LongType()),
+    StructField("n", LongType()),
+    # deliveries only: the explicit partition, or the partitioner hash of a partition key (the sink takes it
+    # modulo the destination's partition count); the write-back to send and whether to copy to history
+    StructField("partition", IntegerType()),
+    StructField("partition_hash", IntegerType()),
+    StructField("wb_topic", StringType()),
+    StructField("wb_partition", IntegerType()),
+    StructField("wb_key", BinaryType()),
+    StructField("wb_headers", HEADERS_TYPE),
+    StructField("history", BooleanType()),
+    # deliveries only: emitted ahead of its due time, for the driver's timed writer (see wheel.apply_requests)
+    StructField("prepared", BooleanType()),
+])
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
+
+KIND_DELIVER = "deliver"
+KIND_OUTCOME = "outcome"
+OUTCOME_REJECTED = "rejected"
+
+REJECTIONS_SHARD = -1
 # Rows besides deliveries, rejections and outcomes: a timer instant the shard armed (``due_ms``), for the
 # driver's wake-ups; a delivery id (``key``) the timed writer must drop; a tick record (input only).
 KIND_TIMER = "timer"

@@ -14,8 +14,8 @@ from typing import Optional
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, ConfigResource, NewTopic
 
-from .config import ConfigError
-from .engine_noise import quiet_client_config
+from ..config import ConfigError
+from .client_log import quiet_client_config
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Iterator, Optional
 
 import pandas as pd
 
-from .schedule import CLIENT_SID_PREFIX
-from .wheel_processor import from_blob
+from ..protocol import CLIENT_SID_PREFIX
+from ..engine.wheel_processor import from_blob
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS

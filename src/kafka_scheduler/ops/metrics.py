@@ -1,5 +1,5 @@
-"""The job's Prometheus metrics: one registry fed by the batch summaries (sinks.py), the timed writer's writes and a
-lag watcher, served over HTTP at /metrics (``--metrics-port``) with the status page (status_page.py).
+"""The job's Prometheus metrics: one registry fed by the batch summaries (engine/record_sink.py), the timed writer's
+writes and the input lag watcher (input_lag.py), served at /metrics on the metrics port (http_server.py).
 
 The values live in ``SchedulerMetrics.registry``: the status page reads the same registry, so the page and a scrape
 never disagree. What the page shows beyond the counters (lateness over the last hour, the last rejections) is fed
@@ -8,8 +8,6 @@ here too, by the same calls (recent.py).
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
 import threading
 import time
@@ -18,11 +16,10 @@ from typing import Callable, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from .config import ConfigError
-from .metrics import BatchSummary
+from ..engine.batch_summary import BatchSummary
 from .recent import LatenessWindow, RecentRejections
-from .rejection_classes import REFUSED_BY_DESTINATION
-from .state_processor import OUTCOME_REJECTED
+from ..engine.rejection_classes import REFUSED_BY_DESTINATION
+from ..engine.wheel_processor import OUTCOME_REJECTED
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +27,6 @@ PREFIX = "kafka_scheduler_"
 # Seconds: a delivery a few ms late is the rule with the timed writer; a batch of a herd may take minutes.
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-LAG_EVERY_S = 5.0
 
 
 class SchedulerMetrics:
@@ -105,7 +101,7 @@ class SchedulerMetrics:
         self.next_wakeup.set_function(lambda: (next_ms() or 0) / 1000)
 
     def record_batch(self, summary: BatchSummary) -> None:
-        """A committed batch's outcome counts (sinks.RecordSink calls back with its summary)."""
+        """A committed batch's outcome counts (record_sink.RecordSink calls back with its summary)."""
         at_s = summary.written_at_ms / 1000 if summary.written_at_ms else time.time()
         for (outcome, topic, reason), n in summary.labelled.items():
             if not n:
@@ -159,72 +155,3 @@ class SchedulerMetrics:
         for (topic, partition), end in end_offsets.items():
             if (topic, partition) in latest:
                 self.input_lag.labels(topic, str(partition)).set(max(0, latest[(topic, partition)] - end))
-
-
-def serve(metrics: SchedulerMetrics, host: str, port: int, page=None):
-    """Start the HTTP server of /metrics and the status page (``page``: a status_page.StatusPage; without one, a page
-    of the metrics alone); returns the server (``shutdown()`` stops it). A port in use is a ConfigError."""
-    from .status_page import StatusPage, start_server
-
-    try:
-        server = start_server(page or StatusPage(metrics), host, port)
-    except OSError as exc:
-        what = "already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
-        raise ConfigError(f"--metrics-port {port}: cannot serve metrics on {host}:{port} ({what}); choose another "
-                          f"port, or 0 to turn the metrics off") from None
-    log.info("metrics: http://%s:%d/metrics; status page: http://%s:%d/", host, server.server_port,
-             _browsable(host), server.server_port)
-    return server
-
-
-def _browsable(host: str) -> str:
-    """The address to open in a browser on this machine: a server listening on every interface answers there too."""
-    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-
-
-def end_offsets(progress: Optional[dict], topics) -> dict:
-    """{(topic, partition): offset} the last batch read to, from a query's lastProgress."""
-    found: dict = {}
-    for source in (progress or {}).get("sources") or ():
-        offsets = source.get("endOffset")
-        offsets = json.loads(offsets) if isinstance(offsets, str) else offsets
-        for topic, partitions in (offsets or {}).items():
-            if topic in topics:
-                for partition, offset in partitions.items():
-                    found[(topic, int(partition))] = int(offset)
-    return found
-
-
-class LagWatcher:
-    """Every ``every`` seconds: the input topics' latest offsets (one admin look-up) against the end offsets of
-    the query's last batch."""
-
-    def __init__(self, metrics: SchedulerMetrics, admin, progress: Callable[[], Optional[dict]], topics,
-                 every: float = LAG_EVERY_S):
-        self.metrics, self.admin, self.progress, self.topics, self.every = metrics, admin, progress, set(topics), every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lag-watcher", daemon=True)
-
-    def start(self) -> "LagWatcher":
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(self.every + 1)
-
-    def _run(self) -> None:
-        from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        while not self._stop.wait(self.every):
-            try:
-                ends = end_offsets(self.progress(), self.topics)
-                if not ends:
-                    continue
-                futures = self.admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in ends},
-                                                  request_timeout=self.every)
-                latest = {(tp.topic, tp.partition): future.result(self.every).offset for tp, future in futures.items()}
-                self.metrics.record_lag(ends, latest)
-            except Exception as exc:  # a broker away for a while: the next round tries again
-                log.debug("input lag not read: %s", exc)

@@ -1,5 +1,5 @@
 """What happened lately, kept in memory for the status page: delivery lateness over the last hour, and the last
-rejections. Fed where the Prometheus metrics are (prometheus.py), so the page and a scrape count the same events.
+rejections. Fed where the Prometheus metrics are (metrics.py), so the page and a scrape count the same events.
 
 Both are bounded whatever the traffic: a herd of millions of deliveries in a minute adds counts to one minute's
 slot, not samples.

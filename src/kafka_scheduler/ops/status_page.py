@@ -1,10 +1,5 @@
-"""The status page and the metrics, served together on the metrics port (``--metrics-port``).
-
-    /                  the page: one self-contained HTML file (status_page.html: inline CSS and JS, no CDN)
-    /metrics           Prometheus' text format, from the job's registry
-    /api/status        pending, deliveries, lateness over the last hour, recent rejections, health
-    /api/upcoming      schedules due per hour (next 48 h) and per day (next 30 d), read from the state store
-    /api/schedules?id= pending schedules with these request ids, in full (as ``kafka-scheduler inspect --id``)
+"""What the status page shows (the routes that serve it are in http_server.py): health, the counts of the metrics'
+registry, lateness over the last hour, recent rejections, and pending schedules read from the state store.
 
 Everything /api/status shows comes from the same registry a scrape reads (and the in-memory rings fed by the same
 calls, recent.py), so the page and /metrics agree. Reading the state store costs a Spark job: it is done only when
@@ -16,21 +11,16 @@ read, so a job nobody watches reads nothing and a watched one spends at most ~5%
 
 from __future__ import annotations
 
-import json
 import logging
-import socket
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from functools import lru_cache
 from importlib import resources
 from typing import Callable, Iterable, Optional
-from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +231,7 @@ class StateReader:
             spark, checkpoint_dir = self._spark, self._checkpoint_dir
             if spark is None:
                 return None
-            from .checkpoint import is_local, last_committed_batch
+            from ..engine.checkpoint import is_local, last_committed_batch
 
             # Only a local checkpoint tells its batch here (one on hdfs:// and the like needs Spark's Hadoop).
             batch = last_committed_batch(checkpoint_dir) if is_local(checkpoint_dir) else None
@@ -354,6 +344,10 @@ class StatusPage:
                            rings.stats(now), rings.stats(now, RECENT_S), rings.per_slot(now),
                            self.metrics.recent_rejections.entries())
 
+    def scraped(self) -> None:
+        """A scrape keeps the counted gauges current: a recount starts when the last count is stale."""
+        self.upcoming.get()
+
     def schedules(self, ids: list[str]) -> tuple[int, dict]:
         from .inspection import Filters, Inspection, inspect_checkpoint
 
@@ -370,62 +364,3 @@ class StatusPage:
         if found is None:
             return 503, {"error": "the job's Spark session is not up (starting or stopping); try again"}
         return 200, {"ids": ids, **found.to_json()}
-
-    def answer(self, target: str) -> tuple[int, str, bytes]:
-        """(status, content type, body) for a GET of ``target`` (path and query)."""
-        parts = urlsplit(target)
-        path = parts.path.rstrip("/") or "/"
-        if path == "/metrics":
-            self.upcoming.get()  # a scrape keeps the counted gauges current: a recount when the last is stale
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
-        if path in ("/", "/index.html"):
-            return 200, "text/html; charset=utf-8", page_html()
-        if path == "/api/status":
-            return _json(200, self.status())
-        if path == "/api/upcoming":
-            return _json(200, self.upcoming.get())
-        if path == "/api/schedules":
-            return _json(*self.schedules(parse_qs(parts.query).get("id", [])))
-        return _json(404, {"error": f"no such page: {parts.path}", "pages": ["/", "/metrics", "/api/status",
-                                                                             "/api/upcoming", "/api/schedules?id="]})
-
-
-def _json(status: int, body: dict) -> tuple[int, str, bytes]:
-    return status, "application/json", json.dumps(body, indent=1).encode()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    page: StatusPage  # set on the subclass start_server makes
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        try:
-            status, content_type, body = self.page.answer(self.path)
-        except Exception as exc:  # one bad request must not look like a dead job
-            log.warning("status page: %s failed: %s", self.path, exc)
-            status, content_type, body = _json(500, {"error": str(exc)})
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
-        log.debug("status page: " + format, *args)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-def start_server(page: StatusPage, host: str, port: int) -> ThreadingHTTPServer:
-    """Serve ``page`` on host:port (0: a free port) from a daemon thread; ``shutdown()`` and ``server_close()``
-    stop it. Raises OSError when the port cannot be bound."""
-    handler = type("StatusPageHandler", (_Handler,), {"page": page})
-    server = (_Server6 if ":" in host else _Server)((host, port), handler)
-    threading.Thread(target=server.serve_forever, name="status-page", daemon=True).start()
-    return server

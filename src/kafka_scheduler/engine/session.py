@@ -1,0 +1,67 @@
+"""The Spark session of the job (and of the tools that read its checkpoint): the settings the engine depends on."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ..config import Config
+from ..dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS, java_options as avro_java_options
+from ..kafka.jars import jar_paths
+
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+def under_spark_submit() -> bool:
+    """spark-submit starts Python with a gateway already running and sets master and jars itself."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_settings(config: Config) -> dict[str, str]:
+    settings = {
+        "spark.app.name": f"kafka-scheduler:{config.app_id}",
+        "spark.sql.shuffle.partitions": str(config.partitions),
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.minBatchesToRetain": "20",
+        # No micro-batch without new input: an idle job then costs next to nothing. Timers fire in the batches
+        # the driver's wake-up ticks cause (timed_writer.Wakeups).
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        # How often an idle query asks Kafka for new offsets: each ask costs ~2 ms of JVM CPU, so the default
+        # 10 ms kept a quarter of a core busy doing nothing (measured: bench idle). A request or tick waits at
+        # most this long to be seen; prepared deliveries are unaffected (ticked --lookahead ahead).
+        "spark.sql.streaming.pollingDelay": "200ms",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": config.driver_memory,
+        # Avro's limits keep a hostile Sky Avro value from making the JVM allocate gigabytes (dialects/sky_avro.py).
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()}",
+        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()}",
+    }
+    if not under_spark_submit():
+        settings["spark.master"] = config.master
+        settings["spark.jars"] = ",".join(str(p) for p in jar_paths("spark-kafka"))
+    return settings
+
+
+def build_session(config: Config):
+    # The Python workers must run the interpreter that has this package and its dependencies.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if config.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in spark_settings(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    # Under spark-submit the driver's JVM was started before these settings: give it Avro's limits directly
+    # (Avro reads them when it first decodes, which is later).
+    for name, value in AVRO_LIMITS.items():
+        spark.sparkContext._jvm.java.lang.System.setProperty(name, str(value))
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
