@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make run` and `make test`. Both install what is missing first.
-.PHONY: setup run test test-unit dist bench chaos clean
+.PHONY: setup run test test-unit dist bench chaos diagram clean
 
 setup:
 	@scripts/setup.sh
@@ -26,6 +26,10 @@ bench: setup
 # restart, every delivery checked (about 10 minutes); figures go to chaos/results/. Options: CHAOS_ARGS="--seed 7".
 chaos: setup
 	.venv/bin/kafka-scheduler chaos $(CHAOS_ARGS)
+
+# The flow diagram of the README, re-rendered from its source with Graphviz (apt-get install graphviz).
+diagram:
+	dot -Tsvg docs/flow.dot -o docs/flow.svg
 
 clean:
 	rm -rf .local checkpoints .pytest_cache
