@@ -36,9 +36,9 @@ if [ ! -f "$stamp" ]; then
 fi
 
 # --- JVM jars, one folder per bundle, refreshed when its pom changes
-fetch_jars() {  # bundle, extra maven flags
-    local bundle=$1; shift
-    local pom="jvm/$bundle.pom.xml" dest=".cache/jars/$bundle"
+fetch_jars() {  # bundle, its pom, extra maven flags
+    local bundle=$1 pom=$2; shift 2
+    local dest=".cache/jars/$bundle"
     local want; want=$(sha256sum "$pom" | cut -c1-16)
     if [ "$(cat "$dest/.pom-sha" 2>/dev/null)" != "$want" ]; then
         say "fetching $bundle jars from Maven Central"
@@ -52,6 +52,7 @@ fetch_jars() {  # bundle, extra maven flags
         echo "$want" > "$dest/.pom-sha"
     fi
 }
-fetch_jars spark-kafka -DexcludeTransitive=true
-fetch_jars kafka-broker -DincludeScope=runtime
+# The connector's pom is package data: a pip-installed server downloads the same jars (kafka/jars.py).
+fetch_jars spark-kafka src/kafka_scheduler/kafka/spark-kafka.pom.xml -DexcludeTransitive=true
+fetch_jars kafka-broker jvm/kafka-broker.pom.xml -DincludeScope=runtime
 say "ready"

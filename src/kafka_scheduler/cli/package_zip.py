@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from ..kafka.jars import PROJECT_ROOT, jar_paths
+from ..kafka.jars import cache_root, jar_paths
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the whole kafka_scheduler package
 ZIP_PREFIX = "kafka_scheduler-"
@@ -26,7 +26,8 @@ _ENTRY_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("KAFKA_SCHEDULER_PY_FILES_CACHE", PROJECT_ROOT / ".cache" / "py-files"))
+    """.cache/py-files of a checkout; of a pip-installed package, in the user's cache."""
+    return Path(os.environ.get("KAFKA_SCHEDULER_PY_FILES_CACHE") or cache_root() / "py-files")
 
 
 def package_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
