@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import signal
@@ -34,6 +35,9 @@ commands:
   chaos     run the crash suite: kill -9 the job and restart the broker, check every delivery
             (from a repository checkout)
 
+`pip install kafka-scheduler` gives the request commands (schedule, replace, cancel) and config;
+run, submit, inspect and demo need the server install: pip install "kafka-scheduler[server]".
+
 Every `run` option can also be set as an environment variable KAFKA_SCHEDULER_<NAME>,
 e.g. KAFKA_SCHEDULER_BOOTSTRAP_SERVERS=host:9092, or in a TOML file (--config FILE);
 a flag wins over the variable, which wins over the file. Kafka client options (SASL, TLS, ...)
@@ -50,6 +54,26 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 class CommandError(Exception):
     pass
+
+
+# The commands that run Spark (bench and chaos drive the job too), and what they import beyond the client's
+# confluent-kafka: the modules of the [server] extra of pyproject.toml (module: distribution).
+SERVER_COMMANDS = ("run", "submit", "inspect", "demo", "bench", "chaos")
+SERVER_MODULES = {"pyspark": "pyspark", "pandas": "pandas", "pyarrow": "pyarrow", "google.protobuf": "protobuf",
+                  "prometheus_client": "prometheus-client"}
+
+
+def missing_server_packages() -> list[str]:
+    """The distributions of the [server] extra whose module cannot be imported here (none are imported)."""
+    missing = []
+    for module, distribution in SERVER_MODULES.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a missing parent package (google), or a module set to None
+            found = False
+        if not found:
+            missing.append(distribution)
+    return missing
 
 
 def _setup_logging() -> None:
@@ -377,7 +401,8 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
     submit = commands.add_parser(
         "submit", help="run the job on a Spark cluster through spark-submit",
         description="Run the scheduler on a Spark cluster: build the package zip the executors import the state "
-                    "processor from (--py-files; kept in .cache/py-files, rebuilt when the source changes) and call "
+                    "processor from (--py-files; kept in .cache/py-files, or ~/.cache/kafka-scheduler/py-files "
+                    "when pip-installed; rebuilt when the source changes) and call "
                     "spark-submit "
                     "(pyspark's, or $SPARK_HOME/bin/spark-submit) with --master, Spark's Kafka connector jars, "
                     "the zip and the executors' Python; its driver runs `kafka-scheduler run` with the run options "
@@ -534,6 +559,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
+    if args.command in SERVER_COMMANDS:
+        missing = missing_server_packages()
+        if missing:
+            print(f"kafka-scheduler {args.command}: error: needs the server install ({', '.join(missing)} "
+                  f"missing): pip install \"kafka-scheduler[server]\"", file=sys.stderr)
+            return 2
     _setup_logging()
     from ..kafka.local_broker import BrokerError
     from ..client.scheduler_client import RequestError

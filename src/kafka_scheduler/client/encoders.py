@@ -48,7 +48,11 @@ _ACTIONS = {"add": "ADD", "schedule": "ADD", "replace": "REPLACE", "cancel": "CA
 
 
 class RequestError(ValueError):
-    """A request the scheduler would reject, caught before it is sent."""
+    """A request the scheduler would reject, caught before it is sent (or one this install cannot encode)."""
+
+
+# fastavro is an extra: a client-only install sends the other dialects without it.
+AVRO_MISSING = 'the sky-avro dialect needs fastavro, which is not installed: pip install "kafka-scheduler[avro]"'
 
 
 class EncodedRequest(NamedTuple):
@@ -263,7 +267,12 @@ def encode_sky_avro(action: str, *, request_id: Optional[str] = None, topic: Opt
     if action == "CANCEL":
         return EncodedRequest(record_key, None, [])
     record = _sky_schedule("sky-avro", topic, due, key, value, headers)
-    from fastavro import parse_schema, schemaless_writer
+    try:
+        from fastavro import parse_schema, schemaless_writer
+    except ModuleNotFoundError as exc:
+        if exc.name != "fastavro":
+            raise
+        raise RequestError(AVRO_MISSING) from None
 
     out = io.BytesIO()
     schemaless_writer(out, parse_schema(SKY_AVRO_SCHEMA), record)
