@@ -12,15 +12,10 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
-import signal
 import subprocess
-import sys
-import threading
 import time
 import uuid
 from array import array
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
@@ -28,17 +23,18 @@ from typing import Callable, Optional
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
+from kafka_scheduler.client.encoders import encode, format_instant
 from kafka_scheduler.engine.checkpoint import committed_offsets
-from kafka_scheduler.client.scheduler_client import format_instant
-from kafka_scheduler.client.encoders import encode
+from kafka_scheduler.harness.job_process import JobProcess
+from kafka_scheduler.harness.topic_reader import TopicReader
+from kafka_scheduler.harness.waiting import wait_until as harness_wait_until
+from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
 from kafka_scheduler.kafka.topics import wait_for_broker
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
 DUE_HEADER = "bench-due-ms"
 SENT_HEADER = "bench-sent-ms"  # only on requests whose send time is measured apart (steady's already-due ones)
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def log(message: str) -> None:
@@ -47,19 +43,8 @@ def log(message: str) -> None:
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.2,
                progress: Optional[Callable[[], str]] = None, every: float = 10.0):
-    deadline = time.monotonic() + timeout
-    next_report = time.monotonic() + every
-    while True:
-        result = condition()
-        if result:
-            return result
-        now = time.monotonic()
-        if now > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        if progress is not None and now >= next_report:
-            log(f"  waiting for {what}: {progress()}")
-            next_report = now + every
-        time.sleep(interval)
+    """The harness's wait, its progress said in the bench's log."""
+    return harness_wait_until(condition, timeout, what, interval=interval, progress=progress, every=every, say=log)
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -115,87 +100,6 @@ def write_result(scenario: str, parameters: dict, figures: dict, notes: str = ""
 # ---------------------------------------------------------------- processes
 
 
-def _process_table() -> tuple[dict[int, list[int]], dict[int, Path]]:
-    """Children of every process (by parent pid), and each process's /proc entry."""
-    children: dict[int, list[int]] = {}
-    entries: dict[int, Path] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-        entries[int(entry.name)] = entry
-    return children, entries
-
-
-def _descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it (the JVM, Spark's Python daemon and its workers)."""
-    children, _ = _process_table()
-    found, stack = [], [pid]
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        stack.extend(children.get(current, []))
-    return found
-
-
-def _group(pid: int, root: int, command: str) -> str:
-    return ("jvm" if command.split(" ")[0].endswith("java") else
-            "python_driver" if pid == root else
-            "python_workers" if "python" in command else "other")
-
-
-def _command(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-
-
-def jvm_running(pid: int) -> bool:
-    """Whether a java process is in ``pid``'s tree yet."""
-    for current in _descendants(pid):
-        try:
-            if _command(current).split(" ")[0].endswith("java"):
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def process_tree_rss(pid: int) -> dict[str, int]:
-    """Resident bytes of ``pid`` and its descendants, grouped as jvm / python-worker / python-driver / other."""
-    groups = {"jvm": 0, "python_workers": 0, "python_driver": 0, "other": 0}
-    for current in _descendants(pid):
-        try:
-            command = _command(current)
-            rss = next((int(line.split()[1]) * 1024 for line in Path(f"/proc/{current}/status").read_text().splitlines()
-                        if line.startswith("VmRSS:")), 0)
-        except (OSError, ValueError, IndexError):
-            continue
-        groups[_group(current, pid, command)] += rss
-    return groups
-
-
-def process_tree_cpu(pid: int) -> dict[tuple[int, int], tuple[str, str, float]]:
-    """CPU seconds (user + system) of ``pid`` and its descendants: (pid, start tick) -> (group, command, seconds).
-
-    Each process's figure includes its reaped children (cutime + cstime), so the difference of two
-    samples' sums counts a Python worker that ended in between too: its time moved to its parent.
-    """
-    sample = {}
-    for current in _descendants(pid):
-        try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            command = _command(current)
-        except (OSError, ValueError, IndexError):
-            continue
-        # Fields 14-17 of proc(5) (utime, stime, cutime, cstime) and 22 (starttime); the split starts at field 3.
-        ticks = sum(int(v) for v in fields[11:15])
-        sample[(current, int(fields[19]))] = (_group(current, pid, command), command[:160], ticks / CLOCK_TICKS)
-    return sample
-
-
 def cpu_between(before: dict, after: dict, seconds: float) -> dict:
     """Percent of one core used between two ``process_tree_cpu`` samples, in all and per group and process."""
     groups = {"jvm": 0.0, "python_driver": 0.0, "python_workers": 0.0, "other": 0.0}
@@ -218,56 +122,25 @@ def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-@dataclass
-class Scheduler:
-    bootstrap: str
-    app_id: str
-    workdir: Path
-    extra_args: tuple = ()
-    process: Optional[subprocess.Popen] = None
-    started_at: float = 0.0
-    peak_rss: dict = field(default_factory=dict)
-    watcher: Optional["LogWatcher"] = None
+class Scheduler(JobProcess):
+    """The job of a scenario (the harness's JobProcess), in a folder of its own, with the peak of its memory."""
+
+    def __init__(self, bootstrap: str, app_id: str, workdir: Path, extra_args: tuple = ()):
+        super().__init__(bootstrap, app_id, workdir / "checkpoint", workdir / "scheduler.log", extra_args,
+                         follow_interval=0.02)
+        self.workdir = workdir
+        self.peak_rss: dict[str, int] = {}
 
     @property
     def checkpoint(self) -> Path:
-        return self.workdir / "checkpoint"
+        return self.checkpoint_dir
 
-    @property
-    def log_path(self) -> Path:
-        return self.workdir / "scheduler.log"
-
-    def start(self, wait: bool = True) -> "Scheduler":
-        command = [sys.executable, "-m", "kafka_scheduler", "run", "--bootstrap-servers", self.bootstrap,
-                   "--app-id", self.app_id, "--checkpoint-dir", str(self.checkpoint), *self.extra_args]
-        # Only this run's lines: a restart appends to the same file.
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self.started_at = time.time()
-        with open(self.log_path, "ab") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.watcher = LogWatcher(self.log_path, offset, self.process)
-        if wait:
-            wait_until(lambda: self.process.poll() is not None or "running: reading" in self.log(since=offset), 300,
-                       "the scheduler to start")
-            if self.process.poll() is not None:
-                raise RuntimeError(f"scheduler exited:\n{self.log()[-3000:]}")
-        return self
-
-    def log(self, since: int = 0) -> str:
-        """The log file from byte ``since`` (a restart appends to the same file)."""
-        if not self.log_path.exists():
-            return ""
-        with open(self.log_path, "rb") as log_file:
-            log_file.seek(since)
-            return log_file.read().decode(errors="replace")
+    def start(self, wait: bool = True, timeout: float = 300) -> "Scheduler":
+        return super().start(timeout=timeout, wait=wait)
 
     def sample_memory(self) -> dict[str, int]:
-        if self.process is None or self.process.poll() is not None:
-            return {}
-        sample = process_tree_rss(self.process.pid)
-        total = sum(sample.values())
-        if total > sum(self.peak_rss.values() or [0]):
+        sample = self.memory()
+        if sum(sample.values()) > sum(self.peak_rss.values() or [0]):
             self.peak_rss = sample
         return sample
 
@@ -275,63 +148,7 @@ class Scheduler:
         return sum(committed_offsets(self.checkpoint).get(topic, {}).values())
 
     def stop(self, timeout: float = 300) -> int:
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else 0
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
-
-
-class LogWatcher(threading.Thread):
-    """Tails the job's log and notes the wall time each line appeared (the job's own timestamps are whole
-    seconds): start-up phases, and the last value of a figure the job logs (e.g. ``index: N entries``)."""
-
-    def __init__(self, path: Path, offset: int, process: subprocess.Popen, interval: float = 0.02):
-        super().__init__(daemon=True, name="bench-log-watcher")
-        self.path, self.offset, self.process, self.interval = path, offset, process, interval
-        self.lines: list[tuple[float, str]] = []
-        self._lock = threading.Lock()
-        self.start()
-
-    def run(self) -> None:
-        pending = b""
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            while True:
-                ended = self.process.poll() is not None
-                chunk = handle.read()
-                now = time.time()
-                if chunk:
-                    *complete, pending = (pending + chunk).split(b"\n")
-                    with self._lock:
-                        self.lines.extend((now, line.decode(errors="replace")) for line in complete)
-                elif ended:
-                    return
-                time.sleep(self.interval)
-
-    def first(self, pattern: str) -> Optional[tuple[float, re.Match]]:
-        """(wall time, match) of the first line matching ``pattern``, or None."""
-        regex = re.compile(pattern)
-        with self._lock:
-            lines = list(self.lines)
-        for seen, line in lines:
-            match = regex.search(line)
-            if match:
-                return seen, match
-        return None
-
-    def last(self, pattern: str) -> Optional[tuple[float, re.Match]]:
-        regex = re.compile(pattern)
-        with self._lock:
-            lines = list(self.lines)
-        for seen, line in reversed(lines):
-            match = regex.search(line)
-            if match:
-                return seen, match
-        return None
+        return super().stop(timeout, kill_after=True)
 
 
 INDEX_LINE = r"index: (\d+) entries"
@@ -339,7 +156,7 @@ INDEX_LINE = r"index: (\d+) entries"
 
 def index_entries(scheduler: "Scheduler") -> Optional[int]:
     """The id index's size as the job last logged it (contract: ``index: N entries`` whenever N changes)."""
-    found = scheduler.watcher.last(INDEX_LINE) if scheduler.watcher else None
+    found = scheduler.last(INDEX_LINE)
     return int(found[1].group(1)) if found else None
 
 
@@ -486,7 +303,7 @@ class RequestProducer:
             raise RuntimeError(f"{self.failed} requests were not acknowledged by the broker")
 
 
-class DeliveryReader:
+class DeliveryReader(TopicReader):
     """Consumes a destination topic; keeps (broker append time, due time) per delivery, and with
     ``keep_values`` the value delivered under each key (the bench keys every request by its id).
 
@@ -496,10 +313,7 @@ class DeliveryReader:
     """
 
     def __init__(self, bootstrap: str, topic: str, keep_values: bool = False, compact: bool = False):
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
-                                  "enable.auto.commit": False, "fetch.max.bytes": 50_000_000})
-        partitions = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        self.consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        super().__init__(bootstrap, [topic])
         self.compact = compact
         self.deliveries: list[tuple[int, int]] = []
         self.appended_ms = array("q")
@@ -517,36 +331,36 @@ class DeliveryReader:
         return len(self.delivery_ids)
 
     def poll(self, seconds: float = 0.2) -> int:
-        for message in self.consumer.consume(10_000, seconds):
-            if message.error() is not None:
-                continue
-            due = sent = None
-            delivery_id = None
-            for name, value in message.headers() or []:
-                if name == DUE_HEADER:
-                    due = int(value)
-                elif name == SENT_HEADER:
-                    sent = int(value)
-                elif name == "x-scheduler-delivery-id":
-                    delivery_id = value
-            appended = message.timestamp()[1]
-            if delivery_id in self.delivery_ids:
-                self.duplicates += 1
-                continue
-            self.delivery_ids.add(delivery_id)
-            if sent is not None:
-                self.sent_deliveries.append((appended, due, sent))
-            elif self.compact:
-                self.appended_ms.append(appended)
-                self.due_ms.append(due)
-            else:
-                self.deliveries.append((appended, due))
-            if self.values is not None:
-                key = message.key()
-                if key in self.values:
-                    self.keys_delivered_twice.add(key)
-                self.values[key] = message.value()
+        super().poll(seconds)
         return self.count
+
+    def take(self, message) -> None:
+        due = sent = None
+        delivery_id = None
+        for name, value in message.headers() or []:
+            if name == DUE_HEADER:
+                due = int(value)
+            elif name == SENT_HEADER:
+                sent = int(value)
+            elif name == "x-scheduler-delivery-id":
+                delivery_id = value
+        appended = message.timestamp()[1]
+        if delivery_id in self.delivery_ids:
+            self.duplicates += 1
+            return
+        self.delivery_ids.add(delivery_id)
+        if sent is not None:
+            self.sent_deliveries.append((appended, due, sent))
+        elif self.compact:
+            self.appended_ms.append(appended)
+            self.due_ms.append(due)
+        else:
+            self.deliveries.append((appended, due))
+        if self.values is not None:
+            key = message.key()
+            if key in self.values:
+                self.keys_delivered_twice.add(key)
+            self.values[key] = message.value()
 
     def appended(self) -> list[int]:
         """Append times (ms) of the deliveries in the lateness figures, sorted."""

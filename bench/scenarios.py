@@ -76,8 +76,10 @@ from kafka_scheduler.engine.checkpoint import last_committed_batch
 from kafka_scheduler.protocol import DIALECT_NAMES
 
 from .hostile import hostile
+from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
+
 from .harness import (DeliveryReader, EndOffsets, Environment, RequestProducer, cpu_between, directory_bytes,
-                      index_entries, jvm_running, log, percentile, process_tree_cpu, wait_until, write_result)
+                      index_entries, log, percentile, wait_until, write_result)
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
@@ -349,7 +351,7 @@ def herd(env: Environment, args) -> dict:
         except TimeoutError as exc:
             log(f"  {exc}")
         index_after = index_entries(scheduler)
-    last_line = scheduler.watcher.last(r"index: \d+ entries")
+    last_line = scheduler.last(r"index: \d+ entries")
 
     reader = DeliveryReader(env.bootstrap, destination, compact=True)
     # Until the topic is read to its end: nothing new for 5 s (the reader counts duplicates apart).
@@ -459,11 +461,11 @@ def _startup_breakdown(scheduler, jvm_seen: Optional[float], first_delivery: flo
     started = scheduler.started_at
     seen = {"jvm_process": jvm_seen}
     for name, pattern in STARTUP_LINES:
-        found = scheduler.watcher.first(pattern)
+        found = scheduler.first(pattern)
         seen[name] = found[0] if found else None
     seen["first_overdue_delivery"] = first_delivery
     figures = {f"startup_{name}_s": round(at - started, 2) if at else None for name, at in seen.items()}
-    logged = scheduler.watcher.first(STARTUP_LINES[-1][1])
+    logged = scheduler.first(STARTUP_LINES[-1][1])
     # The job's own clock starts when its Scheduler object is made, after imports and argument parsing.
     figures["first_batch_done_as_logged_s"] = float(logged[1].group(1)) if logged else None
     steps, previous = {}, ("process_start", started)
@@ -496,12 +498,12 @@ def idle(env: Environment, args) -> dict:
 
     pid = scheduler.process.pid
     batch_before = last_committed_batch(scheduler.checkpoint) or 0
-    first = previous = process_tree_cpu(pid)
+    first = previous = tree_cpu(pid)
     started = previous_at = time.monotonic()
     timeline = []
     while (now := time.monotonic()) < started + args.duration:
         time.sleep(min(IDLE_SAMPLE_S, started + args.duration - now))
-        sample, at = process_tree_cpu(pid), time.monotonic()
+        sample, at = tree_cpu(pid), time.monotonic()
         timeline.append(cpu_between(previous, sample, at - previous_at)["cpu_percent_of_one_core"])
         previous, previous_at = sample, at
     measured = cpu_between(first, previous, previous_at - started)
@@ -512,7 +514,7 @@ def idle(env: Environment, args) -> dict:
     wake_topic = env.topic("wake-up")
     reader = DeliveryReader(env.bootstrap, wake_topic)
     producer = RequestProducer(env.bootstrap, requests)
-    wake_cpu_before, wake_started = process_tree_cpu(pid), time.monotonic()
+    wake_cpu_before, wake_started = tree_cpu(pid), time.monotonic()
     for i in range(WAKEUPS):
         producer.add(wake_topic, int(time.time() * 1000 + args.lead * 1000), f"wake-up-{i}")
         producer.flush()
@@ -520,7 +522,7 @@ def idle(env: Environment, args) -> dict:
         while time.time() < send_next:
             reader.poll(0.2)
     _settle_and_count(reader, WAKEUPS, args.lead + 60, "the wake-up deliveries")
-    wake_cpu = cpu_between(wake_cpu_before, process_tree_cpu(pid), time.monotonic() - wake_started)
+    wake_cpu = cpu_between(wake_cpu_before, tree_cpu(pid), time.monotonic() - wake_started)
     early_reader.poll(1.0)
     wake = reader.lateness_figures()
     figures = {"cpu_percent_of_one_core": measured["cpu_percent_of_one_core"],

@@ -12,10 +12,8 @@ import argparse
 import bisect
 import json
 import math
-import os
 import random
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -26,15 +24,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from bench.harness import _descendants, git_commit, machine
+from bench.harness import git_commit, machine
 from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
 from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.client.encoders import DIALECTS, effective_due, encode
 from kafka_scheduler.kafka.topics import wait_for_broker
-from tests.integration.support import SchedulerProcess, wait_until
+from kafka_scheduler.harness.job_process import JobProcess
+from kafka_scheduler.harness.topic_reader import TopicReader
+from kafka_scheduler.harness.waiting import wait_until
 
 from .checker import DELIVERY_ID, Delivery, Sent, Verdict, check, value_for, version_of
 from .plan import Plan, make_plan
@@ -191,15 +191,12 @@ class Sender(threading.Thread):
 
 
 class DeliveryCollector(threading.Thread):
-    """Reads the destination topics from the start, for the whole run."""
+    """Reads the destination topics from the start, for the whole run (read_committed, as an exactly-once consumer)."""
 
     def __init__(self, bootstrap: str, topics: list[str]):
         super().__init__(daemon=True, name="chaos-deliveries")
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{uuid.uuid4()}",
-                                  "enable.auto.commit": False, "log_level": 0, "isolation.level": "read_committed"})
-        metadata = self.consumer.list_topics(timeout=10)
-        self.partitions = [TopicPartition(t, p, 0) for t in topics for p in metadata.topics[t].partitions]
-        self.consumer.assign(self.partitions)
+        self.reader = TopicReader(bootstrap, topics, committed=True, settings={"log_level": 0})
+        self.reader.take = self.take
         self.deliveries: list[Delivery] = []
         self.versions: set[tuple[str, str]] = set()
         self.read_to: dict[tuple[str, int], int] = {}
@@ -209,27 +206,23 @@ class DeliveryCollector(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.is_set():
-            self.poll()
-        self.consumer.close()
-
-    def poll(self) -> None:
-        for message in self.consumer.consume(5000, 0.2):
-            if message.error() is not None:
-                continue
-            delivery_ids = [v for k, v in message.headers() or [] if k == DELIVERY_ID]
-            delivery = Delivery(message.key(), message.value(), message.timestamp()[1],
-                                delivery_ids[0] if len(delivery_ids) == 1 else None,
-                                f"{message.topic()}-{message.partition()}@{message.offset()}")
+            self.reader.poll()
+            positions = self.reader.positions()
             with self._lock:
-                self.deliveries.append(delivery)
-                self.last_delivery = time.time()
-                key = version_of(message.value())
-                if key:
-                    self.versions.add(key)
-        # Positions, not the last offsets read: they move past transaction markers too.
-        positions = self.consumer.position(self.partitions)
+                self.read_to.update(positions)
+        self.reader.close()
+
+    def take(self, message) -> None:
+        delivery_ids = [v for k, v in message.headers() or [] if k == DELIVERY_ID]
+        delivery = Delivery(message.key(), message.value(), message.timestamp()[1],
+                            delivery_ids[0] if len(delivery_ids) == 1 else None,
+                            f"{message.topic()}-{message.partition()}@{message.offset()}")
         with self._lock:
-            self.read_to.update({(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0})
+            self.deliveries.append(delivery)
+            self.last_delivery = time.time()
+            key = version_of(message.value())
+            if key:
+                self.versions.add(key)
 
     def has(self, keys: set) -> bool:
         with self._lock:
@@ -237,11 +230,10 @@ class DeliveryCollector(threading.Thread):
 
     def caught_up(self, bootstrap: str) -> bool:
         """Read up to the current end of every destination partition."""
-        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-ends", "log_level": 0,
-                          "isolation.level": "read_committed"})
+        probe = TopicReader(bootstrap, sorted({tp.topic for tp in self.reader.partitions}), committed=True,
+                            settings={"log_level": 0})
         try:
-            ends = {(tp.topic, tp.partition): probe.get_watermark_offsets(tp, timeout=10)[1]
-                    for tp in self.partitions}
+            ends = probe.ends()
         finally:
             probe.close()
         with self._lock:
@@ -249,31 +241,6 @@ class DeliveryCollector(threading.Thread):
 
 
 # ---------------------------------------------------------------- faults
-
-
-def kill_tree(process) -> int:
-    """SIGKILL the job's whole process tree at once (driver, JVM, Python workers), as a machine crash would,
-    and wait until every one of them is gone. Returns how many processes were killed."""
-    pids = _descendants(process.pid)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.wait()
-
-    def gone() -> bool:
-        for pid in pids:
-            try:
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state != "Z":
-                return False
-        return True
-
-    wait_until(gone, 60, "the killed job's processes to end")
-    return len(pids)
 
 
 @dataclass
@@ -310,7 +277,7 @@ class Run:
         self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(1_000_000)
         self.workdir = options.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
         self.broker: Optional[LocalBroker] = None
-        self.scheduler: Optional[SchedulerProcess] = None
+        self.scheduler: Optional[JobProcess] = None
         self.faults: list[dict] = []
         self.unexpected_exits: list[str] = []
         self.expected_down = False
@@ -365,7 +332,7 @@ class Run:
         for future in admin.create_topics(topics).values():
             future.result()
         flags = tuple(a for topic, dialect in inputs.items() for a in ("--input", f"{topic}:{dialect}"))
-        self.scheduler = SchedulerProcess(bootstrap, app_id, self.workdir / "checkpoint",
+        self.scheduler = JobProcess(bootstrap, app_id, self.workdir / "checkpoint",
                                           self.workdir / "scheduler.log", (*flags, *o.scheduler_args))
         log("starting the job")
         first_start = self.start_scheduler()
@@ -409,7 +376,7 @@ class Run:
 
             try:
                 wait_until(settled, SETTLE_TIMEOUT_S, "every expected delivery", interval=1.0, guard=self.guard)
-            except AssertionError as exc:  # a timeout: what did arrive is checked all the same
+            except TimeoutError as exc:  # a timeout: what did arrive is checked all the same
                 log(f"{exc}: checking what arrived")
             # Stragglers: anything still held or being written (a forbidden delivery would come now too).
             time.sleep(5)
@@ -462,7 +429,7 @@ class Run:
         # loaded machine, a restart can outlast the planned gap): wait for one commit first.
         wait_until(self.committed_since_start, 600, "a commit since the job's last start", interval=0.05,
                    guard=self.guard)
-        killed = kill_tree(self.scheduler.process)
+        killed = self.scheduler.kill_tree()
         at = time.time() - t0
         sent_share = sender.sent / max(1, len(sender.outgoing))
         log(f"{at:.1f}s: killed the job ({fault.kind}; {killed} processes; last commit: batch "

@@ -1,26 +1,24 @@
-"""Helpers for the integration tests: waiting on conditions, reading topics, producing
-with an independent client, and running the scheduler as a subprocess."""
+"""Helpers for the integration tests: producing with an independent client, the job as a subprocess with the tests'
+own checks, and parsing its batch lines. Running the job, reading topics and waiting come from the project's harness
+(kafka_scheduler.harness), which the demo, the benchmarks and the crash suite use too."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
+from kafka_scheduler.client.encoders import format_instant
 from kafka_scheduler.engine.checkpoint import last_committed_batch
-from kafka_scheduler.client.scheduler_client import format_instant
+from kafka_scheduler.harness.job_process import JobProcess
+from kafka_scheduler.harness.topic_reader import Record, TopicReader  # noqa: F401 (the tests' names)
+from kafka_scheduler.harness.waiting import wait_until
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 
@@ -28,88 +26,6 @@ def metric_samples(text: str) -> dict:
     """{(sample name, sorted label pairs): value} of a scrape's text."""
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1,
-               guard: Optional[Callable[[], None]] = None):
-    """Poll ``condition`` until it returns something truthy; fail with ``what`` at the deadline.
-
-    ``guard`` (e.g. ``SchedulerProcess.assert_running``) is called before each poll and may fail early."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if guard is not None:
-            guard()
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-@dataclass
-class Record:
-    topic: str
-    partition: int
-    offset: int
-    key: Optional[bytes]
-    value: Optional[bytes]
-    headers: list
-    timestamp_ms: int
-
-    def header(self, name: str) -> Optional[bytes]:
-        values = [v for k, v in self.headers if k == name]
-        assert len(values) == 1, f"expected one {name} header, got {self.headers}"
-        return values[0]
-
-    def header_values(self, name: str) -> list:
-        return [v for k, v in self.headers if k == name]
-
-
-class TopicReader:
-    """Reads every partition of some topics from the beginning, accumulating records."""
-
-    def __init__(self, bootstrap: str, topics: list[str], committed: bool = False):
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4()}",
-                                  "enable.auto.commit": False, "log_level": 3,
-                                  "isolation.level": "read_committed" if committed else "read_uncommitted"})
-        metadata = self.consumer.list_topics(timeout=10)
-        self.consumer.assign([TopicPartition(t, p, 0) for t in topics for p in metadata.topics[t].partitions])
-        self.records: list[Record] = []
-
-    def poll(self, seconds: float = 0.2) -> list[Record]:
-        for message in self.consumer.consume(1000, seconds):
-            if message.error() is None:
-                self.records.append(Record(message.topic(), message.partition(), message.offset(), message.key(),
-                                           message.value(), list(message.headers() or []),
-                                           message.timestamp()[1]))
-        return self.records
-
-    def wait_for(self, predicate: Callable[[Record], bool], count: int = 1, timeout: float = 60.0,
-                 what: str = "records", guard: Optional[Callable[[], None]] = None) -> list[Record]:
-        def matching():
-            found = [r for r in self.poll() if predicate(r)]
-            return found if len(found) >= count else None
-
-        return wait_until(matching, timeout, f"{count} {what}", guard=guard)
-
-    def read_to_end(self, timeout: float = 30.0) -> list[Record]:
-        """Poll until every assigned partition has been read up to its current end (high watermark)."""
-        ends = {(tp.topic, tp.partition): self.consumer.get_watermark_offsets(tp, timeout=10)[1]
-                for tp in self.consumer.assignment()}
-
-        def caught_up():
-            self.poll()
-            # The position, not the last record read: with read_committed the end may be a transaction marker.
-            positions = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.position(
-                list(self.consumer.assignment()))}
-            return all(end == 0 or positions.get(tp, -1) >= end for tp, end in ends.items())
-
-        wait_until(caught_up, timeout, f"reading to the end of {sorted(ends)}")
-        return self.records
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 @dataclass
@@ -165,58 +81,8 @@ class Kafka:
         return [(msg.partition(), msg.offset()) for _, msg in results]
 
 
-class SchedulerProcess:
-    """`kafka-scheduler run` (or ``subcommand``, e.g. submit) as a subprocess, with its log captured to a file."""
-
-    def __init__(self, bootstrap: str, app_id: str, checkpoint_dir: Path, log_path: Path, extra_args=(),
-                 launcher=(sys.executable, "-m", "kafka_scheduler"), subcommand: str = "run"):
-        self.app_id = app_id
-        self.bootstrap = bootstrap
-        self.checkpoint_dir = checkpoint_dir
-        self.log_path = log_path
-        self.command = [*launcher, subcommand, "--bootstrap-servers", bootstrap,
-                        "--app-id", app_id, "--checkpoint-dir", str(checkpoint_dir), *extra_args]
-        self.process: Optional[subprocess.Popen] = None
-        self._log_offset = 0
-
-    def start(self, timeout: float = 180.0, wait: bool = True) -> "SchedulerProcess":
-        """Start the process; with ``wait``, until it logs that its query runs."""
-        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        if not wait:
-            return self
-        wait_until(lambda: self.process.poll() is not None or "running: reading" in self.log(), timeout,
-                   f"scheduler {self.app_id} to start")
-        assert self.process.poll() is None, f"scheduler exited early:\n{self.log()[-3000:]}"
-        return self
-
-    def log(self) -> str:
-        """What this run (since the last start) has logged."""
-        return self.log_since(self._log_offset)
-
-    def log_since(self, mark: int) -> str:
-        """What was logged after ``mark()`` returned ``mark``."""
-        with open(self.log_path, "rb") as log:
-            log.seek(mark)
-            return log.read().decode(errors="replace")
-
-    def assert_running(self) -> None:
-        """Fail at once, with the exit code and the end of the log, if the scheduler process has exited."""
-        if self.process is None or self.process.poll() is not None:
-            code = None if self.process is None else self.process.returncode
-            log = self.log()
-            # Exception summaries (a traceback's last line, a Java exception's first), first ones first:
-            # the root cause tends to come before the failures it causes.
-            causes = []
-            for line in log.splitlines():
-                match = re.match(r"[\w.]*(Error|Exception): .*", line)
-                summary = match and "".join(c if c.isprintable() else "?" for c in match.group(0)[:240])
-                if summary and summary not in causes:
-                    causes.append(summary)
-            raise AssertionError(f"scheduler {self.app_id} is not running (exit code {code}); errors logged: "
-                                 f"{causes[:3] or '-'}\n--- log tail:\n{log[-3000:]}")
+class SchedulerProcess(JobProcess):
+    """The job as a subprocess (the harness's JobProcess), with what the tests ask of it beyond that."""
 
     def mark(self, timeout: float = 60.0) -> int:
         """A log position for ``log_since``: the batch lines after it are of batches that began after this call.
@@ -251,12 +117,6 @@ class SchedulerProcess:
             reader.close()
         return self
 
-    def wake(self) -> None:
-        """Make the job run a micro-batch soon: a wake-up tick, as its own driver writes them."""
-        producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 3})
-        producer.produce(f"{self.app_id}-scheduler-ticks", value=b"wake")
-        producer.flush(30)
-
     def outcomes_since(self, mark: int, expected: int, timeout: float = 30.0) -> Counter:
         """Request outcomes logged since ``mark``, once at least ``expected`` requests were counted
         (a batch logs its line just after its write, so a delivery can be seen before the line)."""
@@ -267,20 +127,9 @@ class SchedulerProcess:
         try:
             return wait_until(enough, timeout, f"{expected} request outcomes in the log of {self.app_id}",
                               guard=self.assert_running)[0]
-        except AssertionError as error:
+        except TimeoutError as error:
             raise AssertionError(f"{error}; logged since the mark: {dict(outcome_counts(self.log_since(mark)))}") \
                 from None
-
-    def stop(self, timeout: float = 180.0) -> int:
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else 0
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise AssertionError(f"scheduler did not stop within {timeout:.0f}s:\n{self.log()[-3000:]}")
 
 
 # One micro-batch that did something, as engine.batch_summary.BatchSummary.log_line writes it, e.g.

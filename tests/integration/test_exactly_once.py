@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 from kafka_scheduler.client.scheduler_client import format_instant
 
 from .support import at, ms_of, native, wait_until
-from .test_timed_writer import kill_9
 
 LOOKAHEAD = "20s"
 
@@ -38,7 +37,7 @@ def test_a_kill_9_after_held_deliveries_were_written_writes_none_of_them_twice(k
                           dict(headers=native(request_id="k7", action="CANCEL"), partition=1)])
     wait_until(lambda: sum(r.key in schedules for r in reader.poll()) >= 100, 120,
                "the writer to write a hundred held deliveries", guard=first.assert_running)
-    kill_9(first)
+    first.kill_tree()
     written_before_kill = sum(r.key in schedules for r in reader.poll())  # the overdue ones were retired
 
     second = scheduler_factory(app_id="exactly-once", extra_args=args, checkpoint_dir=first.checkpoint_dir).start()

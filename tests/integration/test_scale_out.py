@@ -73,7 +73,7 @@ def wait_for_all(reader, due: dict[bytes, int], scheduler, timeout: float) -> li
     try:
         wait_until(all_delivered, timeout, f"a delivery of each of {len(due)} schedules",
                    guard=scheduler.assert_running)
-    except AssertionError as error:
+    except TimeoutError as error:
         lost = sorted(set(due) - {r.key for r in reader.records})
         raise AssertionError(f"{error}; {len(lost)} not delivered, e.g. {lost[:5]}") from None
     return reader.read_to_end()

@@ -7,9 +7,6 @@ time retires them, so the next run delivers them, with the same delivery id, nev
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from collections import Counter
 
 import pytest
@@ -17,28 +14,6 @@ import pytest
 from .support import at, batch_lines, ms_of, native, wait_until
 
 LOOKAHEAD = "20s"  # a prepared delivery is held 20 s: time enough, even on a loaded machine, for a cancel read after it
-
-
-def descendants(pid: int) -> list[int]:
-    found, queue = [], [pid]
-    while queue:
-        parent = queue.pop()
-        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(parent)], capture_output=True, text=True).stdout
-        children = [int(p) for p in out.split()]
-        found += children
-        queue += children
-    return found
-
-
-def kill_9(process) -> None:
-    """SIGKILL the job and everything it started (JVM, Python workers), as a crash would."""
-    pids = [process.process.pid, *descendants(process.process.pid)]
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.process.wait(30)
 
 
 def held_since(scheduler, mark: int) -> int:
@@ -96,7 +71,7 @@ def test_a_kill_9_while_deliveries_are_held_loses_none_of_them(kafka, warm, tmp_
     delivery_ids = {k: f"{requests}-{p}-{o}".encode() for k, (p, o) in zip(dues, sent)}
     wait_until(lambda: held_since(first, mark) >= 1, 60, "a delivery to be prepared and held",
                guard=first.assert_running)
-    kill_9(first)
+    first.kill_tree()
     assert not reader.poll(), "written before its due time"
 
     second = warm("kill-9", checkpoint_dir=first.checkpoint_dir)

@@ -7,29 +7,29 @@ import argparse
 import logging
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
 import uuid
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Optional
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from .. import protocol
-from ..kafka.local_broker import LocalBroker, port_open
-from ..client.scheduler_client import SchedulerClient, format_instant, parse_due
-from ..config import REQUESTS_SUFFIX
 from ..client.encoders import epoch_millis_up
+from ..client.scheduler_client import SchedulerClient, format_instant, parse_due
+from ..config import REQUESTS_SUFFIX, Config
+from ..harness.job_process import FIRST_BATCH_LINE, JobProcess
 from ..kafka.client_log import quiet_client_config
-from .engine_noise import EngineNoiseFilter, debug_enabled
+from ..kafka.local_broker import LocalBroker, port_open
 from ..kafka.topics import ensure_topics, wait_for_broker
+from .engine_noise import EngineNoiseFilter, debug_enabled
 
 log = logging.getLogger("kafka_scheduler.cli.demo")
 
 DEMO_TOPIC = "demo-deliveries"
-READY_MARKER = "running: reading"
 ARRIVAL_TIMEOUT_S = 180.0  # a first batch on a busy laptop can take a minute or two
 STATUS_PAGE_LINE = re.compile(r"status page: (http://\S+)")  # the scheduler's line (ops.http_server.serve)
 
@@ -40,30 +40,23 @@ def status_page_url(line: str) -> Optional[str]:
     return found.group(1) if found else None
 
 
-def _start_scheduler(args: argparse.Namespace) -> tuple[subprocess.Popen, threading.Event, threading.Thread, dict]:
-    command = [sys.executable, "-m", "kafka_scheduler", "run", "--bootstrap-servers", args.bootstrap_servers,
-               "--app-id", args.app_id]
-    if args.checkpoint_dir:
-        command += ["--checkpoint-dir", args.checkpoint_dir]
-    # Its own session: Ctrl-C reaches the demo only, which stops the scheduler with SIGTERM before the broker.
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               text=True, bufsize=1, start_new_session=True)
-    ready = threading.Event()
+def _start_scheduler(args: argparse.Namespace) -> tuple[JobProcess, dict]:
+    """The scheduler as a child process (the harness's JobProcess), its log in a file beside the broker's data; what
+    it logs is echoed here but for the engines' noise. Its own session: Ctrl-C reaches the demo only, which stops the
+    scheduler with SIGTERM before the broker."""
     noise = EngineNoiseFilter(everything=debug_enabled())
     seen: dict = {}
 
-    def echo() -> None:
-        for line in process.stdout:
-            if noise.shows(line):
-                sys.stderr.write("  [scheduler] " + line)
-            if "status_page" not in seen and (url := status_page_url(line)):
-                seen["status_page"] = url
-            if READY_MARKER in line:
-                ready.set()
+    def echo(line: str) -> None:
+        if noise.shows(line):
+            sys.stderr.write("  [scheduler] " + line + "\n")
+        if "status_page" not in seen and (url := status_page_url(line)):
+            seen["status_page"] = url
 
-    echoing = threading.Thread(target=echo, daemon=True)
-    echoing.start()
-    return process, ready, echoing, seen
+    checkpoint_dir = args.checkpoint_dir or Config(app_id=args.app_id).checkpoint_dir
+    scheduler = JobProcess(args.bootstrap_servers, args.app_id, Path(checkpoint_dir),
+                           Path(args.data_dir).parent / "scheduler.log", own_session=True, on_line=echo)
+    return scheduler.start(wait=False), seen
 
 
 class DeliveryWatch:
@@ -151,7 +144,7 @@ def demo(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     host, _, port = args.bootstrap_servers.rpartition(":")
-    broker = scheduler = watch = echoing = None
+    broker = scheduler = watch = None
     try:
         if not port_open(host, int(port)):
             if host not in ("127.0.0.1", "localhost"):
@@ -165,12 +158,15 @@ def demo(args: argparse.Namespace) -> int:
         if stop.is_set():
             return 0
         log.info("starting the scheduler (Spark takes a few seconds to start)")
-        scheduler, ready, echoing, seen = _start_scheduler(args)
-        while not ready.wait(0.5):
-            if stop.is_set():
+        scheduler, seen = _start_scheduler(args)
+        # The demo message is scheduled once the first batch has committed: Spark, the state store and the Python
+        # workers are up, so what comes next is the scheduler's steady pace, not its cold start.
+        while FIRST_BATCH_LINE not in scheduler.log():
+            if stop.wait(0.2):
                 return 0
-            if scheduler.poll() is not None:
-                log.error("the scheduler exited with code %s", scheduler.returncode)
+            if not scheduler.running:
+                log.error("the scheduler exited with code %s; its log: %s", scheduler.process.returncode,
+                          scheduler.log_path)
                 return 1
 
         watch = DeliveryWatch(args.bootstrap_servers, args.app_id)
@@ -201,8 +197,9 @@ def demo(args: argparse.Namespace) -> int:
                  if page else "", " and the broker" if broker else "")
         while not stop.is_set():
             watch.poll(0.5)
-            if scheduler.poll() is not None:
-                log.error("the scheduler exited with code %s", scheduler.returncode)
+            if not scheduler.running:
+                log.error("the scheduler exited with code %s; its log: %s", scheduler.process.returncode,
+                          scheduler.log_path)
                 return 1
             if broker is not None and broker.process.poll() is not None:
                 log.error("the broker exited with code %s; see %s", broker.process.returncode, broker.log_file)
@@ -211,14 +208,9 @@ def demo(args: argparse.Namespace) -> int:
     finally:
         if watch is not None:
             watch.close()
-        if scheduler is not None and scheduler.poll() is None:
+        if scheduler is not None and scheduler.running:
             log.info("stopping the scheduler%s", " and the broker" if broker else "")
-            scheduler.send_signal(signal.SIGTERM)
-            try:
-                scheduler.wait(150)
-            except subprocess.TimeoutExpired:
-                scheduler.kill()
-        if echoing is not None:
-            echoing.join(5)  # its last lines (how it stopped) before ours
+            scheduler.stop(150, kill_after=True)
+            scheduler.follower.join(5)  # its last lines (how it stopped) before ours
         if broker is not None:
             broker.stop()
