@@ -9,6 +9,7 @@ from pathlib import Path
 from ..config import Config
 from ..dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS, java_options as avro_java_options
 from ..kafka.jars import jar_paths
+from .stop_signals import engine_deaf_to_sigterm
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -58,7 +59,8 @@ def build_session(config: Config):
     builder = SparkSession.builder
     for key, value in spark_settings(config).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with engine_deaf_to_sigterm():  # only the driver acts on a stop (stop_signals.py)
+        spark = builder.getOrCreate()
     # Under spark-submit the driver's JVM was started before these settings: give it Avro's limits directly
     # (Avro reads them when it first decodes, which is later).
     for name, value in AVRO_LIMITS.items():
