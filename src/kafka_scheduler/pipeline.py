@@ -307,14 +307,25 @@ class Scheduler:
         return None
 
     def _stop_gracefully(self) -> None:
-        """Wait for the batch in flight to commit; a batch starting after the request writes nothing."""
+        """Wait for the batch in flight to commit, and with a timed writer for one more batch that retires what the
+        writer wrote (RecordSink.begin_stop); a batch starting after that writes nothing."""
         log.info("stopping: waiting for the batch in flight")
         # A batch refused by the sink surfaces as a py4j callback error: expected here, not worth a traceback.
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         deadline = time.monotonic() + GRACEFUL_STOP_TIMEOUT_S
+        if self.sink.begin_stop():
+            while self.query.isActive and not self._committed(self.sink.final_batch) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._committed(self.sink.final_batch):
+                log.info("stopping: batch %d retired everything the timed writer wrote; what it still held is "
+                         "emitted again by the next run", self.sink.final_batch)
         while self.query.isActive and self.query.status.get("isTriggerActive") and time.monotonic() < deadline:
             time.sleep(0.02)
         self.query.stop()
+
+    def _committed(self, batch_id: Optional[int]) -> bool:
+        progress = self.query.lastProgress
+        return batch_id is not None and progress is not None and progress["batchId"] >= batch_id
 
 
 def _state_text(config: Config) -> str:

@@ -15,6 +15,10 @@ INDEX_ENTRIES_PREFIX = "index_entries:"
 # report on requests already counted, not an outcome.
 LABEL_SEPARATOR = "@"
 DELIVERED_AT_ONCE = "delivered_at_once"
+# Outcome rows "batch_time" (n and due_ms: the processing time the state's rules used) report the batch's clock:
+# what it retired from state was due by then (a graceful stop waits for a batch past the stop to retire what the
+# timed writer wrote).
+BATCH_TIME = "batch_time"
 
 
 def outcome_key(name: str, *labels: str) -> str:
@@ -41,9 +45,13 @@ class BatchSummary:
     labelled: Counter = field(default_factory=Counter)
     at_once: Counter = field(default_factory=Counter)  # input topic -> schedules delivered at once (due when read)
     written_by_batch: int = 0  # deliveries the batch wrote through Spark's Kafka sink (not the timed writer)
+    batch_time_ms: Optional[int] = None  # the processing time of the state's rules (None: no shard ran)
 
     def count_outcome(self, topic: str, n: int, last_n: Optional[int] = None) -> None:
         """An outcome row group: ``n`` summed over the batch, ``last_n`` the value of its latest row."""
+        if topic == BATCH_TIME:
+            self.batch_time_ms = int(n if last_n is None else last_n)
+            return
         if topic.startswith(INDEX_ENTRIES_PREFIX):
             self.index_entries[int(topic[len(INDEX_ENTRIES_PREFIX):])] = int(n if last_n is None else last_n)
             return

@@ -65,7 +65,7 @@ HOLD_SLICE_MS = 50
 
 
 class StopRequested(Exception):
-    """Raised at the start of a batch once a stop was asked for: the batch writes nothing and is not committed."""
+    """Raised at the start of a batch once the stop is under way: the batch writes nothing and is not committed."""
 
 
 class RecordSink:
@@ -79,11 +79,30 @@ class RecordSink:
         self.writer = writer
         self.wakeups = wakeups
         self.refused_batch: Optional[int] = None  # set when a stop made it refuse a batch
+        # A graceful stop with a timed writer (begin_stop): the writer writes nothing due after stop_at_ms, and the
+        # first batch whose rules ran at or after it (final_batch) writes what is due by its time, retires it all
+        # from state, and is the last.
+        self.stop_at_ms: Optional[int] = None
+        self.final_batch: Optional[int] = None
         self.batch_ends_ms: list[int] = []  # when this run's last two batches returned (exactly-once trims by them)
         self._spark_wrote = False  # whether this batch's deliveries went through Spark's Kafka sink, not the writer
 
+    def begin_stop(self) -> bool:
+        """A stop was asked for. Without a timed writer nothing is written outside the batches: the batch in flight
+        is the last. With one, what it wrote after the last batch's time is still in state, and a next run would
+        emit it again: the writer stops at this instant, and one more batch, run by a report tick (it reaches every
+        shard, so the batch reports its time), retires everything written. Returns whether that batch is awaited."""
+        if self.writer is None:
+            return False
+        self.stop_at_ms = int(time.time() * 1000)
+        self.writer.write_through(self.stop_at_ms)
+        if self.wakeups is not None:
+            self.wakeups.report()
+        return True
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        if self.stop_requested.is_set():
+        stop_at_ms = self.stop_at_ms
+        if self.final_batch is not None or self.stop_requested.is_set() and self.writer is None:
             self.refused_batch = batch_id
             raise StopRequested(f"stop requested before batch {batch_id}")
         started_ms = int(time.time() * 1000)
@@ -94,13 +113,21 @@ class RecordSink:
         try:
             summary, per_topic, largest, partitioned, timers, withdrawn = self._summarise(batch, batch_id)
             summary.compute_s = time.monotonic() - started
+            # Stopping, the writer writes nothing due after the stop; the batch past it writes what is due by its
+            # own time at once (late by less than a batch, never early), and nothing prepared.
+            final = stop_at_ms is not None and summary.batch_time_ms is not None \
+                and summary.batch_time_ms >= stop_at_ms
+            written_by_ms = summary.batch_time_ms if final else \
+                started_ms if stop_at_ms is None else min(started_ms, stop_at_ms)
+            if final:
+                self.writer.write_through(written_by_ms)
             if withdrawn and self.writer is not None:
                 summary.withdrawn = self.writer.withdraw(withdrawn)
             if timers and self.wakeups is not None:
                 self.wakeups.add(timers)
             if summary.delivered or summary.outcomes.get("rejected"):
                 try:
-                    self._deliver(batch, summary, per_topic, largest, partitioned)
+                    self._deliver(batch, summary, per_topic, largest, partitioned, final)
                 except Exception as exc:
                     # Spark's Kafka sink fails the whole write on one refused record. The destinations were checked
                     # from metadata up to TopicDirectory's refresh interval old: a topic deleted or an ACL added
@@ -109,8 +136,8 @@ class RecordSink:
                     log.warning("batch %d: the Kafka write failed (%s); looking up the destinations again and "
                                 "writing the batch once more", batch_id, " ".join(str(exc).split())[:300])
                     self.topics.invalidate()
-                    self._deliver(batch, summary, per_topic, largest, partitioned)
-            if self.writer is not None and not self.writer.wait_written(started_ms):
+                    self._deliver(batch, summary, per_topic, largest, partitioned, final)
+            if self.writer is not None and not self.writer.wait_written(written_by_ms):
                 # The batch retires prepared schedules due by its time from state: it must not commit before
                 # the writer wrote them. A writer this far behind is broken; failing the batch keeps them.
                 raise RuntimeError(str(self.writer.failure) if self.writer.failure is not None else
@@ -123,14 +150,23 @@ class RecordSink:
         finally:
             batch.unpersist()
         self.batch_ends_ms = [*self.batch_ends_ms[-1:], int(time.time() * 1000)]
+        if final:
+            self.final_batch = batch_id
+        elif stop_at_ms is not None and self.wakeups is not None:
+            self.wakeups.report()  # this batch ran before the stop's instant: another one, past it
         if self.on_batch is not None:
             self.on_batch(summary)
 
     def _deliver(self, batch: DataFrame, summary: BatchSummary, per_topic: Counter, largest: dict[str, int],
-                 partitioned: dict[str, int]) -> None:
-        """Write the batch's records, those their destination would refuse as rejections."""
+                 partitioned: dict[str, int], final: bool = False) -> None:
+        """Write the batch's records, those their destination would refuse as rejections. ``final``: the last batch
+        of a graceful stop writes nothing prepared (the state keeps it: the next run emits it again)."""
         refusals = self._refusals(per_topic, largest, partitioned)
         records, summary.dead_lettered = self._records(batch, refusals, per_topic, partitioned)
+        if final and summary.prepared_records:
+            records = records.filter(~F.coalesce(F.col("prepared"), F.lit(False)))
+            summary.delivered -= summary.prepared_deliveries
+            summary.prepared_records = summary.prepared_deliveries = 0
         immediate = summary.delivered - summary.prepared_deliveries + summary.outcomes.get("rejected", 0)
         # Dead letters (a prepared delivery its destination would refuse) go out at once.
         summary.held = self._write(records, summary.prepared_records,

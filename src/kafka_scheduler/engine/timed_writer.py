@@ -97,6 +97,7 @@ class TimedWriter:
         self._cond = threading.Condition()
         self._closed = False
         self._writing: Optional[int] = None  # due time of the slice being written, if any
+        self._through: Optional[int] = None  # while a graceful stop is under way: nothing due after this is written
         self._anonymous = 0
         self.written = 0
         self.withdrawn = 0
@@ -175,7 +176,15 @@ class TimedWriter:
                     return False
                 self._cond.wait(min(left, 0.05))
 
+    def write_through(self, up_to_ms: int) -> None:
+        """From now on write nothing due after ``up_to_ms`` (a graceful stop: what the next run emits again must
+        not have been written). Called again with a later instant, it writes what is due up to that one."""
+        with self._cond:
+            self._through = up_to_ms if self._through is None else max(self._through, up_to_ms)
+            self._cond.notify_all()
+
     def close(self, timeout: float = 10.0) -> None:
+        """Stop writing; what is still held is dropped (the state keeps it: the next run emits it again)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -185,8 +194,16 @@ class TimedWriter:
         else:
             self._producer.flush(timeout)
 
+    def _next_due(self) -> Optional[int]:
+        """Called with the lock held: when the next write is due, if one may be written."""
+        if not self._heap or self._through is not None and self._heap[0].due_ms > self._through:
+            return None
+        return self._heap[0].due_ms
+
     def _take_due(self, now: int) -> list[Held]:
-        """Called with the lock held: the deliveries due by ``now`` that were not withdrawn."""
+        """Called with the lock held: the deliveries due by ``now`` (and by the stop's bound) not withdrawn."""
+        if self._through is not None:
+            now = min(now, self._through)
         taken = []
         while self._heap and self._heap[0].due_ms <= now:
             held = heapq.heappop(self._heap)
@@ -198,8 +215,7 @@ class TimedWriter:
     def _run(self) -> None:
         while True:
             with self._cond:
-                taken = _wait_until_due(self._cond, lambda: self._closed,
-                                        lambda: self._heap[0].due_ms if self._heap else None, self._take_due)
+                taken = _wait_until_due(self._cond, lambda: self._closed, self._next_due, self._take_due)
                 if taken is None:
                     return
                 self._writing = taken[-1].due_ms
@@ -349,6 +365,10 @@ class Wakeups:
     def next_instant(self) -> Optional[int]:
         with self._cond:
             return self._instants[0] if self._instants else None
+
+    def report(self) -> None:
+        """A report tick now: it reaches every shard, so the next batch runs the state's rules in each."""
+        self.tick(TICK_REPORT)
 
     def tick(self, value: bytes = TICK_WAKE) -> None:
         self._producer.produce(self.topic, value=value)

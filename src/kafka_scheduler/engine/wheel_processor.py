@@ -22,7 +22,7 @@ from pyspark.sql.types import ArrayType, BinaryType, BooleanType, IntegerType, L
 from ..dialects.common import KIND_REJECT
 from ..protocol import DELIVERY_ID, REJECTION_REASON
 from .partitioning import partition_hash
-from .batch_summary import DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, outcome_key
+from .batch_summary import BATCH_TIME, DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, outcome_key
 from .rejection_classes import reason_class
 from .index_cache import IndexCache, IndexEntry, IndexToken, cache_for
 from .schedule import Action, Request, is_internal
@@ -402,7 +402,7 @@ class WheelProcessor(StatefulProcessor):
         if self.new_timers:
             yield _timer_rows(self.new_timers)
         yield _outcomes(result.by_topic + Counter({(DELIVERED_AT_ONCE, t): n for t, n in result.at_once.items()}))
-        yield from self._index_size(shard)
+        yield from self._reports(shard, now_ms)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         self.new_timers = []
@@ -414,18 +414,20 @@ class WheelProcessor(StatefulProcessor):
                 yield deliveries_frame(due, now_ms)
         if self.new_timers:
             yield _timer_rows(self.new_timers)
-        yield from self._index_size(shard)
+        yield from self._reports(shard, now_ms)
 
-    def _index_size(self, shard: int) -> Iterator[pd.DataFrame]:
-        """Contract with the sink: after each call, the entries of the shard's index (zero too), as an outcome
-        row. Read from the token (one state call): the cache may not have been synced in this call. ``due_ms``
-        carries the index version, so the sink can keep the last of a shard's reports in a batch."""
+    def _reports(self, shard: int, now_ms: int) -> Iterator[pd.DataFrame]:
+        """Contract with the sink: after each call, the batch's processing time (BATCH_TIME), and the entries of the
+        shard's index (zero too), as outcome rows. The index size is read from the token (one state call): the cache
+        may not have been synced in this call. ``due_ms`` carries the index version, so the sink can keep the last
+        of a shard's reports in a batch."""
+        reports = [{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": BATCH_TIME, "n": now_ms,
+                    "due_ms": now_ms}]
         version, entries = self.store.index_size()
-        if entries < 0:  # unknown until the next call that uses the index rebuilds it
-            return
-        yield pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME,
-                              "topic": f"{INDEX_ENTRIES_PREFIX}{shard}", "n": entries, "due_ms": version}],
-                            columns=OUTPUT_COLUMNS)
+        if entries >= 0:  # unknown until the next call that uses the index rebuilds it
+            reports.append({**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME,
+                            "topic": f"{INDEX_ENTRIES_PREFIX}{shard}", "n": entries, "due_ms": version})
+        yield pd.DataFrame(reports, columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
         pass
