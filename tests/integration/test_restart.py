@@ -10,7 +10,7 @@ import signal
 import time
 from collections import Counter
 
-from kafka_scheduler.engine.checkpoint import committed_offsets
+from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.harness import process_tree
 from kafka_scheduler.harness.job_process import logged_errors
 
@@ -41,8 +41,11 @@ def test_restart_keeps_pending_delivers_what_fell_due_while_down_and_duplicates_
     wait_until(lambda: all(committed_offsets(scheduler.checkpoint_dir).get(requests, {}).get(p, 0) >= o
                            for p, o in sent_up_to.items()), 60, "the scheduler to commit the requests")
 
+    before_stop = last_committed_batch(scheduler.checkpoint_dir)
     assert scheduler.stop() == 0, scheduler.log()[-2000:]
     assert "stopped after" in scheduler.log()
+    # The batch in flight and one more (it retires what the timed writer wrote), even with only ticks to read.
+    assert last_committed_batch(scheduler.checkpoint_dir) <= before_stop + 2, "the stop ran batch after batch"
     assert not [r for r in reader.poll() if r.key == b"due-while-down"], "delivered before its due time"
     wait_until(lambda: time.time() * 1000 > ms_of(due_while_down) + 1000, 30, "the due time to pass while down")
 

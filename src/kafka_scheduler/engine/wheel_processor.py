@@ -320,6 +320,12 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.
                     entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy(), **extras)
 
 
+def _batch_time_row(now_ms: int) -> pd.DataFrame:
+    """The processing time the state's rules ran at (BATCH_TIME): each handler call reports it."""
+    return pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": BATCH_TIME, "n": now_ms,
+                          "due_ms": now_ms}], columns=OUTPUT_COLUMNS)
+
+
 def _timer_rows(instants: list) -> pd.DataFrame:
     return _records(KIND_TIMER, [None] * len(instants), None, None, None, [int(t) for t in instants])
 
@@ -367,6 +373,7 @@ class WheelProcessor(StatefulProcessor):
                 yield _timer_rows(armed)
             frame = frame[~ticks].reset_index(drop=True)
             if not len(frame):
+                yield _batch_time_row(timerValues.getCurrentProcessingTimeInMs())
                 return
         if int(key[0]) == REJECTIONS_SHARD:
             yield _records(KIND_REJECT, frame["topic"].to_numpy(), frame["key"].to_numpy(),
@@ -421,13 +428,12 @@ class WheelProcessor(StatefulProcessor):
         shard's index (zero too), as outcome rows. The index size is read from the token (one state call): the cache
         may not have been synced in this call. ``due_ms`` carries the index version, so the sink can keep the last
         of a shard's reports in a batch."""
-        reports = [{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": BATCH_TIME, "n": now_ms,
-                    "due_ms": now_ms}]
+        yield _batch_time_row(now_ms)
         version, entries = self.store.index_size()
         if entries >= 0:  # unknown until the next call that uses the index rebuilds it
-            reports.append({**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME,
-                            "topic": f"{INDEX_ENTRIES_PREFIX}{shard}", "n": entries, "due_ms": version})
-        yield pd.DataFrame(reports, columns=OUTPUT_COLUMNS)
+            yield pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME,
+                                  "topic": f"{INDEX_ENTRIES_PREFIX}{shard}", "n": entries, "due_ms": version}],
+                                columns=OUTPUT_COLUMNS)
 
     def close(self) -> None:
         pass
