@@ -11,7 +11,6 @@ five dialects (each on its own topic); ``DECODE_BENCH_MIXED=all`` does that for 
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 import time
@@ -27,6 +26,7 @@ from pyspark.sql.avro.functions import to_avro  # noqa: E402
 from kafka_scheduler import dialects  # noqa: E402
 from kafka_scheduler.dialects.common import DecodeSettings  # noqa: E402
 from kafka_scheduler.dialects.sky_avro import WRITER_SCHEMA  # noqa: E402
+from kafka_scheduler.kafka.jars import jar_paths  # noqa: E402
 
 SETTINGS = DecodeSettings(rejections_topic="app-schedule-rejections", own_topics=("app-schedule-rejections",),
                           allowed_destinations=None, max_value_bytes=1_000_000, max_ahead_ms=100 * 365 * 86_400_000)
@@ -97,7 +97,7 @@ def main() -> None:
     spark = (SparkSession.builder.master("local[2]").config("spark.driver.memory", "6g")
              .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.jars", ",".join(glob.glob(str(ROOT / ".cache/jars/spark-kafka/*.jar"))))
+             .config("spark.jars", ",".join(str(p) for p in jar_paths("spark-kafka")))
              .config(map={k: v for k, v in (kv.split("=", 1) for kv in
                                             filter(None, os.environ.get("DECODE_BENCH_CONF", "").split(";")))})
              .getOrCreate())

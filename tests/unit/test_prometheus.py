@@ -240,15 +240,3 @@ def test_the_timed_writer_reports_each_delivery_once_and_no_rejection_as_one():
     assert metrics.value("kafka_scheduler_delivered_total") == 2  # b and c
     assert metrics.value("kafka_scheduler_delivery_lateness_seconds_count") == 2
     assert metrics.value("kafka_scheduler_dead_lettered_total") == 1  # a
-
-
-def test_the_readme_table_lists_every_metric():
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = readme.split("### Metrics", 1)[1].split("###", 1)[0]
-    names = set()
-    for family in SchedulerMetrics({}).registry.collect():
-        names.add(family.name + ("_total" if family.type == "counter" else ""))
-    listed = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `kafka_scheduler_")}
-    assert listed == names

@@ -41,7 +41,7 @@ run, submit, inspect and demo need the server install: pip install "kafka-schedu
 Every `run` option can also be set as an environment variable KAFKA_SCHEDULER_<NAME>,
 e.g. KAFKA_SCHEDULER_BOOTSTRAP_SERVERS=host:9092, or in a TOML file (--config FILE);
 a flag wins over the variable, which wins over the file. Kafka client options (SASL, TLS, ...)
-reach every client: --kafka-option KEY=VALUE. See README.md.
+reach every client: --kafka-option KEY=VALUE. Every option: docs/configuration.md.
 """
 
 
