@@ -45,3 +45,24 @@ REJECTIONS_SID = b"\x00rejections"
 
 # What a pending schedule costs in state beyond its key, value and headers: the size limits count it.
 ENTRY_OVERHEAD_BYTES = 32
+
+# Recurring schedules (Kaspr's cron actions, on the native requests topic). A cron's id is scoped like a one-shot's
+# but in an id space of its own, as in Kaspr: b"cron:<topic>/<request id bytes>" beside b"id:<topic>/...", so a
+# CANCEL never touches a cron and a CRON_CANCEL never touches a one-shot.
+CRON_EXPR = PREFIX + "cron-expr"
+CRON_MISSED_FIRE_POLICY = PREFIX + "cron-missed-fire-policy"
+CRON_TIMEZONE = PREFIX + "cron-timezone"
+CRON_START_AT = PREFIX + "cron-start-at"
+CRON_END_AT = PREFIX + "cron-end-at"
+# For one-shots and every firing of a cron: a delivery that would go out later than its due time plus this is not
+# delivered but rejected (reason "expired"). A duration: "10m", "PT10M", or milliseconds.
+MAX_LATENESS = PREFIX + "max-lateness"
+CRON_HEADERS = (CRON_EXPR, CRON_MISSED_FIRE_POLICY, CRON_TIMEZONE, CRON_START_AT, CRON_END_AT)
+CRON_ACTIONS = ("CRON_ADD", "CRON_PAUSE", "CRON_RESUME", "CRON_CANCEL")
+CRON_POLICIES = ("replay", "skip")  # what happens to firings missed while the job was down or the cron paused
+CRON_SID_PREFIX = b"cron:"
+# On every delivered firing, as Kaspr writes it: the firing's instant in Unix seconds.
+CRON_FIRE_TIMESTAMP = PREFIX + "cron-fire-timestamp"
+# A firing's delivery id: the delivery id of the request that activated the cron (CRON_ADD or CRON_RESUME), "@",
+# and the firing instant in epoch milliseconds, e.g. "requests-0-42@1767225600000" (topic names hold no "@").
+FIRING_SEPARATOR = "@"

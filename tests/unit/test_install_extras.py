@@ -67,7 +67,7 @@ def test_a_server_command_without_the_server_names_the_extra(command):
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
     assert result.stderr == (f"kafka-scheduler {command}: error: needs the server install (pyspark, pandas, pyarrow, "
-                             f'protobuf, prometheus-client missing): pip install "kafka-scheduler[server]"\n')
+                             f'protobuf, prometheus-client, croniter missing): pip install "kafka-scheduler[server]"\n')
 
 
 def test_one_missing_module_is_named_alone():

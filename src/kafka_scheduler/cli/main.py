@@ -60,7 +60,7 @@ class CommandError(Exception):
 # confluent-kafka: the modules of the [server] extra of pyproject.toml (module: distribution).
 SERVER_COMMANDS = ("run", "submit", "inspect", "demo", "bench", "chaos")
 SERVER_MODULES = {"pyspark": "pyspark", "pandas": "pandas", "pyarrow": "pyarrow", "google.protobuf": "protobuf",
-                  "prometheus_client": "prometheus-client"}
+                  "prometheus_client": "prometheus-client", "croniter": "croniter"}
 
 
 def missing_server_packages() -> list[str]:
