@@ -239,7 +239,7 @@ def test_aliases_and_zones_of_the_daily_alias():
     ("* * * * * 70", "invalid x-scheduler-cron-expr"),
     ("*/0 * * * *", "invalid x-scheduler-cron-expr"),
     ("@reboot", "invalid x-scheduler-cron-expr"),
-    ("0 0 30 2 *", "never fires"),
+    ("0 0 30 2 *", "invalid x-scheduler-cron-expr '0 0 30 2 *': it never fires"),
     ("* * * * * */4", "fires every 4s at times, more often than the minimum interval 5s"),
     ("* * * * * 0,1", "fires every 1s"),
     ("0,59 * * * * 0,58", "fires every 2s"),  # across the minute: :58 then :00 of the next

@@ -32,11 +32,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine import index_cache, wheel
+from kafka_scheduler.engine import cron, index_cache, wheel
 from kafka_scheduler.engine.checkpoint import settle_state_settings
 from kafka_scheduler.config import Config
 from kafka_scheduler.protocol import SOURCE_OFFSET
-from kafka_scheduler.engine.schedule import Action, Outcome, Request, Schedule, WriteBack
+from kafka_scheduler.engine.schedule import Action, Cron, Outcome, Request, Schedule, WriteBack, firing_id, is_cron
 from kafka_scheduler.engine.wheel_processor import log_order
 
 
@@ -51,6 +51,13 @@ def sid(name: str | bytes) -> bytes:
 
 def anon(offset: int) -> bytes:
     return f"offset:requests/0/{offset}".encode()
+
+
+def cron_sid(name: str | bytes) -> bytes:
+    return b"cron:requests/" + (name.encode() if isinstance(name, str) else name)
+
+
+CRON_ACTIONS = (Action.CRON_ADD, Action.CRON_PAUSE, Action.CRON_RESUME, Action.CRON_CANCEL)
 
 
 class MemoryCheckpointFiles:
@@ -103,8 +110,12 @@ class WheelEngine:
         self.timers: set[tuple[int, int]] = set()
         self.stores = [wheel.MemoryShardStore(shard, self.timers) for shard in range(self.shards)]
         self.run = uuid.uuid4().hex  # a new process: its timed writer starts empty
+        self.started: Optional[int] = None  # when this run started: its first batch's time
         self.held: dict[str, Schedule] = {}  # the timed writer: prepared deliveries, written at their due time
         self.prepared: list[Schedule] = []
+        self.expired: list[Schedule] = []  # of the last batch: written late, rejected as expired
+        self.rejected: list = []  # of the last batch: CRON_ADDs the rules refused (frames)
+        self.skipped = Counter()  # of the last batch: firings of skip crons missed while the job was down
 
     def shard_of(self, key: bytes) -> int:
         return zlib.crc32(key) % self.shards
@@ -113,6 +124,8 @@ class WheelEngine:
         """Deliveries written by the time this batch ends (the timed writer's, at their due times since the
         last batch, and this batch's own) and outcome counts. What the batch prepared for the writer is in
         ``self.prepared``."""
+        if self.started is None:
+            self.started = now
         delivered = [s for s in self.held.values() if s.due_ms <= now]  # the writer, between batches
         for schedule in delivered:
             del self.held[schedule.delivery_id]
@@ -124,32 +137,46 @@ class WheelEngine:
             else:
                 per_shard.setdefault(self.shard_of(key), []).append((key, request))
         counts, emitted = Counter(), []
+        self.rejected, self.skipped = [], Counter()
         for shard in sorted(set(per_shard) | set(anonymous)):
-            # As the processor does: an ADD or REPLACE whose id no other request of the batch names goes in bulk.
+            # As the processor does: an ADD or REPLACE (or CRON_ADD) whose id no other request of the batch names
+            # goes in bulk.
             of_shard = per_shard.get(shard, [])
             named = Counter(key for key, _ in of_shard)
             is_alone = [named[key] == 1 and r.action in (Action.ADD, Action.REPLACE) for key, r in of_shard]
+            is_cron_add = [named[key] == 1 and r.action is Action.CRON_ADD for key, r in of_shard]
             alone = [pair for pair, a in zip(of_shard, is_alone) if a]
             keyed = wheel.entries_frame([r.schedule for _, r in alone], [(key, None) for key, _ in alone]).assign(
                 action=[r.action.value for _, r in alone])
+            adds = [pair for pair, a in zip(of_shard, is_cron_add) if a]
+            cron_adds = wheel.entries_frame([r.schedule for _, r in adds], [(key, None) for key, _ in adds]).assign(
+                raw_headers=[r.raw_headers for _, r in adds],
+                delivery_id=[r.activation or r.schedule.delivery_id for _, r in adds])
             result = wheel.apply_requests(
-                self.stores[shard], [pair for pair, a in zip(of_shard, is_alone) if not a], now,
-                wheel.entries_frame(anonymous.get(shard, [])), self.lookahead_ms, self.run, keyed)
+                self.stores[shard], [pair for pair, a, c in zip(of_shard, is_alone, is_cron_add) if not a and not c],
+                now, wheel.entries_frame(anonymous.get(shard, [])), self.lookahead_ms, self.run, keyed, cron_adds,
+                started_ms=self.started)
             counts.update(result.outcomes)
-            emitted.extend(result.schedules())
+            emitted.extend(result.emitted)
+            self.rejected.extend(result.rejected)
+            self.skipped["skipped"] += result.skipped
             for delivery_id in result.withdrawn:
                 self.held.pop(delivery_id, None)
         for timer in sorted(t for t in self.timers if t[0] <= now):
             self.timers.discard(timer)
-            for frame in wheel.fire(self.stores[timer[1]], timer[0], now, self.lookahead_ms, self.run):
-                emitted.extend(wheel.schedules_of(frame))
-        self.prepared = []
-        for schedule in emitted:
-            if schedule.due_ms <= now:
-                delivered.append(schedule)
-            else:
-                self.prepared.append(schedule)
-                self.held[schedule.delivery_id] = schedule
+            emitted.extend(wheel.fire(self.stores[timer[1]], timer[0], now, self.lookahead_ms, self.run,
+                                      started_ms=self.started, counts=self.skipped))
+        self.prepared, self.expired = [], []
+        for frame in emitted:
+            for schedule, expired in zip(wheel.schedules_of(frame), wheel.expired_mask(frame)):
+                if expired:
+                    assert schedule.due_ms <= now, f"at {now}: {schedule} prepared ahead and marked expired"
+                    self.expired.append(schedule)
+                elif schedule.due_ms <= now:
+                    delivered.append(schedule)
+                else:
+                    self.prepared.append(schedule)
+                    self.held[schedule.delivery_id] = schedule
         return delivered, counts
 
     def restart(self, lookahead_ms: int, partitions: int) -> "WheelEngine":
@@ -165,6 +192,7 @@ class WheelEngine:
             new.chunks = {k: v.copy() for k, v in old.chunks.items()}
             new.strikes = copy.deepcopy(old.strikes)
             new.armed = copy.deepcopy(old.armed)
+            new.paused = {k: v.copy() for k, v in old.paused.items()}
         return fresh
 
     def fresh(self, lookahead_ms: int, partitions: int) -> "WheelEngine":
@@ -207,6 +235,33 @@ def protocol(current: Optional[Schedule], request: Request) -> tuple[Outcome, Op
     return Outcome.REPLACED, request.schedule
 
 
+@dataclass
+class CronVersion:
+    """A cron as the reference sees it: its definition (the CRON_ADD's schedule), the request that activated it
+    (CRON_ADD or CRON_RESUME: its firing ids start with it), whether it runs, and ``next``: running, its first
+    firing not yet emitted; paused, where a replay resumes (None: none left)."""
+    definition: Schedule
+    activation: str
+    active: bool
+    next: Optional[int]
+    prepared: dict = dataclasses.field(default_factory=dict)  # instant -> firing held by this run's timed writer
+
+    def firing(self, instant: int) -> Schedule:
+        return dataclasses.replace(self.definition, due_ms=instant, delivery_id=firing_id(self.activation, instant))
+
+
+def next_firing(definition: Schedule, after: int) -> Optional[int]:
+    """The next firing after ``after`` within the cron's bounds (engine/cron.py, itself checked against plain
+    zoneinfo arithmetic in test_cron.py)."""
+    c = definition.cron
+    instant = cron.spec(c.expr, c.tz).next_after(max(after, -1 if c.start_ms is None else c.start_ms - 1))
+    return None if instant is None or c.end_ms is not None and instant > c.end_ms else instant
+
+
+def same_cron(a: Schedule, b: Schedule) -> bool:
+    return dataclasses.replace(a, due_ms=0, delivery_id="") == dataclasses.replace(b, due_ms=0, delivery_id="")
+
+
 class Reference:
     """The protocol, plainly. ``check_batch`` applies one batch and judges an engine's deliveries.
 
@@ -215,29 +270,92 @@ class Reference:
     version is the engine's choice within the rule (due by batch time + lookahead, and at the latest when
     due by batch time + the least lookahead in force since it was filed); everything else is exact."""
 
-    def __init__(self, lookahead_ms: int):
+    def __init__(self, lookahead_ms: int, min_interval_ms: int = wheel.DEFAULT_CRON_MIN_INTERVAL_MS):
         self.lookahead_ms = lookahead_ms
+        self.min_interval_ms = min_interval_ms
         self.pending: dict[bytes, Version] = {}
+        self.crons: dict[bytes, CronVersion] = {}
         self.latest = -2**62  # the latest batch time since the process started
+        self.started: Optional[int] = None  # the first batch time of the running process
 
     def restart(self, lookahead_ms: int) -> None:
         """A crash: the timed writer's prepared deliveries are lost with the process."""
         self.lookahead_ms = lookahead_ms
         self.latest = -2**62
+        self.started = None
         for version in self.pending.values():
             # A version prepared before the crash is armed to be retired at its due time: the new process
             # writes it then, at the latest, instead of preparing it ahead.
             version.least_lookahead = 0 if version.prepared else min(version.least_lookahead, lookahead_ms)
             version.prepared = False
+        for version in self.crons.values():
+            if version.prepared:  # emitted again by the new process (at its due time at the latest)
+                version.next = min(version.prepared)
+                version.prepared = {}
+
+    def _cron_request(self, key: bytes, request: Request, now: int) -> Outcome:
+        """One cron request against the cron of its id (protocols.md, "Recurring schedules")."""
+        current = self.crons.get(key)
+        action = request.action
+        if action is Action.CRON_ADD:
+            definition = request.schedule
+            if cron.problem(definition.cron.expr, definition.cron.tz, self.min_interval_ms) is not None:
+                return Outcome.REJECTED
+            if current is not None and current.active and same_cron(current.definition, definition):
+                return Outcome.CRON_REPLACE_NOOP
+            first = next_firing(definition, now)
+            if first is None:
+                self.crons.pop(key, None)
+            else:
+                self.crons[key] = CronVersion(definition, request.activation or definition.delivery_id, True, first)
+            return Outcome.CRON_ADDED if current is None else Outcome.CRON_REPLACED
+        if action is Action.CRON_PAUSE:
+            if current is None or not current.active:
+                return Outcome.CRON_PAUSE_NOOP
+            # The firings the writer holds are withdrawn: a replay resumes from the first of them.
+            cursor = min(current.prepared) if current.prepared else current.next
+            self.crons[key] = CronVersion(current.definition, current.activation, False, cursor)
+            return Outcome.CRON_PAUSED
+        if action is Action.CRON_RESUME:
+            if current is None or current.active:
+                return Outcome.CRON_RESUME_NOOP
+            c = current.definition.cron
+            if current.next is None:
+                first = None
+            elif c.policy == "skip":
+                first = next_firing(current.definition, max(now, current.next - 1))
+            else:
+                first = current.next
+            if first is None:
+                del self.crons[key]
+            else:
+                self.crons[key] = CronVersion(current.definition, request.activation, True, first)
+            return Outcome.CRON_RESUMED
+        assert action is Action.CRON_CANCEL
+        if current is None:
+            return Outcome.CRON_CANCEL_NOOP
+        del self.crons[key]
+        return Outcome.CRON_CANCELLED
 
     def check_batch(self, now: int, requests: list[tuple[bytes, Request]], delivered: list[Schedule],
-                    counts: Counter, prepared: list[Schedule] = ()) -> None:
+                    counts: Counter, prepared: list[Schedule] = (), expired: list[Schedule] = (),
+                    skipped: Optional[int] = None) -> None:
+        if self.started is None:
+            self.started = now
         self.latest = max(self.latest, now)
         written = {key: v.schedule for key, v in self.pending.items() if v.prepared and v.schedule.due_ms <= now}
         for key in written:
             del self.pending[key]
+        firings: dict[str, Schedule] = {}  # the cron firings this batch delivers: written by the timed writer ...
+        for version in self.crons.values():
+            for instant in [i for i in version.prepared if i <= now]:
+                firing = version.prepared.pop(instant)
+                firings[firing.delivery_id] = firing
         expected = Counter()
         for key, request in requests:  # in log order, all before any delivery
+            if is_cron(key):
+                expected[self._cron_request(key, request, now)] += 1
+                continue
             current = self.pending.get(key)
             outcome, after = protocol(None if current is None else current.schedule, request)
             expected[outcome] += 1
@@ -247,21 +365,65 @@ class Reference:
                 self.pending[key] = Version(after, self.lookahead_ms)
         assert counts == expected, f"outcomes at {now}: engine {dict(counts)}, reference {dict(expected)}"
 
+        # ... and every firing due by now of the running crons, in order, unless missed (a skip cron's firing due
+        # before this process started) or expired (later than its max lateness).
+        late: dict[str, Schedule] = {}
+        missed = 0
+        for version in self.crons.values():
+            c = version.definition.cron
+            while version.active and version.next is not None and version.next <= now:
+                instant, after = version.next, version.next
+                firing = version.firing(instant)
+                if c.policy == "skip" and instant < self.started:
+                    missed, after = missed + 1, self.started - 1
+                elif firing.max_lateness_ms is not None and now - instant > firing.max_lateness_ms:
+                    late[firing.delivery_id] = firing
+                else:
+                    firings[firing.delivery_id] = firing
+                version.next = next_firing(version.definition, after)
+        engine_firings = [s for s in delivered if s.cron is not None]
+        assert {s.delivery_id: s for s in engine_firings} == firings, (
+            f"at {now}: cron firings delivered {sorted(s.delivery_id for s in engine_firings)}, "
+            f"expected {sorted(firings)}")
+        assert {s.delivery_id: s for s in expired if s.cron is not None} == late, (
+            f"at {now}: cron firings expired {sorted(s.delivery_id for s in expired if s.cron is not None)}, "
+            f"expected {sorted(late)}")
+        if skipped is not None:
+            assert skipped == missed, f"at {now}: {skipped} firings skipped, expected {missed}"
+        last: dict[str, int] = {}
+        for firing in engine_firings:  # in order, per cron activation
+            activation = wheel.activation_of(firing.delivery_id)
+            assert firing.due_ms > last.get(activation, -2**62), f"at {now}: firings out of order: {engine_firings}"
+            last[activation] = firing.due_ms
+        delivered = [s for s in delivered if s.cron is None]
+
         seen = Counter(s.delivery_id for s in delivered)
         assert all(n == 1 for n in seen.values()), f"delivered twice in one batch at {now}: {seen}"
         by_id = {v.schedule.delivery_id: (key, v) for key, v in self.pending.items()}
         for key, schedule in written.items():
             assert schedule.delivery_id in seen, f"at {now}: prepared {schedule} was not written at its due time"
-        for schedule in delivered:
+        for schedule, is_expired in [(s, False) for s in delivered] + [(s, True) for s in expired if s.cron is None]:
             if schedule.delivery_id in {s.delivery_id for s in written.values()}:
+                assert not is_expired, f"at {now}: {schedule} written by the timed writer at its due time, expired"
                 continue
             assert schedule.delivery_id in by_id, f"at {now}: {schedule} is not pending (cancelled, replaced or done)"
             key, version = by_id[schedule.delivery_id]
             assert schedule == version.schedule, f"at {now}: delivered {schedule}, pending {version.schedule}"
             assert not version.prepared, f"at {now}: {schedule} written twice (prepared before)"
             assert schedule.due_ms <= now, f"at {now}: {schedule} delivered early"
+            too_late = schedule.max_lateness_ms is not None and now - schedule.due_ms > schedule.max_lateness_ms
+            assert is_expired == too_late, f"at {now}: {schedule} {'expired' if is_expired else 'delivered'}"
             del self.pending[key]
-        for schedule in prepared:
+        for schedule in sorted([s for s in prepared if s.cron is not None], key=lambda s: s.due_ms):
+            versions = [v for v in self.crons.values() if v.activation == wheel.activation_of(schedule.delivery_id)]
+            assert versions, f"at {now}: prepared firing {schedule} of no running cron"
+            version = versions[0]
+            assert version.active and schedule == version.firing(version.next), (
+                f"at {now}: prepared {schedule}, the cron's next firing is {version.next}")
+            assert now < schedule.due_ms <= self.latest + self.lookahead_ms, f"at {now}: {schedule} prepared too early"
+            version.prepared[schedule.due_ms] = schedule
+            version.next = next_firing(version.definition, schedule.due_ms)
+        for schedule in [s for s in prepared if s.cron is None]:
             assert schedule.delivery_id in by_id, f"at {now}: prepared {schedule}, which is not pending"
             key, version = by_id[schedule.delivery_id]
             assert schedule == version.schedule, f"at {now}: prepared {schedule}, pending {version.schedule}"
@@ -273,6 +435,9 @@ class Reference:
         overdue = [v.schedule for v in self.pending.values()
                    if not v.prepared and v.schedule.due_ms <= now + v.least_lookahead]
         assert not overdue, f"at {now}: due but neither delivered nor prepared: {overdue}"
+        # A running cron with nothing left to fire leaves state once its last firing is retired (by this batch).
+        for key in [k for k, v in self.crons.items() if v.active and v.next is None and not v.prepared]:
+            del self.crons[key]
 
 
 # ---------------------------------------------------------------- scripts
@@ -292,7 +457,7 @@ class Extras:
 @dataclass(frozen=True)
 class Op:
     kind: str  # ADD | REPLACE | CANCEL | ADD_NO_ID | RESEND | TWEAK | COMPLETE | RESEND_DONE | TWEAK_DONE
-    # | CANCEL_DONE | COMPLETE_DONE
+    # | CANCEL_DONE | COMPLETE_DONE | CRON_ADD | CRON_PAUSE | CRON_RESUME | CRON_CANCEL
     id: bytes = b""
     due: tuple = ("rel", 0)  # ("rel", offset from the batch time) or ("abs", instant)
     topic: str = "out"
@@ -303,6 +468,17 @@ class Op:
     tweak: str = ""  # TWEAK: the one field to change (see TWEAKED)
     extras: Optional[Extras] = None  # ADD, REPLACE, ADD_NO_ID
     target: str = ""  # COMPLETE: which version the write-back names (see COMPLETE_TARGETS)
+    max_lateness: Optional[int] = None  # ADD, REPLACE, ADD_NO_ID, CRON_ADD
+    cron: Optional["CronOp"] = None  # CRON_ADD
+
+
+@dataclass(frozen=True)
+class CronOp:
+    expr: str
+    tz: Optional[str]
+    policy: str
+    start: Optional[int]  # bounds, relative to the batch time
+    end: Optional[int]
 
 
 @dataclass(frozen=True)
@@ -325,6 +501,14 @@ EXTRAS = st.one_of(st.none(), st.builds(
     Extras, st.sampled_from([None, 0, 1, 2]), st.sampled_from([None, b"", b"pk", b"\x00pk"]),
     st.sampled_from(["", "offset", "offset", "offset+", "fixed"]), st.booleans()))
 LOOKAHEADS = st.sampled_from([0, 0, 300, 1500])
+MAX_LATENESS = st.sampled_from([None, None, None, 1, 400, 3000])
+# Every 5 or 10 s, or twice a minute (5 s and 55 s apart); one firing too often for the 5 s minimum (rejected),
+# one invalid (rejected); a zone (no daylight saving in 1970, the instants of the scripts).
+CRON_IDS = [b"a", b"c"]
+CRONS = st.builds(CronOp, st.sampled_from(["* * * * * */5", "* * * * * */5", "* * * * * */5", "* * * * * */10",
+                                           "* * * * * 0,5", "* * * * * */4", "* * * *"]),
+                  st.sampled_from([None, None, "Europe/Paris"]), st.sampled_from(["replay", "skip"]),
+                  st.sampled_from([None, None, -5000, 3000]), st.sampled_from([None, None, 9000, 30_000]))
 PARTITIONS = st.sampled_from([1, 1, 2, 3])
 TWEAK_FIELDS = st.sampled_from(["due_ms", "topic", "key", "value", "headers",
                                 "partition", "partition_key", "write_back", "history"])
@@ -354,6 +538,31 @@ steps = st.lists(st.tuples(
     st.sampled_from([-1500, -400, -1, 0, 1, 50, 100, 333, 500, 1000, 5000]),
     st.one_of(st.none(), st.none(), st.builds(Restart, LOOKAHEADS, PARTITIONS))), min_size=1, max_size=25)
 scripts = st.tuples(LOOKAHEADS, PARTITIONS, steps)
+
+# Scripts for recurring schedules: mostly cron requests (with one-shots beside them), and a clock that moves in
+# steps of the crons' periods, so firings come due, are prepared, missed while "down" (a restart and a jump),
+# replayed, skipped and expired.
+# (``scripts`` above is left as it was before crons: the mutants of the one-shot rules are caught within its
+# derandomized examples, which another distribution would shift.)
+CRON_OP_KINDS = [  # one-shots beside them, with max lateness, and tweaked re-sends (the max lateness too)
+                 (st.builds(Op, st.sampled_from(["ADD", "REPLACE"]), st.sampled_from(IDS), DUES, TOPICS, KEYS,
+                            VALUES, HEADERS, extras=EXTRAS, max_lateness=MAX_LATENESS), 1),
+                 (OP_KINDS[1][0], 1),
+                 (st.builds(Op, st.just("ADD_NO_ID"), st.just(b""), DUES, TOPICS, KEYS, VALUES, HEADERS,
+                            extras=EXTRAS, max_lateness=MAX_LATENESS), 1),
+                 (st.builds(Op, st.just("TWEAK"), resend=st.integers(0, 8),
+                            tweak=st.sampled_from(["due_ms", "value", "max_lateness_ms"])), 1),
+                 (st.builds(Op, st.just("CRON_ADD"), st.sampled_from(CRON_IDS), topic=TOPICS, key=KEYS, value=VALUES,
+                            headers=HEADERS, max_lateness=MAX_LATENESS, cron=CRONS), 4),
+                 (st.builds(Op, st.sampled_from(["CRON_PAUSE", "CRON_PAUSE", "CRON_RESUME", "CRON_RESUME",
+                                                 "CRON_RESUME", "CRON_CANCEL"]), st.sampled_from(CRON_IDS)), 6),
+                 (st.builds(Op, st.just("RESEND"), resend=st.integers(0, 8)), 1)]
+cron_ops = st.sampled_from([kind for kind, weight in CRON_OP_KINDS for _ in range(weight)]).flatmap(lambda kind: kind)
+cron_steps = st.lists(st.tuples(
+    st.lists(cron_ops, max_size=4),
+    st.sampled_from([-1500, 0, 1, 700, 1500, 2500, 2500, 4000, 5000, 5000, 9000, 30_000]),
+    st.one_of(st.none(), st.none(), st.none(), st.builds(Restart, LOOKAHEADS, PARTITIONS))), min_size=1, max_size=25)
+cron_scripts = st.tuples(LOOKAHEADS, PARTITIONS, cron_steps)
 
 
 def write_back_of(kind: str, key: Optional[bytes], offset: int) -> Optional[WriteBack]:
@@ -385,6 +594,7 @@ TWEAKED = {  # one field changed, the smallest way that changes the message
     "write_back": lambda back: (WriteBack("requests", 0, None, (("x", None),)) if back is None
                                 else dataclasses.replace(back, headers=back.headers + (("t", b""),))),
     "history": lambda history: not history,
+    "max_lateness_ms": lambda lateness: 500 if lateness is None else None,
 }
 
 
@@ -428,7 +638,13 @@ def requests_of(batch: list[Op], now: int, history: list, done: list, offset: in
             if not source:
                 continue
             key, request = source[-1 - op.resend % len(source)]
-            if request.schedule is not None:
+            if request.action in CRON_ACTIONS:  # a cron request sent again (tweaks are for one-shots)
+                if op.kind.startswith("TWEAK"):
+                    continue
+                schedule = None if request.schedule is None else dataclasses.replace(request.schedule,
+                                                                                     delivery_id=version)
+                request = dataclasses.replace(request, schedule=schedule, activation=version)
+            elif request.schedule is not None:
                 fields = {**request.schedule.__dict__, "delivery_id": version,
                           "write_back": written_back_at(request.schedule.write_back, offset)}
                 if op.kind.startswith("TWEAK"):
@@ -438,6 +654,16 @@ def requests_of(batch: list[Op], now: int, history: list, done: list, offset: in
                 key = anon(offset)
         elif op.kind == "CANCEL":
             key, request = sid(op.id), Request(Action.CANCEL, None)
+        elif op.kind == "CRON_ADD":
+            c = op.cron
+            definition = Cron(c.expr, c.tz, c.policy, None if c.start is None else now + c.start,
+                              None if c.end is None else now + c.end)
+            key = cron_sid(op.id)
+            request = Request(Action.CRON_ADD, Schedule(0, op.topic, op.key, op.value, op.headers, version,
+                                                        max_lateness_ms=op.max_lateness, cron=definition),
+                              raw_headers=(("x-scheduler-action", b"CRON_ADD"), *op.headers), activation=version)
+        elif op.kind.startswith("CRON_"):
+            key, request = cron_sid(op.id), Request(Action(op.kind), None, activation=version)
         else:
             due = now + op.due[1] if op.due[0] == "rel" else op.due[1]
             key = anon(offset) if op.kind == "ADD_NO_ID" else sid(op.id)
@@ -447,8 +673,10 @@ def requests_of(batch: list[Op], now: int, history: list, done: list, offset: in
                 extras = dict(partition=op.extras.partition, partition_key=op.extras.partition_key,
                               write_back=write_back_of(op.extras.write_back, op.id or None, offset),
                               history=op.extras.history)
-            request = Request(action, Schedule(due, op.topic, op.key, op.value, op.headers, version, **extras))
-        pending[key] = protocol(pending.get(key), request)[1]
+            request = Request(action, Schedule(due, op.topic, op.key, op.value, op.headers, version,
+                                               max_lateness_ms=op.max_lateness, **extras))
+        if not is_cron(key):
+            pending[key] = protocol(pending.get(key), request)[1]
         history.append((key, request))
         out.append((key, request))
     return out, offset
@@ -463,9 +691,10 @@ def check_script(script, engine_class) -> None:
         pending = {key: v.schedule for key, v in reference.pending.items()}
         requests, offset = requests_of(batch, now, history, done, offset, pending)
         delivered, counts = engine.batch(now, requests)
-        reference.check_batch(now, requests, delivered, counts, engine.prepared)
+        reference.check_batch(now, requests, delivered, counts, engine.prepared, engine.expired,
+                              engine.skipped["skipped"])
         by_version = {r.schedule.delivery_id: (key, r) for key, r in history if r.schedule is not None}
-        done.extend(by_version[s.delivery_id] for s in delivered)
+        done.extend(by_version[s.delivery_id] for s in delivered if s.cron is None)
         if restart is not None:
             engine = engine.restart(restart.lookahead_ms, restart.partitions)
             reference.restart(restart.lookahead_ms)
@@ -479,6 +708,18 @@ PROPERTY_EXAMPLES = 1000
 @settings(max_examples=PROPERTY_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=scripts)
 def test_rules_match_the_reference_model(engine_class, script):
+    check_script(script, engine_class)
+
+
+CRON_PROPERTY_EXAMPLES = 500
+
+
+@pytest.mark.parametrize("engine_class", ENGINES, ids=ENGINE_IDS)
+@settings(max_examples=CRON_PROPERTY_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=cron_scripts)
+def test_cron_rules_match_the_reference_model(engine_class, script):
+    """Add, replace, pause, resume (replay and skip), cancel, bounds, expiry, restarts (and jumps of the clock while
+    "down"), next to one-shots with the same ids."""
     check_script(script, engine_class)
 
 
@@ -503,7 +744,7 @@ def _identical_replace_counted_as_replaced(pending, pending_digest, request):
 def _digest_without(field_name: str):
     def mutant(schedule: Schedule) -> bytes:
         blank = {"headers": (), "key": None, "value": None, "topic": "", "write_back": None, "partition": None,
-                 "partition_key": None, "history": False}[field_name]
+                 "partition_key": None, "history": False, "max_lateness_ms": None}[field_name]
         return ORIGINAL_DIGEST(Schedule(**{**schedule.__dict__, field_name: blank}))
     return mutant
 
@@ -523,17 +764,32 @@ def _completes_nothing(request, pending_delivery_id):
     return False
 
 
-def _fire_ignoring_strikes(store, timer_ms, now_ms, window_ms=0, run=""):
+def _fire_ignoring_strikes(store, timer_ms, now_ms, window_ms=0, run="", **kwargs):
     for n in [k for k in store.strikes]:
         store.strikes[n] = []
-    yield from ORIGINAL_FIRE(store, timer_ms, now_ms, window_ms, run)
+    yield from ORIGINAL_FIRE(store, timer_ms, now_ms, window_ms, run, **kwargs)
 
 
 def _timers_without_lookahead(self, bucket, info, timer_ms):
     ORIGINAL_ARM(self, bucket, info, timer_ms + self.window_ms)
 
 
+def _resume_always_skips(definition, cursor, now_ms):
+    return cron.first_firing(definition.expr, definition.tz, max(now_ms, cursor - 1), definition.start_ms,
+                             definition.end_ms)
+
+
+def _first_firing_without_bounds(expr, tz, after_ms, start_ms=None, end_ms=None):
+    return ORIGINAL_FIRST_FIRING(expr, tz, after_ms)
+
+
+def _no_next_firings(self):
+    self.cron_gone = []
+    return iter(())
+
+
 ORIGINAL_STEP, ORIGINAL_DIGEST, ORIGINAL_FIRE, ORIGINAL_ARM = wheel.step, wheel.digest, wheel.fire, wheel._Shard.arm
+ORIGINAL_FIRST_FIRING = cron.first_firing
 ORIGINAL_SCHEDULE_OF_ENTRY = wheel.schedule_of_entry
 
 # Each broken rule: what it patches, the tests that must catch it, and the layouts they run on. The
@@ -549,6 +805,10 @@ RESEND_WRITE_BACK_EXAMPLE = "test_write_back_of_the_delivered_version_after_a_re
 REBUILD_EXAMPLE = "test_write_back_read_back_with_its_schedule_completes_it"
 FIELDS_EXAMPLE = "test_partition_key_partition_write_back_and_history_come_out_of_both_layouts"
 DIALECT_FIELDS_EXAMPLE = "test_replace_that_differs_only_in_what_a_dialect_adds_is_not_a_noop"
+EXPIRY_EXAMPLE = "test_a_delivery_later_than_its_max_lateness_is_expired"
+DOWNTIME_EXAMPLE = "test_firings_missed_while_the_job_was_down_are_replayed_in_order_or_skipped"
+PAUSE_EXAMPLE = "test_a_pause_withdraws_the_held_firing_and_a_resume_replays_or_skips"
+FIRINGS_EXAMPLE = "test_a_cron_fires_at_each_instant_with_a_delivery_id_of_its_own"
 WHEEL = BOTH = [WheelEngine]
 COMPLETES = [(wheel, "completes")]
 MUTANTS = {
@@ -601,6 +861,24 @@ MUTANTS = {
         [(wheel, "schedule_of_entry", _entries_without("write_back"))], ["model", FIELDS_EXAMPLE], WHEEL),
     "entries lose the history flag": (
         [(wheel, "schedule_of_entry", _entries_without("history"))], ["model", FIELDS_EXAMPLE], WHEEL),
+    # Expiry and recurring schedules ("cron-model": the property test over cron_scripts).
+    "digest ignores the max lateness": ([(wheel, "digest", _digest_without("max_lateness_ms"))], ["cron-model"],
+                                        WHEEL),
+    "an expired delivery is delivered": (
+        [(wheel, "mark_expired", lambda frame, now_ms: frame)], ["cron-model", EXPIRY_EXAMPLE], WHEEL),
+    "the skip policy is ignored (missed firings delivered)": (
+        [(wheel._Shard, "_skipped", lambda self, frame, emit: None)], ["cron-model", DOWNTIME_EXAMPLE], WHEEL),
+    "the replay policy is ignored on resume (firings missed while paused dropped)": (
+        [(wheel, "resumed_at", _resume_always_skips)], ["cron-model", PAUSE_EXAMPLE], WHEEL),
+    "a paused, replaced or cancelled cron's pending firing is still delivered": (
+        [(wheel, "withdraw_firing", lambda shard, entry, written, result: None)], ["cron-model", PAUSE_EXAMPLE],
+        WHEEL),
+    "a firing id is reused (no instant in it)": (
+        [(wheel, "firing_id", lambda activation, due_ms: activation)], ["cron-model", FIRINGS_EXAMPLE], WHEEL),
+    "the bounds of a cron are ignored": ([(cron, "first_firing", _first_firing_without_bounds)], ["cron-model"],
+                                         WHEEL),
+    "a cron's next firing is never filed": ([(wheel._Shard, "advance_crons", _no_next_firings)],
+                                            ["cron-model", FIRINGS_EXAMPLE], WHEEL),
 }
 
 
@@ -619,10 +897,18 @@ def test_the_model_test_finds_each_broken_rule(mutant, monkeypatch):
         def model_test(script):
             check_script(script, engine_class)
 
+        @settings(max_examples=CRON_PROPERTY_EXAMPLES, phases=[Phase.generate], derandomize=True, database=None,
+                  deadline=None, suppress_health_check=list(HealthCheck))
+        @given(script=cron_scripts)
+        def cron_model_test(script):
+            check_script(script, engine_class)
+
         for test in caught_by:
             with pytest.raises(AssertionError):
                 if test == "model":
                     model_test()
+                elif test == "cron-model":
+                    cron_model_test()
                 else:
                     globals()[test](engine_class(partitions=1))
 
@@ -943,3 +1229,114 @@ def test_herd_all_due_at_one_instant_is_delivered_in_one_batch_exactly_once(engi
     delivered, _ = engine.batch(1000, [])
     assert sorted(s.delivery_id for s in delivered) == sorted(f"t-0-{i}" for i in range(min(cancelled, n), n))
     assert engine.batch(5000, [])[0] == []
+
+
+# ---------------------------------------------------------------- recurring schedules and expiry, examples
+
+EVERY_5S = Cron("* * * * * */5")
+
+
+def cron_add(definition: Cron = EVERY_5S, offset: int = 1, value: bytes = b"tick", max_lateness: Optional[int] = None,
+             topic: str = "out") -> Request:
+    version = f"requests-0-{offset}"
+    return Request(Action.CRON_ADD, Schedule(0, topic, b"k", value, (("h", b"1"),), version,
+                                             max_lateness_ms=max_lateness, cron=definition),
+                   raw_headers=(("x-scheduler-action", b"CRON_ADD"), ("h", b"1")), activation=version)
+
+
+def cron_request(action: Action, offset: int) -> Request:
+    return Request(action, None, activation=f"requests-0-{offset}")
+
+
+def firings_of(delivered) -> list[tuple[int, str]]:
+    return [(s.due_ms, s.delivery_id) for s in delivered if s.cron is not None]
+
+
+def test_a_cron_fires_at_each_instant_with_a_delivery_id_of_its_own(engine):
+    """Registered at 10.2 s, every 5 s: 15 s, 20 s, 25 s, each with the id "<request>@<instant>"; never early."""
+    a = cron_sid("a")
+    delivered, counts = engine.batch(10_200, [(a, cron_add())])
+    assert delivered == [] and counts == Counter({Outcome.CRON_ADDED: 1})
+    assert engine.batch(14_999, [])[0] == []
+    assert firings_of(engine.batch(15_000, [])[0]) == [(15_000, "requests-0-1@15000")]
+    assert firings_of(engine.batch(19_000, [])[0]) == []
+    assert firings_of(engine.batch(20_001, [])[0]) == [(20_000, "requests-0-1@20000")]
+    assert firings_of(engine.batch(25_000, [])[0]) == [(25_000, "requests-0-1@25000")]
+    assert engine.batch(25_001, [(a, cron_request(Action.CRON_CANCEL, 2))])[1] == Counter({Outcome.CRON_CANCELLED: 1})
+    assert engine.batch(40_000, [])[0] == []
+
+
+def test_a_pause_withdraws_the_held_firing_and_a_resume_replays_or_skips(engine):
+    for policy in ("replay", "skip"):
+        engine = type(engine)(lookahead_ms=1500, partitions=1)
+        a = cron_sid("a")
+        engine.batch(10_200, [(a, cron_add(Cron("* * * * * */5", policy=policy)))])
+        engine.batch(13_800, [])
+        assert [s.due_ms for s in engine.prepared] == [15_000]  # held by the timed writer
+        delivered, counts = engine.batch(14_000, [(a, cron_request(Action.CRON_PAUSE, 2))])
+        assert counts == Counter({Outcome.CRON_PAUSED: 1})
+        assert engine.held == {} and engine.batch(15_000, [])[0] == []  # withdrawn
+        assert engine.batch(27_000, [(a, cron_request(Action.CRON_PAUSE, 3))])[1] == Counter(
+            {Outcome.CRON_PAUSE_NOOP: 1})
+        delivered, counts = engine.batch(27_100, [(a, cron_request(Action.CRON_RESUME, 4))])
+        assert counts == Counter({Outcome.CRON_RESUMED: 1})
+        if policy == "replay":  # 15, 20 and 25 s, missed while paused, at once and in order, with new ids
+            assert firings_of(delivered) == [(15_000, "requests-0-4@15000"), (20_000, "requests-0-4@20000"),
+                                             (25_000, "requests-0-4@25000")]
+        else:
+            assert firings_of(delivered) == []
+        assert firings_of(engine.batch(30_000, [])[0]) == [(30_000, "requests-0-4@30000")]
+
+
+def test_firings_missed_while_the_job_was_down_are_replayed_in_order_or_skipped(engine):
+    for policy in ("replay", "skip"):
+        engine = type(engine)(partitions=1)
+        a = cron_sid("a")
+        engine.batch(10_200, [(a, cron_add(Cron("* * * * * */5", policy=policy)))])
+        assert firings_of(engine.batch(15_000, [])[0]) == [(15_000, "requests-0-1@15000")]
+        engine = engine.restart(lookahead_ms=0, partitions=1)  # down from 15 s to 31 s
+        delivered = engine.batch(31_000, [])[0]
+        if policy == "replay":
+            assert [t for t, _ in firings_of(delivered)] == [20_000, 25_000, 30_000]
+        else:
+            assert firings_of(delivered) == [] and engine.skipped["skipped"] == 1
+        assert firings_of(engine.batch(35_000, [])[0]) == [(35_000, "requests-0-1@35000")]
+        # Late because of a slow batch, not because the job was down: delivered, whatever the policy.
+        assert firings_of(engine.batch(42_000, [])[0]) == [(40_000, "requests-0-1@40000")]
+
+
+def test_a_delivery_later_than_its_max_lateness_is_expired(engine):
+    one_shot = dataclasses.replace(sched(11_000), max_lateness_ms=1000)
+    engine.batch(10_000, [(sid("a"), Request(Action.ADD, one_shot)),
+                          (cron_sid("a"), cron_add(max_lateness=2000, offset=2))])
+    delivered, _ = engine.batch(12_500, [])  # 1.5 s late: more than 1 s
+    assert delivered == [] and engine.expired == [one_shot]
+    delivered, _ = engine.batch(17_000, [])  # 2 s late: not more than 2 s
+    assert firings_of(delivered) == [(15_000, "requests-0-2@15000")] and engine.expired == []
+    delivered, _ = engine.batch(22_001, [])
+    assert delivered == [] and [s.delivery_id for s in engine.expired] == ["requests-0-2@20000"]
+
+
+def test_cron_and_one_shot_ids_are_separate(engine):
+    engine.batch(10_000, [(cron_sid("a"), cron_add()), (sid("a"), Request(Action.ADD, sched(12_000)))])
+    assert engine.batch(10_001, [(sid("b"), Request(Action.CANCEL, None)), (cron_sid("b"),
+                                                                           cron_request(Action.CRON_CANCEL, 3))])[1] \
+        == Counter({Outcome.CANCEL_NOOP: 1, Outcome.CRON_CANCEL_NOOP: 1})
+    assert engine.batch(10_002, [(sid("a"), Request(Action.CANCEL, None))])[1] == Counter({Outcome.CANCELLED: 1})
+    assert firings_of(engine.batch(15_000, [])[0]) == [(15_000, "requests-0-1@15000")]
+    assert engine.batch(15_001, [(cron_sid("a"), cron_request(Action.CRON_CANCEL, 4)),
+                                 (sid("a"), Request(Action.CANCEL, None))])[1] == Counter(
+        {Outcome.CRON_CANCELLED: 1, Outcome.CANCEL_NOOP: 1})
+
+
+def test_bounds_an_identical_add_and_a_rejected_one(engine):
+    a, b = cron_sid("a"), cron_sid("b")
+    bounded = Cron("* * * * * */5", start_ms=17_000, end_ms=25_000)
+    _, counts = engine.batch(10_000, [(a, cron_add(bounded)), (b, cron_add(Cron("* * * * * */2"), offset=2))])
+    assert counts == Counter({Outcome.CRON_ADDED: 1, Outcome.REJECTED: 1})
+    assert "more often than the minimum interval" in engine.rejected[0]["reason"][0]
+    assert engine.batch(10_001, [(a, cron_add(bounded, offset=3))])[1] == Counter({Outcome.CRON_REPLACE_NOOP: 1})
+    assert firings_of(engine.batch(16_000, [])[0]) == []  # not before its start
+    assert [t for t, _ in firings_of(engine.batch(30_000, [])[0])] == [20_000, 25_000]  # nor after its end
+    assert engine.stores[0].index_entries() == {}  # past its end: gone
+    assert engine.batch(30_001, [(a, cron_request(Action.CRON_PAUSE, 4))])[1] == Counter({Outcome.CRON_PAUSE_NOOP: 1})

@@ -19,7 +19,7 @@ from kafka_scheduler.engine import index_cache, wheel
 from kafka_scheduler.engine.index_cache import IndexCache
 from kafka_scheduler.engine.schedule import Action, Outcome, Request, Schedule
 
-from .test_schedule_rules import WheelEngine, check_script, scripts
+from .test_schedule_rules import WheelEngine, check_script, cron_scripts, scripts
 
 DUE = 3_600_000  # one bucket, far ahead
 
@@ -175,15 +175,17 @@ class WorkersEngine(WheelEngine):
         return set(self.timers), [(s.seq, copy.deepcopy(s.token), copy.deepcopy(s.deltas),
                                    {b: i.copy() for b, i in s.buckets.items()},
                                    {k: v.copy() for k, v in s.chunks.items()}, copy.deepcopy(s.strikes),
-                                   copy.deepcopy(s.armed)) for s in self.stores]
+                                   copy.deepcopy(s.armed), {k: v.copy() for k, v in s.paused.items()})
+                                  for s in self.stores]
 
     def _restore(self, snapshot) -> None:
         timers, stores = snapshot
         self.timers.clear()
         self.timers.update(timers)
-        for store, (seq, token, deltas, buckets, chunks, strikes, armed) in zip(self.stores, stores):
+        for store, (seq, token, deltas, buckets, chunks, strikes, armed, paused) in zip(self.stores, stores):
             store.seq, store.token, store.deltas = seq, token, deltas
             store.buckets, store.chunks, store.strikes, store.armed = buckets, chunks, strikes, armed
+            store.paused = paused
 
     def batch(self, now, requests):
         move = self.plan[self.turn % len(self.plan)]
@@ -240,6 +242,16 @@ def check_with_workers(script, plan, monkeypatch, log_settings):
 def test_rules_match_the_reference_whatever_happens_to_worker_memory(monkeypatch, log_settings, script, plan):
     """Restarts between arbitrary batches, a task moving between workers, attempts thrown away: the
     caches catch up from the delta log (or, trimmed, rebuild from the chunks) and nothing changes."""
+    check_with_workers(script, plan, monkeypatch, log_settings)
+
+
+@pytest.mark.parametrize("log_settings", [{}, TINY_LOG], ids=["delta-log", "trimmed-log"])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(script=cron_scripts, plan=plans)
+def test_cron_rules_match_the_reference_whatever_happens_to_worker_memory(monkeypatch, log_settings, script, plan):
+    """The same with crons: a fire on a fresh worker that files a cron's next firing rebuilds the index from the
+    chunks as the call has left them (IndexSession's overlay), paused crons are rebuilt from their map."""
     check_with_workers(script, plan, monkeypatch, log_settings)
 
 
@@ -423,3 +435,27 @@ def test_the_shards_of_a_herd_prepare_it_at_the_same_instant():
         timers.append(min(store.armed))
     lead = DUE - 3000 - timers[0]
     assert lead >= 2000 and timers == [timers[0]] * 3, (lead, timers)
+
+
+def test_a_fire_on_a_fresh_worker_that_files_a_next_firing_rebuilds_the_index_as_the_call_left_the_chunks():
+    """After a restart (fresh worker memory) a fire retires part of a bucket, rewriting its chunk, and files the
+    next firing of a cron it held: the index, rebuilt in the middle of the call, must read the bucket as the call
+    left it (its metadata is written only at the end of the call)."""
+    from kafka_scheduler.engine.schedule import Cron
+
+    store = wheel.MemoryShardStore(0)
+    cron_add = Request(Action.CRON_ADD, Schedule(0, "out", b"k", b"tick", (), "requests-0-1",
+                                                 cron=Cron("* * * * * */5")), activation="requests-0-1")
+    later = Schedule(15_700, "out", b"k", b"later", (), "requests-0-2")
+    wheel.apply_requests(store, [(b"cron:requests/c", cron_add), (sid(7), Request(Action.ADD, later))], 10_200)
+    store.cache = IndexCache()  # a new worker process
+    timer = min(t for t, _ in store.timers)
+    store.timers.clear()
+    emitted = [s for frame in wheel.fire(store, timer, 15_100) for s in wheel.schedules_of(frame)]
+    assert [s.delivery_id for s in emitted] == ["requests-0-1@15000"]
+    assert store.index_entries() == store.cache.entries
+    assert set(store.cache.entries) == {b"cron:requests/c", sid(7)}
+    assert store.cache.entries[b"cron:requests/c"].delivery_id == "requests-0-1@20000"
+    assert store.token.entries == 2
+    # The next call trusts this cache (it is the version the token lists) and agrees with a rebuild.
+    assert index_cache.IndexSession.trusted(store.cache, store.token)

@@ -127,7 +127,7 @@ class CronSpec:
             try:
                 self._min_interval_ms = self._measure_min_interval()
             except Exception:  # CroniterBadDateError
-                raise CronError(f"{_header()} '{self.expr}' never fires") from None
+                raise CronError(f"invalid {_header()} '{self.expr}': it never fires") from None
         return self._min_interval_ms
 
     def next_after(self, after_ms: int) -> Optional[int]:

@@ -38,6 +38,9 @@ DELTA_PART = 50_000  # changes per stored delta value: bounds every value the lo
 KEEP_VERSIONS = 64  # deltas kept at most; a cache further behind is rebuilt
 KEEP_CHANGES_FLOOR = 100_000  # the log also keeps at most max(this, entries) changes: catching up stays
 # cheaper than a rebuild, which reads every pending entry
+# The due time in the index entry of a paused cron: it has no firing in the wheel (its definition is in the
+# ``paused`` map); far below any due time, so no range of due times (forget_due) ever holds it.
+PAUSED_MS = -(2**62)
 
 
 class IndexEntry(NamedTuple):
@@ -83,10 +86,18 @@ def parts_of(size: int) -> int:
     return (size + DELTA_PART - 1) // DELTA_PART
 
 
-def stored_index(store) -> dict:
-    """The index as the stored chunks and strike lists define it: every unstruck row with an id."""
+def stored_index(store, overlay: Optional[dict] = None) -> dict:
+    """The index as the stored chunks and strike lists define it: every unstruck row with an id, and every paused
+    cron. ``overlay``: bucket -> BucketInfo (None: gone) of a handler call that changed buckets and has not written
+    their metadata yet (its chunks and strike lists are written as it goes)."""
     entries: dict = {}
-    for bucket, info in store.bucket_items():
+    buckets = dict(store.bucket_items())
+    for bucket, info in (overlay or {}).items():
+        if info is None:
+            buckets.pop(bucket, None)
+        else:
+            buckets[bucket] = info
+    for bucket, info in buckets.items():
         struck: set = set()
         for n, _ in info.strikes:
             struck.update(store.strikes_get(bucket, n))
@@ -96,6 +107,9 @@ def stored_index(store) -> dict:
                                                         rows["digest"]):
                 if sid is not None and delivery_id not in struck:
                     entries[bytes(sid)] = IndexEntry(int(due_ms), delivery_id, bytes(digest))
+    for sid, entry in store.paused_items():
+        row = entry.iloc[0]
+        entries[bytes(sid)] = IndexEntry(PAUSED_MS, row["delivery_id"], bytes(row["digest"]))
     return entries
 
 
@@ -106,10 +120,10 @@ def _drop_due(entries: dict, first_ms: int, last_ms: int) -> int:
     return len(gone)
 
 
-def _rebuild(store, cache: IndexCache, token: IndexToken) -> None:
+def _rebuild(store, cache: IndexCache, token: IndexToken, overlay: Optional[dict] = None) -> None:
     cache.nonce = None
     # An empty index needs no reading: a shard of schedules without ids may hold millions of them.
-    cache.entries = stored_index(store) if token.entries else {}
+    cache.entries = stored_index(store, overlay) if token.entries or overlay else {}
     cache.version, cache.nonce = token.version, token.nonces[-1]
     cache.rebuilds += 1
 
@@ -117,12 +131,13 @@ def _rebuild(store, cache: IndexCache, token: IndexToken) -> None:
 class IndexSession:
     """One handler call's use of the index: synced at open, changes recorded, written once at ``commit``."""
 
-    def __init__(self, store, lazy: bool = False):
+    def __init__(self, store, lazy: bool = False, overlay=None):
         """``lazy`` (a fire's): on a worker that never held this index, do not sync at all (see ``forget``).
         Otherwise the session syncs at open, before the call changes any chunk: a rebuild must read the
         chunks as the last call left them. A stale cache is caught up or rebuilt as usual, which keeps the
         entry count known (the job logs it)."""
         self.store = store
+        self.overlay = overlay  # () -> the calling handler's unwritten bucket metadata (see stored_index)
         self.cache: IndexCache = store.cache
         self.token: IndexToken = store.index_token_get() or IndexToken()
         self.changes: list = []
@@ -139,7 +154,13 @@ class IndexSession:
 
     def _ensure(self) -> None:
         if not self._synced:
-            self._sync()
+            if self._invalidate:
+                # A lazy session that already forgot versions without the index (see ``forget``) now needs it (a
+                # cron's next firing is filed): rebuilt from the chunks as this call has left them so far, which no
+                # longer hold what it forgot; the commit then starts a new base no other cache can catch up to.
+                _rebuild(self.store, self.cache, self.token, self.overlay() if self.overlay else None)
+            else:
+                self._sync()
             self._synced = True
 
     def entries(self) -> dict:
@@ -239,14 +260,19 @@ class IndexSession:
         """Write this call's changes as the next version (nothing if there were none)."""
         token, store, changes = self.token, self.store, self.changes
         version, nonce = token.version + 1, secrets.randbits(63)
-        if self._invalidate and not changes:
-            # No cache lists this version: each is rebuilt on its next use; the count is unknown till then.
+        if self._invalidate:
+            # No cache but maybe this call's lists this version: every other is rebuilt on its next use.
             for base in range(token.base + 1, token.version + 1):
                 for part in range(parts_of(token.sizes[base - token.base - 1])):
                     store.delta_remove(base, part)
-            entries = token.entries - self._forgotten_unsynced if token.entries >= 0 else -1
+            if self._synced:  # rebuilt in this call after the forgetting (``_ensure``): exact
+                entries = len(self.cache.entries)
+                self.cache.version, self.cache.nonce = version, nonce
+            else:  # the count stays known (see ``forget``), or unknown till the next rebuild
+                entries = token.entries - self._forgotten_unsynced if token.entries >= 0 else -1
             self.token = IndexToken(version, version, [nonce], [], entries if entries >= 0 else -1)
             store.index_token_put(self.token)
+            self.changes = []
             return
         recount = self._synced and token.entries < 0
         if not changes and not recount:

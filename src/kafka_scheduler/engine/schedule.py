@@ -12,17 +12,33 @@ from typing import Optional
 
 Headers = tuple[tuple[str, Optional[bytes]], ...]
 
-from ..protocol import CLIENT_SID_PREFIX, INTERNAL_SID_PREFIX
+from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, FIRING_SEPARATOR, INTERNAL_SID_PREFIX
 
 
 def is_internal(sid: bytes) -> bool:
     return sid[:len(INTERNAL_SID_PREFIX)] == INTERNAL_SID_PREFIX
 
 
+def is_cron(sid: bytes) -> bool:
+    return sid[:len(CRON_SID_PREFIX)] == CRON_SID_PREFIX
+
+
+def firing_id(activation: str, due_ms: int) -> str:
+    """The delivery id of a cron's firing: the activating request's delivery id and the firing instant. The same
+    firing of the same activation always gets the same id (a crash re-emits it with it); a resume is a new
+    activation, so a firing withdrawn by a pause and replayed after the resume never shares an id with its
+    struck-out row."""
+    return f"{activation}{FIRING_SEPARATOR}{int(due_ms)}"
+
+
+def activation_of(delivery_id: str) -> str:
+    return delivery_id.split(FIRING_SEPARATOR, 1)[0]
+
+
 def input_topic_of(sid) -> str:
     """The input topic a schedule id is scoped by ("" for an id of another form): outcomes are counted per topic."""
     sid = bytes(sid)
-    for prefix in (CLIENT_SID_PREFIX, INTERNAL_SID_PREFIX):
+    for prefix in (CLIENT_SID_PREFIX, CRON_SID_PREFIX, INTERNAL_SID_PREFIX):
         if sid[:len(prefix)] == prefix:
             topic, sep, _ = sid[len(prefix):].partition(b"/")
             return topic.decode(errors="replace") if sep else ""
@@ -35,6 +51,11 @@ class Action(str, Enum):
     REPLACE = "REPLACE"
     CANCEL = "CANCEL"
     COMPLETE = "COMPLETE"  # a write-back read back: the version it names was delivered
+    # Recurring schedules (Kaspr's actions), in the id space of crons (protocol.CRON_SID_PREFIX)
+    CRON_ADD = "CRON_ADD"  # register, or replace the cron of that id
+    CRON_PAUSE = "CRON_PAUSE"
+    CRON_RESUME = "CRON_RESUME"
+    CRON_CANCEL = "CRON_CANCEL"
 
 
 class Outcome(str, Enum):
@@ -48,6 +69,16 @@ class Outcome(str, Enum):
     COMPLETED = "completed"  # a write-back named the pending version: it was delivered (before a rebuild, or by
     # the scheduler being replaced), so it is not delivered again
     COMPLETE_NOOP = "complete_noop"  # the version a write-back names is no longer pending (the usual case)
+    CRON_ADDED = "cron_added"  # no cron had the id: it is registered (and has its first firing, unless past its end)
+    CRON_REPLACED = "cron_replaced"  # a cron (active or paused) had the id: this definition replaces it, active
+    CRON_REPLACE_NOOP = "cron_replace_noop"  # identical to the active cron of the id: nothing changes
+    CRON_PAUSED = "cron_paused"
+    CRON_PAUSE_NOOP = "cron_pause_noop"  # no cron with the id, or paused already
+    CRON_RESUMED = "cron_resumed"
+    CRON_RESUME_NOOP = "cron_resume_noop"  # no cron with the id, or not paused
+    CRON_CANCELLED = "cron_cancelled"
+    CRON_CANCEL_NOOP = "cron_cancel_noop"  # no cron with the id
+    REJECTED = "rejected"  # a CRON_ADD whose expression or zone the rules refuse (the decoder rejects the rest)
 
 
 @dataclass(frozen=True)
@@ -58,6 +89,18 @@ class WriteBack:
     partition: int
     key: Optional[bytes]
     headers: Headers
+
+
+@dataclass(frozen=True)
+class Cron:
+    """What makes a schedule recurring: its expression (croniter's syntax), zone (IANA; None: UTC), what happens to
+    firings missed while the job was down or the cron paused (``replay`` or ``skip``), and its bounds."""
+
+    expr: str
+    tz: Optional[str] = None
+    policy: str = "replay"
+    start_ms: Optional[int] = None  # no firing before
+    end_ms: Optional[int] = None  # no firing after; past it the cron leaves state
 
 
 @dataclass(frozen=True)
@@ -74,7 +117,8 @@ class Schedule:
     partition_key: Optional[bytes] = None  # picks the destination partition as Kafka's default partitioner would
     write_back: Optional[WriteBack] = None
     history: bool = False  # copied to the history topic whatever --history says
-
+    max_lateness_ms: Optional[int] = None  # written later than due + this: rejected as expired instead
+    cron: Optional[Cron] = None  # a cron's firing (due_ms, delivery_id: firing_id(...)), or a CRON_ADD's definition
 
 
 @dataclass(frozen=True)
@@ -84,6 +128,11 @@ class Request:
     action: Action
     schedule: Optional[Schedule]
     completes: Optional[str] = None  # COMPLETE: the delivery id of the version delivered; None: whatever is pending
+    # CRON_ADD: the request's headers as read (all of them), for its rejection should the rules refuse it
+    raw_headers: Optional[Headers] = None
+    # CRON_ADD, CRON_RESUME: the request's delivery id (source topic-partition-offset): the cron's activation,
+    # which its firing ids start with
+    activation: Optional[str] = None
 
 
 def completes(request: Request, pending_delivery_id: str) -> bool:

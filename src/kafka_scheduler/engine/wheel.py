@@ -32,6 +32,7 @@ Spark state in ``wheel_processor.py``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import itertools
 import struct
@@ -43,8 +44,11 @@ import numpy as np
 import pandas as pd
 
 from ..protocol import ENTRY_OVERHEAD_BYTES
-from .index_cache import IndexCache, IndexEntry, IndexSession, IndexToken
-from .schedule import Action, Outcome, Request, Schedule, WriteBack, completes, input_topic_of, is_internal
+from . import cron as crons
+from .index_cache import PAUSED_MS, IndexCache, IndexEntry, IndexSession, IndexToken
+from .rejection_classes import reason_class
+from .schedule import Action, Cron, Outcome, Request, Schedule, WriteBack, activation_of, completes, firing_id, \
+    input_topic_of, is_cron, is_internal
 
 BUCKET_MS = 1000
 # How fast a shard's fire reads, filters and emits a bucket's chunks, conservatively: a bucket is prepared this much
@@ -61,8 +65,13 @@ ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id", "e
                  # what some dialects add (null for native requests): see schedule.Schedule
                  "partition", "partition_key", "wb_topic", "wb_partition", "wb_key", "wb_headers", "history",
                  # the client id and digest of the version (null without request id): rebuild the index
-                 "sid", "digest"]
+                 "sid", "digest",
+                 # expiry (null: none), and a cron's definition (null for one-shots): see schedule.Cron
+                 "max_lateness_ms", "cron_expr", "cron_tz", "cron_policy", "cron_start_ms", "cron_end_ms"]
 INDEX_COLUMNS = ["sid", "digest"]
+CRON_COLUMNS = ["cron_expr", "cron_tz", "cron_policy", "cron_start_ms", "cron_end_ms"]
+NULLABLE_INT_COLUMNS = ("partition", "wb_partition", "max_lateness_ms", "cron_start_ms", "cron_end_ms")
+DEFAULT_CRON_MIN_INTERVAL_MS = 5000
 
 
 def bucket_of(due_ms: int) -> int:
@@ -109,7 +118,8 @@ def aligned_lead_ms(lead_ms: int) -> int:
 
 def digest_of_entry(r) -> bytes:
     """``digest(schedule_of_entry(r))``, without making the Schedule for a native row (the ingest path)."""
-    if missing(r.partition) and missing(r.partition_key) and missing(r.wb_headers) and not flag(r.history):
+    if missing(r.partition) and missing(r.partition_key) and missing(r.wb_headers) and not flag(r.history) \
+            and missing(getattr(r, "max_lateness_ms", None)) and missing(getattr(r, "cron_expr", None)):
         return _native_digest(int(r.due_ms), r.topic, optional_bytes(r.key), optional_bytes(r.value),
                               [(name, optional_bytes(value)) for name, value in header_pairs(r.headers)]).digest()
     return digest(schedule_of_entry(r))
@@ -135,7 +145,24 @@ def digest(schedule: Schedule) -> bytes:
             _header_parts(pieces, back.headers)
         pieces.append(b"h" if schedule.history else b"-")
         h.update(b"".join(pieces))
+    if schedule.max_lateness_ms is not None or schedule.cron is not None:
+        # Added with issue 19: digests of schedules without expiry and crons stay as they were.
+        pieces = [b"c", struct.pack(">q", -1 if schedule.max_lateness_ms is None else schedule.max_lateness_ms)]
+        definition = schedule.cron
+        if definition is not None:
+            _part(pieces, definition.expr.encode())
+            _part(pieces, None if definition.tz is None else definition.tz.encode())
+            _part(pieces, definition.policy.encode())
+            for bound in (definition.start_ms, definition.end_ms):
+                pieces.append(b"\xff" if bound is None else struct.pack(">q", bound))
+        h.update(b"".join(pieces))
     return h.digest()
+
+
+def cron_digest(schedule: Schedule) -> bytes:
+    """What makes two cron definitions identical (an identical CRON_ADD is a no-op): all but the firing instant and
+    the ids."""
+    return digest(dataclasses.replace(schedule, due_ms=0, delivery_id=""))
 
 
 def entry_bytes(schedule: Schedule) -> int:
@@ -144,9 +171,11 @@ def entry_bytes(schedule: Schedule) -> int:
         return sum(len(name.encode()) + len(value or b"") for name, value in pairs)
 
     back = schedule.write_back
+    definition = schedule.cron
     return (ENTRY_OVERHEAD_BYTES + len(schedule.key or b"") + len(schedule.value or b"")
             + header_bytes(schedule.headers)
-            + (0 if back is None else len(back.key or b"") + header_bytes(back.headers)))
+            + (0 if back is None else len(back.key or b"") + header_bytes(back.headers))
+            + (0 if definition is None else len(definition.expr.encode()) + len((definition.tz or "").encode())))
 
 
 @dataclass
@@ -202,24 +231,41 @@ class ShardStore(Protocol):
     def armed_put(self, timer_ms: int, buckets: list) -> None: ...
     def armed_remove(self, timer_ms: int) -> None: ...
     def register_timer(self, timer_ms: int) -> None: ...
+    # Paused crons: sid -> a one-row entries frame (its definition; due_ms: where a replay resumes, delivery_id: the
+    # activation it was paused in). Few: a state call per pause and resume.
+    def paused_get(self, sid: bytes) -> Optional[pd.DataFrame]: ...
+    def paused_put(self, sid: bytes, entry: pd.DataFrame) -> None: ...
+    def paused_remove(self, sid: bytes) -> None: ...
+    def paused_items(self) -> Iterator[tuple[bytes, pd.DataFrame]]: ...
 
 
 def entries_frame(schedules: Iterable[Schedule], ids: Optional[Iterable[tuple]] = None) -> pd.DataFrame:
     """``ids``: (sid, digest) of each schedule; None: schedules without request id."""
     rows = []
     for s, (sid, version_digest) in zip(schedules, ids if ids is not None else itertools.repeat((None, None))):
-        back = s.write_back
+        back, definition = s.write_back, s.cron
         rows.append((s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id, entry_bytes(s),
                      s.partition, s.partition_key,
                      *((None, None, None, None) if back is None else
                        (back.topic, back.partition, back.key, list(back.headers))),
-                     s.history, sid, version_digest))
-    return pd.DataFrame(rows, columns=ENTRY_COLUMNS).astype({"partition": object, "wb_partition": object})
+                     s.history, sid, version_digest, s.max_lateness_ms,
+                     *((None,) * 5 if definition is None else
+                       (definition.expr, definition.tz, definition.policy, definition.start_ms, definition.end_ms))))
+    return pd.DataFrame(rows, columns=ENTRY_COLUMNS).astype({c: object for c in NULLABLE_INT_COLUMNS})
+
+
+def with_entry_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """A frame with every entry column: those a chunk written before them lacks are null."""
+    absent = [c for c in ENTRY_COLUMNS if c not in frame.columns]
+    if not absent:
+        return frame
+    return frame.assign(**{c: pd.Series([None] * len(frame), index=frame.index, dtype=object) for c in absent})
 
 
 def missing(value) -> bool:
-    """A null cell of a frame: pandas holds a missing one as None, or NaN in a numeric column."""
-    return value is None or (isinstance(value, float) and pd.isna(value))
+    """A null cell of a frame: pandas holds a missing one as None, NaN in a numeric column, or pd.NA in a nullable
+    integer one."""
+    return value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value))
 
 
 def optional_int(value) -> Optional[int]:
@@ -246,16 +292,28 @@ def headers_of(cell) -> tuple:
     return tuple((name, optional_bytes(value)) for name, value in header_pairs(cell))
 
 
+def cron_of_entry(r) -> Optional[Cron]:
+    expr = getattr(r, "cron_expr", None)
+    if missing(expr):
+        return None
+    tz, policy = getattr(r, "cron_tz", None), getattr(r, "cron_policy", None)
+    return Cron(expr, None if missing(tz) else tz, "replay" if missing(policy) else policy,
+                optional_int(getattr(r, "cron_start_ms", None)), optional_int(getattr(r, "cron_end_ms", None)))
+
+
 def schedule_of_entry(r) -> Schedule:
-    """A Schedule from a row (itertuples) of an entries frame or of the processor's request frame."""
+    """A Schedule from a row (itertuples) of an entries frame or of the processor's request frame (a CRON_ADD's due
+    time is null there: 0)."""
     wb_headers = getattr(r, "wb_headers", None)
-    return Schedule(int(r.due_ms), r.topic, optional_bytes(r.key), optional_bytes(r.value), headers_of(r.headers),
-                    r.delivery_id,
+    return Schedule(optional_int(r.due_ms) or 0, r.topic, optional_bytes(r.key), optional_bytes(r.value),
+                    headers_of(r.headers), r.delivery_id,
                     partition=optional_int(getattr(r, "partition", None)),
                     partition_key=optional_bytes(getattr(r, "partition_key", None)),
                     write_back=None if missing(wb_headers) else WriteBack(
                         r.wb_topic, int(r.wb_partition), optional_bytes(r.wb_key), headers_of(wb_headers)),
-                    history=flag(getattr(r, "history", False)))
+                    history=flag(getattr(r, "history", False)),
+                    max_lateness_ms=optional_int(getattr(r, "max_lateness_ms", None)),
+                    cron=cron_of_entry(r))
 
 
 def schedules_of(frame: pd.DataFrame) -> list[Schedule]:
@@ -315,15 +373,23 @@ class _Shard:
     """One handler call's view of the shard: bucket metadata and armed timers read at most once,
     written at most once; chunks and strike lists written as they are made."""
 
-    def __init__(self, store: ShardStore, seq: int, now_ms: int, window_ms: int, run: str, lazy: bool = False):
+    def __init__(self, store: ShardStore, seq: int, now_ms: int, window_ms: int, run: str, lazy: bool = False,
+                 started_ms: Optional[int] = None):
         self.store, self.seq, self.now_ms, self.window_ms, self.run = store, seq, now_ms, window_ms, run
+        # When the running job started: a skip cron's firing due before it was missed (the job was down).
+        self.started_ms = started_ms
         self.cache: dict[int, Optional[BucketInfo]] = {}
         self.dirty: set[int] = set()
         self.armed: dict[int, list] = {}
         self.struck: dict[int, list] = {}
+        # Firings of crons that left state in this call (written, delivered, expired or skipped), with ``_after``:
+        # the instant their next firing follows (advance_crons files it).
+        self.cron_gone: list[pd.DataFrame] = []
+        self.skipped = 0  # firings of skip crons missed while the job was down: not delivered
         # Synced before the call changes anything: a rebuild reads the chunks as the last call left them.
-        # One state read when the cache is current. A fire's is lazy: it only forgets (IndexSession.forget).
-        self._index = IndexSession(store, lazy=lazy)
+        # One state read when the cache is current. A fire's is lazy: it only forgets (IndexSession.forget), unless
+        # it files a cron's next firing: then it is rebuilt from the chunks as this call has left them so far.
+        self._index = IndexSession(store, lazy=lazy, overlay=lambda: dict(self.cache))
 
     def index(self) -> IndexSession:
         return self._index
@@ -416,11 +482,15 @@ class _Shard:
             emit = due <= prep_ms
             if through is not None:
                 emit &= due > through
+            skipped = self._skipped(frame, emit)
+            if skipped is not None:
+                emit &= ~skipped
             if emit.any():
                 yield frame[emit].reset_index(drop=True)
             gone = due <= now
             if gone.any():
                 leaving.append(frame.loc[gone, ["sid", "delivery_id"]])
+                self._cron_leaving(frame[gone], None if skipped is None else skipped[gone])
             later_due = due[~gone]
             if len(later_due):
                 prepared = later_due <= through_after
@@ -464,6 +534,95 @@ class _Shard:
         self.arm(bucket, info, min(t for t in (retire_at, None if prepare_at is None else
                                                max(now + 1, prepare_at - self.window_ms - lead)) if t is not None))
         self.dirty.add(bucket)
+
+    def _skipped(self, frame: pd.DataFrame, emit: pd.Series) -> Optional[pd.Series]:
+        """The firings of skip crons about to be emitted that were missed: due (by now) before the running job started
+        (it was down, or starting, at their instant). Not delivered; the cron goes on from its first firing since the
+        start.
+        A firing late because of a slow batch or a backlog was due while the job ran: it is delivered."""
+        if self.started_ms is None or not emit.any():
+            return None
+        due = frame["due_ms"]
+        missed = emit & (frame["cron_policy"] == "skip") & (due < self.started_ms) & (due <= self.now_ms)
+        if not missed.any():
+            return None
+        self.skipped += int(missed.sum())
+        return missed
+
+    def _cron_leaving(self, rows: pd.DataFrame, skipped: Optional[pd.Series]) -> None:
+        """Firings leaving state: those of crons get their next firing (``advance_crons``), after their own instant, or
+        after the job's start for a skipped one."""
+        is_cron = rows["cron_expr"].notna()
+        if not is_cron.any():
+            return
+        fired = rows[is_cron]
+        after = fired["due_ms"].to_numpy(dtype=np.int64)
+        if skipped is not None:
+            after = np.where(skipped[is_cron].to_numpy(), self.started_ms - 1, after)
+        self.cron_gone.append(fired.assign(_after=after))
+
+    def advance_crons(self) -> Iterator[pd.DataFrame]:
+        """Each cron whose firing left state in this call gets its next one, computed in bulk (rows sharing expression,
+        zone and instant share one computation): filed in its bucket (the index names it), or, when already due
+        (a replay after an outage or a pause), emitted at once and followed in turn, in order. A cron with no next
+        firing (past its end) leaves state. Yields what it emits."""
+        while self.cron_gone:
+            gone = pd.concat(self.cron_gone, ignore_index=True) if len(self.cron_gone) > 1 else \
+                self.cron_gone[0].reset_index(drop=True)
+            self.cron_gone = []
+            following = crons.next_firings(gone["cron_expr"].to_numpy(), gone["cron_tz"].to_numpy(),
+                                           gone["_after"].to_numpy())
+            ends = pd.to_numeric(gone["cron_end_ms"], errors="coerce").fillna(float(FAR_FUTURE_MS)).to_numpy()
+            alive = (following >= 0) & (following <= ends)
+            if not alive.any():
+                continue
+            nexts = gone[alive].drop(columns=["_after"]).reset_index(drop=True)
+            nexts["due_ms"] = following[alive]
+            nexts["delivery_id"] = [firing_id(activation_of(d), t) for d, t in zip(nexts["delivery_id"],
+                                                                                  nexts["due_ms"])]
+            due = (nexts["due_ms"] <= self.now_ms).to_numpy()
+            if due.any():
+                at_once = nexts[due].reset_index(drop=True)
+                yield at_once
+                self.cron_gone.append(at_once.assign(_after=at_once["due_ms"].to_numpy(dtype=np.int64)))
+            later = nexts[~due]
+            if len(later):
+                index = self.index()
+                for sid, due_ms, delivery_id, version_digest in zip(later["sid"], later["due_ms"],
+                                                                   later["delivery_id"], later["digest"]):
+                    index.put(bytes(sid), IndexEntry(int(due_ms), delivery_id, bytes(version_digest)))
+                yield from self.file_frames({int(b): group for b, group in
+                                             later.groupby(later["due_ms"] // BUCKET_MS, sort=False)})
+
+    def file_frames(self, frames: dict) -> Iterator[pd.DataFrame]:
+        """File schedules not yet due (bucket -> entries); yields what is emitted meanwhile: those within what this
+        run already prepared of their bucket, and what the buckets due for preparation emit when ripened."""
+        to_ripen = []
+        for bucket, frame in frames.items():
+            frame = frame.reset_index(drop=True)
+            info = self.get(bucket)
+            through = None if info is None else info.prepared_through(self.run)
+            if through is not None:
+                # Within what this run already prepared of the bucket: emitted here, as the mark says they are
+                # (beyond now + window too, if the clock went back since the mark was set).
+                covered = frame["due_ms"] <= through
+                if covered.any():
+                    yield frame[covered].reset_index(drop=True)
+            if self.file(bucket, frame):
+                to_ripen.append(bucket)
+        for bucket in to_ripen:
+            yield from self.ripen(bucket, self.get(bucket))
+
+    def rows_by_delivery_id(self, wanted: dict) -> dict:
+        """bucket -> delivery ids: the Schedules of those rows (a cron's definition, read when it is paused)."""
+        found = {}
+        for bucket, ids in wanted.items():
+            info = self.get(bucket)
+            for n, _ in (info.chunks if info is not None else ()):
+                frame = self.store.chunk_get(bucket, n)
+                for r in frame[frame["delivery_id"].isin(ids)].itertuples(index=False):
+                    found[r.delivery_id] = schedule_of_entry(r)
+        return found
 
     def _forget_by_due_time(self, bucket_bytes: int) -> bool:
         """Whether the ids of a bucket leaving state whole leave the index as one change, by due time (a scan
@@ -523,20 +682,267 @@ class _Shard:
 class BatchResult:
     """What one handler call hands to the sink."""
     outcomes: Counter = field(default_factory=Counter)
-    # The same outcomes per input topic, (Outcome, topic) -> n, and the schedules delivered at once (due when
-    # read) per input topic: for the metrics (ops/metrics.py).
+    # The same outcomes per input topic, (Outcome, topic) -> n (rejections: (Outcome.REJECTED, topic, reason class)),
+    # and the schedules delivered at once (due when read) per input topic: for the metrics (ops/metrics.py).
     by_topic: Counter = field(default_factory=Counter)
     at_once: Counter = field(default_factory=Counter)
-    emitted: list = field(default_factory=list)  # entries frames: due by now (write now) or later (prepared)
+    # entries frames: due by now (write now) or later (prepared); a row marked ``expired`` (mark_expired) is not
+    # delivered but rejected as expired
+    emitted: list = field(default_factory=list)
     withdrawn: list = field(default_factory=list)  # delivery ids the timed writer may hold and must drop
+    # CRON_ADDs the rules refuse (expression, zone, interval): frames of key, value, raw_headers, delivery_id, reason
+    rejected: list = field(default_factory=list)
+    skipped: int = 0  # firings of skip crons missed while the job was down
 
     def schedules(self) -> list[Schedule]:
+        """Every emitted schedule, expired ones too."""
         return [s for frame in self.emitted for s in schedules_of(frame)]
+
+
+def mark_expired(frame: pd.DataFrame, now_ms: int) -> pd.DataFrame:
+    """Rows written at ``now_ms`` later than their due time plus their max lateness get ``expired`` True (the
+    column appears only when one does): the sink and the timed writer reject them as expired. A row prepared
+    ahead (due after now) is judged again when the writer writes it."""
+    lateness = frame.get("max_lateness_ms")
+    if lateness is None or not len(frame):
+        return frame
+    limit = pd.to_numeric(lateness, errors="coerce")
+    if limit.isna().all():
+        return frame
+    late = (now_ms - frame["due_ms"].astype("int64") > limit).fillna(False).to_numpy(dtype=bool)
+    if not late.any():
+        return frame
+    return frame.assign(expired=late)
+
+
+def expired_mask(frame: pd.DataFrame) -> np.ndarray:
+    if "expired" not in frame:
+        return np.zeros(len(frame), dtype=bool)
+    return frame["expired"].fillna(False).to_numpy(dtype=bool)
+
+
+def _rejection_frame(rows: list) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["key", "value", "raw_headers", "delivery_id", "reason"])
+
+
+def _reject(result: BatchResult, topic: str, rows: list) -> None:
+    """CRON_ADDs refused by the rules: (key, value, raw headers, delivery id, reason) each."""
+    for row in rows:
+        result.outcomes[Outcome.REJECTED] += 1
+        result.by_topic[(Outcome.REJECTED, topic, reason_class(row[4]))] += 1
+    result.rejected.append(_rejection_frame(rows))
+
+
+def cron_digest_of_entry(r) -> bytes:
+    """``cron_digest(schedule_of_entry(r))`` without the Schedule (the bulk path of CRON_ADDs)."""
+    return cron_digest(schedule_of_entry(r))
+
+
+def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: dict,
+                   min_interval_ms: int) -> None:
+    """The requests of crons, per id in log order (see protocols.md, "Recurring schedules"). A cron's state is its one
+    pending firing in the wheel (the index names it), or, paused, its definition in the ``paused`` map (the index
+    entry's due time is PAUSED_MS). A version's firing that the timed writer may hold is withdrawn and struck out of
+    its bucket when the cron is paused, replaced or cancelled; a firing already written stays written."""
+    index, store, now = shard.index(), shard.store, shard.now_ms
+    outcomes, by_topic = result.outcomes, result.by_topic
+    # A pause of an active cron needs its definition: the row of its pending firing, read from its bucket (grouped).
+    wanted: dict = {}
+    for sid, requests in by_sid.items():
+        entry = index.get(sid)
+        if entry is not None and entry.due_ms != PAUSED_MS and any(r.action is Action.CRON_PAUSE for r in requests):
+            wanted.setdefault(bucket_of(entry.due_ms), set()).add(entry.delivery_id)
+    rows = shard.rows_by_delivery_id(wanted) if wanted else {}
+
+    for sid, requests in by_sid.items():
+        topic = input_topic_of(sid)
+        initial = index.get(sid)
+        kind = "none" if initial is None else "paused" if initial.due_ms == PAUSED_MS else "active"
+        written = kind == "active" and shard.written(initial)
+        version: Optional[Schedule] = None  # the cron as this batch left it (active: due_ms its first firing;
+        version_digest = None if initial is None else initial.digest  # paused: due_ms where a replay resumes)
+        changed = False
+
+        def current() -> Schedule:
+            """The cron's definition as it stands, its due time the pending firing (active) or the cursor (paused)."""
+            if changed:
+                return version
+            if kind == "paused":
+                return schedule_of_entry(next(store.paused_get(sid).itertuples(index=False)))
+            return rows[initial.delivery_id]
+
+        for request in requests:
+            action = request.action
+            if action is Action.CRON_ADD:
+                schedule = request.schedule
+                definition = schedule.cron
+                reason = crons.problem(definition.expr, definition.tz, min_interval_ms)
+                if reason is not None:
+                    _reject(result, topic, [(schedule.key, schedule.value, request.raw_headers,
+                                             request.activation or schedule.delivery_id, reason)])
+                    continue
+                new_digest = cron_digest(schedule)
+                if kind == "active" and new_digest == version_digest:
+                    outcome = Outcome.CRON_REPLACE_NOOP
+                else:
+                    outcome = Outcome.CRON_ADDED if kind == "none" else Outcome.CRON_REPLACED
+                    first = crons.first_firing(definition.expr, definition.tz, now, definition.start_ms,
+                                               definition.end_ms)
+                    activation = request.activation or schedule.delivery_id
+                    changed, version_digest = True, new_digest
+                    if first is None:  # nothing left to fire (past its end): registered and gone
+                        kind, version = "none", None
+                    else:
+                        kind, written = "active", False
+                        version = dataclasses.replace(schedule, due_ms=first, delivery_id=firing_id(activation, first))
+            elif action is Action.CRON_PAUSE:
+                if kind != "active":
+                    outcome = Outcome.CRON_PAUSE_NOOP
+                else:
+                    outcome = Outcome.CRON_PAUSED
+                    base = current()
+                    cursor = base.due_ms
+                    if written:  # its pending firing is written: the next one is where a replay would resume
+                        following = crons.spec(base.cron.expr, base.cron.tz).next_after(cursor)
+                        cursor = FAR_FUTURE_MS if following is None else following
+                    kind, changed = "paused", True
+                    version = dataclasses.replace(base, due_ms=cursor, delivery_id=activation_of(base.delivery_id))
+            elif action is Action.CRON_RESUME:
+                if kind != "paused":
+                    outcome = Outcome.CRON_RESUME_NOOP
+                else:
+                    outcome = Outcome.CRON_RESUMED
+                    base = current()
+                    first = resumed_at(base.cron, base.due_ms, now)
+                    changed = True
+                    if first is None:
+                        kind, version = "none", None
+                    else:
+                        kind, written = "active", False
+                        version = dataclasses.replace(base, due_ms=first,
+                                                      delivery_id=firing_id(request.activation, first))
+            elif action is Action.CRON_CANCEL:
+                if kind == "none":
+                    outcome = Outcome.CRON_CANCEL_NOOP
+                else:
+                    outcome = Outcome.CRON_CANCELLED
+                    kind, version, changed = "none", None, True
+            else:
+                raise ValueError(f"not a cron action: {action}")
+            outcomes[outcome] += 1
+            by_topic[(outcome, topic)] += 1
+
+        if not changed:
+            continue
+        if initial is not None:
+            if initial.due_ms == PAUSED_MS:
+                if kind != "paused":
+                    store.paused_remove(sid)
+            else:
+                withdraw_firing(shard, initial, written, result)
+        if kind == "none":
+            if initial is not None:
+                index.remove(sid)
+        elif kind == "paused":
+            store.paused_put(sid, entries_frame([version], [(sid, version_digest)]))
+            index.put(sid, IndexEntry(PAUSED_MS, version.delivery_id, version_digest))
+        elif version.due_ms <= now:  # a replay: due at once, and those after it in turn (advance_crons)
+            frame = entries_frame([version], [(sid, version_digest)])
+            result.emitted.append(frame)
+            shard.cron_gone.append(frame.assign(_after=frame["due_ms"].to_numpy(dtype=np.int64)))
+            if initial is not None:
+                index.remove(sid)
+        else:
+            schedules, ids = to_file.setdefault(bucket_of(version.due_ms), ([], []))
+            schedules.append(version)
+            ids.append((sid, version_digest))
+            index.put(sid, IndexEntry(version.due_ms, version.delivery_id, version_digest))
+
+
+def resumed_at(definition: Cron, cursor: int, now_ms: int) -> Optional[int]:
+    """The first firing of a resumed cron: with ``replay``, the first one the pause withdrew (``cursor``; those due
+    are delivered at once, in order), with ``skip`` the first after now. None: none left (past its end)."""
+    if definition.policy == "skip":
+        return crons.first_firing(definition.expr, definition.tz, max(now_ms, cursor - 1), definition.start_ms,
+                                  definition.end_ms)
+    end = FAR_FUTURE_MS if definition.end_ms is None else definition.end_ms
+    return cursor if cursor <= end else None
+
+
+def withdraw_firing(shard: "_Shard", entry: IndexEntry, written: bool, result: BatchResult) -> None:
+    """A cron paused, replaced or cancelled: its pending firing is struck out of its bucket (even when written:
+    retiring it would otherwise file the next firing of that version), and withdrawn from the timed writer if it
+    may hold it."""
+    shard.strike(entry)
+    if not written and shard.may_be_held(entry):
+        result.withdrawn.append(entry.delivery_id)
+
+
+def _fresh_cron_adds(shard: "_Shard", adds: pd.DataFrame, result: BatchResult, min_interval_ms: int
+                     ) -> Optional[pd.DataFrame]:
+    """CRON_ADDs of ids without a cron that no other request of the batch names (the usual registration), in bulk:
+    one validation and one first-firing computation per distinct definition, not per row. Returns the entries to
+    file (due_ms the first firing)."""
+    now = shard.now_ms
+    topics = adds["src_topic"].to_numpy() if "src_topic" in adds else \
+        np.array([input_topic_of(s) for s in adds["sid"]], dtype=object)
+    exprs, zones = adds["cron_expr"].to_numpy(), adds["cron_tz"].to_numpy()
+    reasons = np.array(_per_distinct(lambda e, z: crons.problem(e, None if missing(z) else z, min_interval_ms),
+                                     exprs, zones), dtype=object)
+    bad = pd.notna(reasons)
+    if bad.any():
+        for topic in pd.unique(topics[bad]):
+            of_topic = bad & (topics == topic)
+            _reject(result, str(topic), list(zip(adds["key"][of_topic], adds["value"][of_topic],
+                                                 adds["raw_headers"][of_topic], adds["delivery_id"][of_topic],
+                                                 reasons[of_topic])))
+    good = adds[~bad].reset_index(drop=True)
+    if not len(good):
+        return None
+    for topic, n in pd.Series(topics[~bad]).value_counts().items():
+        result.by_topic[(Outcome.CRON_ADDED, topic)] += int(n)
+    result.outcomes[Outcome.CRON_ADDED] += len(good)
+    keys = list(zip(good["cron_expr"], good["cron_tz"], good["cron_start_ms"], good["cron_end_ms"]))
+    firsts: dict = {}
+    for key in set(map(_hashable, keys)):
+        expr, tz, start, end = key
+        first = crons.first_firing(expr, tz, now, start, end)
+        firsts[key] = -1 if first is None else first
+    due = np.array([firsts[_hashable(k)] for k in keys], dtype=np.int64)
+    filed = good[due >= 0].assign(due_ms=due[due >= 0]).reset_index(drop=True)
+    if not len(filed):
+        return None
+    filed["delivery_id"] = [firing_id(d, t) for d, t in zip(filed["delivery_id"], filed["due_ms"])]
+    filed["digest"] = [cron_digest_of_entry(r) for r in filed.itertuples(index=False)]
+    filed["sid"] = [bytes(s) for s in filed["sid"]]
+    index = shard.index()
+    for sid, due_ms, delivery_id, version_digest in zip(filed["sid"], filed["due_ms"], filed["delivery_id"],
+                                                       filed["digest"]):
+        index.put(sid, IndexEntry(int(due_ms), delivery_id, version_digest))
+    return filed[ENTRY_COLUMNS]
+
+
+def _hashable(key: tuple) -> tuple:
+    expr, tz, start, end = key
+    return expr, None if missing(tz) else tz, optional_int(start), optional_int(end)
+
+
+def _per_distinct(function, exprs, zones) -> list:
+    results: dict = {}
+    out = []
+    for e, z in zip(exprs, zones):
+        key = (e, None if missing(z) else z)
+        if key not in results:
+            results[key] = function(e, z)
+        out.append(results[key])
+    return out
 
 
 def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]], now_ms: int,
                    anonymous: Optional[pd.DataFrame] = None, window_ms: int = 0, run: str = "",
-                   keyed: Optional[pd.DataFrame] = None) -> BatchResult:
+                   keyed: Optional[pd.DataFrame] = None, cron_adds: Optional[pd.DataFrame] = None,
+                   started_ms: Optional[int] = None,
+                   cron_min_interval_ms: int = DEFAULT_CRON_MIN_INTERVAL_MS) -> BatchResult:
     """One shard's requests of a micro-batch at batch time ``now_ms``.
 
     Emits the schedules due by ``now_ms`` once all of the batch's requests acted (they leave state), and
@@ -544,36 +950,48 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     state until a fire after their due time retires them, so a crash before the writer wrote them loses
     nothing. A replace or cancel of a version the writer may hold withdraws it.
 
-    ``requests`` are those with a client id, in log order per id. ``anonymous`` holds the ADDs
+    ``requests`` are those with a client id (one-shots and crons), in log order per id. ``anonymous`` holds the ADDs
     without request id (ENTRY_COLUMNS): nothing can replace or cancel them, so they skip the
     index and are filed in bulk (an optional ``src_topic`` column names their input topic for the counts
     per topic; their ids are not kept). ``keyed`` (ENTRY_COLUMNS, digest not needed) holds ADDs and
     REPLACEs with a client id that no other request of the batch names: those whose id has no
     pending version (the usual case) are filed in bulk too, without a Schedule per row (``src_topic``, optional,
-    as for ``anonymous``).
+    as for ``anonymous``). ``cron_adds`` (ENTRY_COLUMNS and ``raw_headers``) holds CRON_ADDs likewise.
+    ``started_ms``: when the running job started (skip crons' firings due before it were missed).
     """
     by_sid: dict[bytes, list[Request]] = {}
     for sid, request in requests:
         by_sid.setdefault(sid, []).append(request)
     has_anonymous = anonymous is not None and len(anonymous) > 0
     has_keyed = keyed is not None and len(keyed) > 0
+    has_cron_adds = cron_adds is not None and len(cron_adds) > 0
     result = BatchResult()
-    if not by_sid and not has_anonymous and not has_keyed:
+    if not by_sid and not has_anonymous and not has_keyed and not has_cron_adds:
         return result
 
-    shard = _Shard(store, store.next_seq(), now_ms, window_ms, run)
+    shard = _Shard(store, store.next_seq(), now_ms, window_ms, run, started_ms=started_ms)
     outcomes, by_topic = result.outcomes, result.by_topic
     due_now: list[Schedule] = []
     to_file: dict[int, tuple[list[Schedule], list[tuple]]] = {}
     index = shard.index()
-    fresh = None
-    if has_keyed:
+    fresh = fresh_crons = None
+    if has_keyed or has_cron_adds:
         entries = index.entries()
+    if has_keyed:
         known = np.fromiter((bytes(sid) in entries for sid in keyed["sid"]), dtype=bool, count=len(keyed))
         for r in keyed[known].itertuples(index=False):  # a version is pending: the rules, one by one
             by_sid[bytes(r.sid)] = [Request(Action(r.action), schedule_of_entry(r))]
         fresh = keyed[~known]
+    if has_cron_adds:
+        known = np.fromiter((bytes(sid) in entries for sid in cron_adds["sid"]), dtype=bool, count=len(cron_adds))
+        for r in cron_adds[known].itertuples(index=False):  # a cron has the id (active or paused): one by one
+            by_sid[bytes(r.sid)] = [Request(Action.CRON_ADD, schedule_of_entry(r), raw_headers=r.raw_headers,
+                                            activation=r.delivery_id)]
+        fresh_crons = cron_adds[~known]
+    cron_sids = {sid: of_sid for sid, of_sid in by_sid.items() if is_cron(sid)}
     for sid, of_sid in by_sid.items():
+        if sid in cron_sids:
+            continue
         internal = is_internal(sid)
         topic = input_topic_of(sid)
         current = None if internal else index.get(sid)
@@ -611,6 +1029,8 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
         else:
             ids.append((sid, pending_digest))
             index.put(sid, IndexEntry(pending.due_ms, pending.delivery_id, pending_digest))
+    if cron_sids:
+        _cron_requests(shard, cron_sids, result, to_file, cron_min_interval_ms)
 
     frames = {bucket: entries_frame(schedules, ids) for bucket, (schedules, ids) in to_file.items()}
     if due_now:
@@ -634,6 +1054,7 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
                            np.array([input_topic_of(s) for s in fresh["sid"]], dtype=object))
     if bulk:
         rows = pd.concat(bulk, ignore_index=True) if len(bulk) > 1 else bulk[0]
+        rows = with_entry_columns(rows)
         outcomes[Outcome.SCHEDULED] += len(rows)
         due_mask = rows["due_ms"] <= now_ms
         topics = pd.Series(np.concatenate(bulk_topics))
@@ -647,28 +1068,25 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
         for bucket, group in later.groupby(later["due_ms"] // BUCKET_MS, sort=False):
             bucket = int(bucket)
             frames[bucket] = pd.concat([frames[bucket], group]) if bucket in frames else group
-    to_ripen = []
-    for bucket, frame in frames.items():
-        frame = frame.reset_index(drop=True)
-        info = shard.get(bucket)
-        through = None if info is None else info.prepared_through(run)
-        if through is not None:
-            # Within what this run already prepared of the bucket: emitted here, as the mark says they are
-            # (beyond now + window too, if the clock went back since the mark was set).
-            covered = frame["due_ms"] <= through
-            if covered.any():
-                result.emitted.append(frame[covered].reset_index(drop=True))
-        if shard.file(bucket, frame):
-            to_ripen.append(bucket)
-    for bucket in to_ripen:
-        result.emitted.extend(shard.ripen(bucket, shard.get(bucket)))
+    if fresh_crons is not None and len(fresh_crons):
+        filed = _fresh_cron_adds(shard, fresh_crons, result, cron_min_interval_ms)
+        if filed is not None:
+            for bucket, group in filed.groupby(filed["due_ms"] // BUCKET_MS, sort=False):
+                bucket = int(bucket)
+                frames[bucket] = pd.concat([frames[bucket], group]) if bucket in frames else group
+    result.emitted.extend(shard.file_frames(frames))
+    result.emitted.extend(shard.advance_crons())
+    result.emitted = [mark_expired(frame, now_ms) for frame in result.emitted]
+    result.skipped = shard.skipped
     shard.flush()
     return result
 
 
-def fire(store: ShardStore, timer_ms: int, now_ms: int, window_ms: int = 0, run: str = "") -> Iterator[pd.DataFrame]:
+def fire(store: ShardStore, timer_ms: int, now_ms: int, window_ms: int = 0, run: str = "",
+         started_ms: Optional[int] = None, counts: Optional[Counter] = None) -> Iterator[pd.DataFrame]:
     """A timer expired at batch time ``now_ms``: ripen each bucket it is the live timer of (see
-    ``_Shard.ripen``), yielding what it emits."""
+    ``_Shard.ripen``), yielding what it emits (rows written later than their max lateness marked ``expired``), then
+    the next firings of the crons whose firing left state. ``counts``: gets the firings skipped (``skipped``)."""
     buckets = store.armed_get(timer_ms)
     if not buckets:
         return
@@ -679,10 +1097,15 @@ def fire(store: ShardStore, timer_ms: int, now_ms: int, window_ms: int = 0, run:
         if info is None or info.timer_ms != timer_ms:
             continue  # emptied, or re-armed since: this timer is stale for it
         if shard is None:
-            shard = _Shard(store, store.next_seq(), now_ms, window_ms, run, lazy=True)
+            shard = _Shard(store, store.next_seq(), now_ms, window_ms, run, lazy=True, started_ms=started_ms)
         shard.cache[bucket] = info
-        yield from shard.ripen(bucket, info)
+        for frame in shard.ripen(bucket, info):
+            yield mark_expired(frame, now_ms)
     if shard is not None:
+        for frame in shard.advance_crons():
+            yield mark_expired(frame, now_ms)
+        if counts is not None and shard.skipped:
+            counts["skipped"] += shard.skipped
         shard.flush()
 
 
@@ -699,6 +1122,7 @@ class MemoryShardStore:
         self.chunks: dict[tuple[int, int], pd.DataFrame] = {}
         self.strikes: dict[tuple[int, int], list] = {}
         self.armed: dict[int, list] = {}
+        self.paused: dict[bytes, pd.DataFrame] = {}
         self.timers = timers if timers is not None else set()
 
     def next_seq(self):
@@ -746,7 +1170,7 @@ class MemoryShardStore:
         return self.chunks[(bucket, n)].copy()
 
     def chunk_put(self, bucket, n, entries):
-        self.chunks[(bucket, n)] = entries.copy()
+        self.chunks[(bucket, n)] = with_entry_columns(entries[[c for c in ENTRY_COLUMNS if c in entries]]).copy()
 
     def chunk_remove(self, bucket, n):
         self.chunks.pop((bucket, n), None)
@@ -771,3 +1195,16 @@ class MemoryShardStore:
 
     def register_timer(self, timer_ms):
         self.timers.add((timer_ms, self.shard))
+
+    def paused_get(self, sid):
+        entry = self.paused.get(bytes(sid))
+        return None if entry is None else entry.copy()
+
+    def paused_put(self, sid, entry):
+        self.paused[bytes(sid)] = entry.copy()
+
+    def paused_remove(self, sid):
+        self.paused.pop(bytes(sid), None)
+
+    def paused_items(self):
+        return [(sid, entry.copy()) for sid, entry in self.paused.items()]
