@@ -69,6 +69,14 @@ def _duration_ms(text: str) -> int:
     return int(float(match.group(1)) * _UNIT_MS[match.group(3).lower()])
 
 
+def _interval_ms(text: str) -> int:
+    """A duration of at least one second (crons fire on whole seconds)."""
+    value = _duration_ms(text)
+    if value < 1000:
+        raise ValueError(f"expected a duration of at least 1s, got {text!r}")
+    return value
+
+
 def _trigger(text: str) -> str:
     return f"{_duration_ms(text)} milliseconds"
 
@@ -217,6 +225,9 @@ OPTIONS: tuple[Option, ...] = (
            "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
            "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
            "micro-batch after its due time", "DURATION", show=lambda ms: f"{ms}ms"),
+    Option("cron_min_interval", _interval_ms, 5000,
+           "a cron (CRON_ADD) whose firings may come closer together than this is rejected (as Kaspr's minimum, "
+           "5s); at least 1s", "DURATION", show=lambda ms: f"{ms}ms"),
     Option("max_held", _positive_int, 20_000,
            "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
            "itself, each slice at its due time", "N"),
@@ -262,6 +273,7 @@ class Config:
     max_requests_per_batch: Optional[int] = 500_000
     driver_memory: str = "1g"
     lookahead: int = 3000  # milliseconds
+    cron_min_interval: int = 5000  # milliseconds
     max_held: int = 20_000
     exactly_once: bool = False
     metrics_port: int = 9464  # 0: no metrics server

@@ -54,6 +54,8 @@ class Scheduler:
         self.metrics = SchedulerMetrics(config.input_topics)
         self.page = StatusPage(self.metrics, config.app_id)
         self._started_at = time.monotonic()
+        # When this job started: a firing of a skip cron due before it was missed (the job was down).
+        self.started_ms = int(time.time() * 1000)
         self._first_batch_logged = False
 
     def stop(self) -> None:
@@ -240,7 +242,7 @@ class Scheduler:
     def _start_query(self, spark, config: Config, run: str, catching_up: bool) -> None:
         """Start the query on the checkpoint. Catching up, it runs one batch, uncapped, and ends: Spark reads
         every source to its end in a Trigger.Once batch (and ignores read limits there)."""
-        writer = (build_stream(spark, config, run, capped=not catching_up).writeStream
+        writer = (build_stream(spark, config, run, capped=not catching_up, started_ms=self.started_ms).writeStream
                   .queryName(config.app_id)
                   .foreachBatch(self.sink)
                   .option("checkpointLocation", config.checkpoint_dir))

@@ -72,7 +72,7 @@ def test_parser_inverts_log_line(batch_id, outcomes, delivered, held, dead, late
 
 RECORDS_SCHEMA = ("kind string, topic string, key binary, value binary, "
                   "headers array<struct<key:string,value:binary>>, due_ms bigint, partition int, prepared boolean, "
-                  "delivery_id string")
+                  "delivery_id string, max_lateness_ms bigint")
 
 
 class FakeWriter:
@@ -110,12 +110,12 @@ def capturing_sink(writer=None):
 
 def held_rows(now: int) -> list:
     return [
-        ("deliver", "out", b"overdue", b"v", [], now - 1000, None, False, "t-0-1"),
-        ("deliver", "out", b"soon", b"v", [], now + 400, None, True, "t-0-2"),
-        ("deliver", "out", b"later", b"v", [], now + 700, 1, True, "t-0-3"),
-        ("deliver", "out", b"later-too", b"v", [], now + 700, None, True, "t-0-4"),
-        ("history", "app-schedule-history", b"soon", b"v", [], now + 400, None, True, "t-0-2"),  # a copy
-        ("reject", "app-schedule-rejections", b"bad", b"v", [], None, None, None, None),
+        ("deliver", "out", b"overdue", b"v", [], now - 1000, None, False, "t-0-1", None),
+        ("deliver", "out", b"soon", b"v", [], now + 400, None, True, "t-0-2", None),
+        ("deliver", "out", b"later", b"v", [], now + 700, 1, True, "t-0-3", None),
+        ("deliver", "out", b"later-too", b"v", [], now + 700, None, True, "t-0-4", None),
+        ("history", "app-schedule-history", b"soon", b"v", [], now + 400, None, True, "t-0-2", None),  # a copy
+        ("reject", "app-schedule-rejections", b"bad", b"v", [], None, None, None, None, None),
     ]
 
 
@@ -146,7 +146,7 @@ def test_sink_beyond_the_writers_room_holds_deliveries_itself_and_never_writes_o
 def test_sink_without_a_writer_writes_once(spark):
     now = int(time.time() * 1000)
     sink = capturing_sink(None)
-    held = sink._write(spark.createDataFrame([("deliver", "out", b"k", b"v", [], now - 5, None, False, "t-0-1")],
+    held = sink._write(spark.createDataFrame([("deliver", "out", b"k", b"v", [], now - 5, None, False, "t-0-1", None)],
                                              RECORDS_SCHEMA), 0)
     assert held == 0 and len(sink.saves) == 1
 
@@ -166,3 +166,48 @@ def test_index_size_reports_are_not_requests_and_keep_the_last_value_per_shard()
     second.count_outcome("index_entries:1", 0, 0)
     totals.add(second)
     assert totals.index_total == 5 and totals.outcomes == Counter({"scheduled": 7})
+
+
+def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_lateness(spark):
+    """Just before Spark writes: a delivery later than its due time plus its max lateness becomes a rejection
+    (reason, due time, source of the request; a cron firing's is its activating request's), its history copy is
+    dropped; the others go out as they are. Rows the state already marked expired become rejections too."""
+    now = int(time.time() * 1000)
+    sink = capturing_sink(None)
+    sink._summary = BatchSummary(7)
+    sink._summary.delivered = 3
+    rows = [("deliver", "out", b"late", b"v", [{"key": "h", "value": b"1"}], now - 5000, None, False,
+             "requests-1-9@1767225600000", 1000),
+            ("history", "app-schedule-history", b"late", b"v", [], now - 5000, None, False,
+             "requests-1-9@1767225600000", 1000),
+            ("deliver", "out", b"in-time", b"v", [], now - 5000, None, False, "requests-0-3", 60_000),
+            ("deliver", "out", b"no-limit", b"v", [], now - 5000, None, False, "requests-0-4", None)]
+    records = spark.createDataFrame(rows, RECORDS_SCHEMA)
+    sink._expiry_deadline = now - 4000
+    out = {(r["kind"], r["key"]): r for r in sink._expire(records).collect()}
+    assert set(out) == {("reject", b"late"), ("deliver", b"in-time"), ("deliver", b"no-limit")}
+    late = out[("reject", b"late")]
+    assert late["topic"] == sink.config.rejections_topic and late["partition"] is None
+    headers = [(h["key"], bytes(h["value"])) for h in late["headers"]]
+    assert headers[0] == ("h", b"1")
+    reason = dict(headers)["x-scheduler-rejection-reason"].decode()
+    assert reason.startswith("expired: due ") and reason.endswith("not delivered within its max lateness of 1000 ms")
+    assert dict(headers)["x-scheduler-due-ms"] == str(now - 5000).encode()
+    assert [dict(headers)[f"x-scheduler-source-{n}"] for n in ("topic", "partition", "offset")] == [
+        b"requests", b"1", b"9"]
+    assert (sink._summary.expired, sink._summary.delivered) == (1, 2)
+    # Nothing late: no transformation, no extra Spark job.
+    sink._expiry_deadline = now + 60_000
+    assert sink._expire(records) is records
+
+
+def test_rows_the_state_marked_expired_become_rejections(spark):
+    sink = capturing_sink(None)
+    schema = RECORDS_SCHEMA + (", wb_topic string, wb_partition int, wb_key binary, "
+                               "wb_headers array<struct<key:string,value:binary>>, history boolean")
+    records = spark.createDataFrame([("expired", "out", b"k", b"v", [], 1000, None, False, "requests-0-5@1000", 10,
+                                      None, None, None, None, False)], schema)
+    row = sink._expired_as_rejections(records).collect()[0]
+    assert (row["kind"], row["topic"]) == ("reject", sink.config.rejections_topic)
+    assert dict((h["key"], bytes(h["value"])) for h in row["headers"])["x-scheduler-rejection-reason"] == (
+        b"expired: due 1970-01-01T00:00:01.000Z, not delivered within its max lateness of 10 ms")

@@ -126,6 +126,42 @@ EMPTY_ID = case(59, [h(TO, "orders"), h(AT_H, AT), h(ID, b"")])
 TWO_ERRORS = case(60, [h("user", b"\x00\xff"), h(ACT, "ADD")], key=ODD_KEY, value=ODD_VALUE, partition=5)
 NULL_HEADERS = case(61, None)
 
+# ---------------------------------------------------------------- recurring schedules (Kaspr's cron actions) and expiry
+
+EXPR, POLICY, TZ, START, END, LATE = ("x-scheduler-cron-expr", "x-scheduler-cron-missed-fire-policy",
+                                      "x-scheduler-cron-timezone", "x-scheduler-cron-start-at",
+                                      "x-scheduler-cron-end-at", "x-scheduler-max-lateness")
+CRON_FULL = case(100, [h("trace", b"\x01"), h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-1"),
+                       h(EXPR, " * * * * * */5 "), h(POLICY, "Skip"), h(TZ, "Europe/Paris"),
+                       h(START, "2030-01-01T00:00:00Z"), h(END, "2030-02-01T00:00:00+01:00"), h(LATE, "PT10M"),
+                       h("X-Scheduler-Whatever", "x")], key=b"ck", value=b"tick", partition=2)
+CRON_KASPR = case(101, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-2"), h(EXPR, "@hourly")])
+CRON_WITH_AT = case(102, [h(ACT, "cron_add"), h(TO, "orders"), h(ID, "c-3"), h(EXPR, "*/5 * * * *"),
+                          h(AT_H, "ignored"), h(POLICY, "replay")])
+CRON_PAUSE = case(103, [h(ACT, "CRON_PAUSE"), h(ID, "c-1")], key=None, value=None)
+CRON_RESUME = case(104, [h(ACT, "CRON_RESUME"), h(ID, "c-1")], key=None, value=None)
+CRON_CANCEL = case(105, [h(ACT, "CRON_CANCEL"), h(ID, "c-1")], key=None, value=None)
+CRON_NO_ID = case(110, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(EXPR, "@hourly")])
+CRON_NO_EXPR = case(111, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-11")])
+CRON_NO_TO = case(112, [h(ACT, "CRON_ADD"), h(ID, "c-12"), h(EXPR, "@hourly")])
+CRON_BAD_POLICY = case(113, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-13"), h(EXPR, "@hourly"),
+                             h(POLICY, "later")])
+CRON_ZONELESS_START = case(114, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-14"), h(EXPR, "@hourly"),
+                                 h(START, "2030-01-01T00:00:00")])
+CRON_BAD_END = case(115, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-15"), h(EXPR, "@hourly"),
+                          h(END, "soon")])
+CRON_END_FIRST = case(116, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-16"), h(EXPR, "@hourly"),
+                            h(START, "2030-01-02T00:00:00Z"), h(END, "2030-01-01T00:00:00Z")])
+CRON_PAUSE_NO_ID = case(117, [h(ACT, "CRON_PAUSE")])
+CRON_TWO_EXPRS = case(118, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-18"), h(EXPR, "@hourly"),
+                            h(EXPR, "@daily")])
+LATENESS = {"10m": 600_000, "1h30m": 5_400_000, "250ms": 250, "PT10M": 600_000, "pt0.5s": 500,
+            "P1DT2H": 93_600_000, "60000": 60_000, " 2d ": 172_800_000, "PT1M30.25S": 90_250}
+LATENESS_CASES = {case(120 + i, [h(TO, "orders"), h(AT_H, AT), h(LATE, text)]): ms_
+                  for i, (text, ms_) in enumerate(LATENESS.items())}
+BAD_LATENESS = {case(140 + i, [h(TO, "orders"), h(AT_H, AT), h(LATE, text)]): text
+                for i, text in enumerate(["10x", "0", "PT", "", "P", "-5m", "1.5h", "m"])}
+
 # ---------------------------------------------------------------- decoded with the allow-list settings
 
 ALLOWED_ORDERS = case(90, [h(TO, "orders-1"), h(AT_H, AT)])
@@ -223,6 +259,9 @@ def test_valid_add_with_id_is_decoded_exactly(decoded):
         # native has no write-back, partition choice or completion
         "completes": None, "partition": None, "partition_key": None, "wb_topic": None, "wb_partition": None,
         "wb_key": None, "wb_headers": None, "history": False,
+        # no expiry, not a cron
+        "max_lateness_ms": None, "cron_expr": None, "cron_tz": None, "cron_policy": None, "cron_start_ms": None,
+        "cron_end_ms": None, "raw_headers": None,
     }
     assert row["due_ms"] == 1893553445678
     assert blob(row["key"]) == ODD_KEY
@@ -387,3 +426,77 @@ def test_allow_list_accepts_a_matching_topic(decoded):
 def test_allow_list_rejects_others(decoded):
     reasons = expect_rejection(decoded[NOT_ALLOWED_PAYMENTS], NOT_ALLOWED_PAYMENTS, "not allowed")
     assert "'payments'" in reasons[0]
+
+
+# ---------------------------------------------------------------- recurring schedules and expiry
+
+
+def test_cron_add_is_decoded_with_its_definition_and_its_headers_as_read(decoded):
+    row = decoded[CRON_FULL]
+    expect_request(row, "CRON_ADD", sid=f"cron:{REQUESTS}/c-1".encode())
+    assert row["topic"] == "orders" and row["due_ms"] is None
+    assert (row["cron_expr"], row["cron_tz"], row["cron_policy"]) == ("* * * * * */5", "Europe/Paris", "skip")
+    assert (row["cron_start_ms"], row["cron_end_ms"]) == (ms("2030-01-01T00:00:00Z"), ms("2030-01-31T23:00:00Z"))
+    assert row["max_lateness_ms"] == 600_000
+    assert blob(row["key"]) == b"ck" and blob(row["value"]) == b"tick"
+    assert headers_of(row) == [("trace", b"\x01")]  # every x-scheduler-* header stripped
+    key, value, headers, partition = CASES[CRON_FULL]
+    assert [(hd["key"], blob(hd["value"])) for hd in row["raw_headers"]] == headers  # for a rejection by the rules
+    assert row["delivery_id"] == f"{REQUESTS}-2-{CRON_FULL}"
+    # The size estimate counts the expression and the zone, as the Spark-free layer does.
+    from kafka_scheduler.engine.schedule import Cron
+    assert row["entry_bytes"] == entry_bytes(Schedule(0, "orders", b"ck", b"tick", (("trace", b"\x01"),), "",
+                                                      cron=Cron("* * * * * */5", "Europe/Paris")))
+
+
+def test_a_kaspr_cron_add_defaults_to_replay_in_utc_and_ignores_deliver_at(decoded):
+    row = decoded[CRON_KASPR]
+    expect_request(row, "CRON_ADD", sid=f"cron:{REQUESTS}/c-2".encode())
+    assert (row["cron_expr"], row["cron_tz"], row["cron_policy"], row["cron_start_ms"], row["cron_end_ms"],
+            row["max_lateness_ms"]) == ("@hourly", None, "replay", None, None, None)
+    row = decoded[CRON_WITH_AT]
+    expect_request(row, "CRON_ADD", sid=f"cron:{REQUESTS}/c-3".encode())
+    assert row["due_ms"] is None and row["cron_policy"] == "replay"
+
+
+@pytest.mark.parametrize("offset,action", [(CRON_PAUSE, "CRON_PAUSE"), (CRON_RESUME, "CRON_RESUME"),
+                                           (CRON_CANCEL, "CRON_CANCEL")])
+def test_pause_resume_and_cancel_of_a_cron_name_its_id_in_the_cron_id_space(decoded, offset, action):
+    row = decoded[offset]
+    expect_request(row, action, sid=f"cron:{REQUESTS}/c-1".encode())
+    assert row["cron_expr"] is None and row["raw_headers"] is None and row["topic"] is None
+
+
+@pytest.mark.parametrize("offset,fragment", [
+    (CRON_NO_ID, "missing x-scheduler-request-id"),
+    (CRON_NO_EXPR, "missing x-scheduler-cron-expr"),
+    (CRON_NO_TO, "missing x-scheduler-deliver-to"),
+    (CRON_BAD_POLICY, "invalid x-scheduler-cron-missed-fire-policy 'later' (expected replay or skip)"),
+    (CRON_ZONELESS_START, "x-scheduler-cron-start-at '2030-01-01T00:00:00' has no time zone"),
+    (CRON_BAD_END, "unparseable x-scheduler-cron-end-at 'soon'"),
+    (CRON_END_FIRST, "x-scheduler-cron-end-at is before x-scheduler-cron-start-at"),
+    (CRON_PAUSE_NO_ID, "missing x-scheduler-request-id"),
+    (CRON_TWO_EXPRS, "duplicate header x-scheduler-cron-expr"),
+], ids=["no-id", "no-expr", "no-to", "bad-policy", "zoneless-start", "bad-end", "end-first", "pause-no-id",
+        "two-exprs"])
+def test_bad_cron_requests_are_rejected_with_a_reason(decoded, offset, fragment):
+    expect_rejection(decoded[offset], offset, fragment)
+
+
+def test_max_lateness_takes_durations_iso_8601_and_milliseconds(decoded):
+    for offset, expected in LATENESS_CASES.items():
+        row = decoded[offset]
+        expect_request(row, "ADD")
+        assert row["max_lateness_ms"] == expected, CASES[offset]
+
+
+def test_a_bad_max_lateness_is_rejected(decoded):
+    for offset, text in BAD_LATENESS.items():
+        reasons = expect_rejection(decoded[offset], offset, "invalid x-scheduler-max-lateness")
+        assert f"'{text}'" in reasons[0]
+
+
+def test_unknown_actions_name_the_cron_actions_too(decoded):
+    assert reasons_of(decoded[UNKNOWN_ACTION]) == [
+        "unknown x-scheduler-action 'DELETE' (expected ADD, REPLACE, CANCEL, CRON_ADD, CRON_PAUSE, CRON_RESUME or "
+        "CRON_CANCEL)"]

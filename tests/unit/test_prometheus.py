@@ -40,7 +40,8 @@ REASONS = {
     "malformed JSON schedule (expected one JSON object)": "malformed",
     "malformed Avro schedule: the value is 12 bytes longer than the schedule it holds": "malformed",
     "invalid base64 in key": "malformed",
-    "unknown x-scheduler-action 'MOVE' (expected ADD, REPLACE or CANCEL)": "malformed",
+    "unknown x-scheduler-action 'MOVE' (expected ADD, REPLACE, CANCEL, CRON_ADD, CRON_PAUSE, CRON_RESUME or "
+    "CRON_CANCEL)": "malformed",
     "duplicate header 'x-scheduler-deliver-at'": "malformed",
     "unsupported schedule_schema_version 'x'": "malformed",
     "destination topic 'gone' does not exist": "refused_by_destination",
@@ -48,6 +49,19 @@ REASONS = {
     "destination partition 7 of topic 'few' does not exist (it has 2 partitions)": "refused_by_destination",
     "record of 9000000 bytes (key, value and headers) is too large for destination topic 'small' "
     "(max.message.bytes 1000)": "refused_by_destination",
+    "expired: due 2026-11-26T09:00:00.000Z, not delivered within its max lateness of 600000 ms": "expired",
+    "x-scheduler-cron-expr '* * * * * */2' fires every 2s at times, more often than the minimum interval 5s "
+    "(--cron-min-interval)": "too_frequent",
+    "invalid x-scheduler-cron-expr '* * *' (expected a cron expression like '*/5 * * * *', or six fields with the "
+    "seconds last, like '* * * * * */5')": "malformed",
+    "invalid x-scheduler-cron-expr '0 0 30 2 *': it never fires": "malformed",
+    "unknown time zone 'Mars/Base' (expected an IANA name like Europe/Paris)": "bad_time",
+    "missing x-scheduler-cron-expr": "missing_field",
+    "x-scheduler-cron-end-at is before x-scheduler-cron-start-at": "bad_time",
+    "x-scheduler-cron-start-at '2030-01-01T00:00' has no time zone (add Z or an offset like +02:00)": "bad_time",
+    "invalid x-scheduler-cron-missed-fire-policy 'later' (expected replay or skip)": "malformed",
+    "invalid x-scheduler-max-lateness '10x' (expected a positive duration like 10m, 1h30m, PT10M, or milliseconds)":
+        "malformed",
     "something nobody wrote yet": "other",
 }
 

@@ -137,3 +137,45 @@ def test_a_record_its_destination_refuses_becomes_a_rejection_with_the_reason_an
         assert writer.refused == 3 and writer.retried == 1 and writer.failed == 0
     finally:
         writer.close()
+
+
+def test_a_delivery_the_writer_would_write_later_than_its_max_lateness_goes_to_rejections_as_expired():
+    """One delivery is handed over 2 s after its due time with a max lateness of 1 s (written late: a batch held it
+    up), another one with 10 s: the first becomes a rejection with the reason, its due time and its source (a cron
+    firing's id names its activating request), its history copy is not written; the second is delivered."""
+    class HeaderProducer(FakeProducer):
+        def __init__(self):
+            super().__init__()
+            self.headers = []
+
+        def produce(self, topic, value=None, key=None, headers=None, on_delivery=None, **kwargs):
+            self.headers.append((topic, key, headers))
+            super().produce(topic, value=value, key=key, on_delivery=on_delivery)
+
+    producer = HeaderProducer()
+    writer = TimedWriter("unused", max_held=10, producer=producer, rejections_topic="rejections")
+    reported = []
+    writer.on_written = lambda lateness, refused, expired: reported.append((len(lateness), refused, expired))
+    headers = producer.headers
+    try:
+        now = int(time.time() * 1000)
+        due = now - 2000
+        writer.hold([("requests-3-42@1767225600000", due, "deliver", "out", None, b"late", b"v", [("h", b"1")], False,
+                      1000),
+                     ("requests-3-42@1767225600000", due, "history", "hist", None, b"late", b"v", [], False, None),
+                     ("requests-0-7", due, "deliver", "out", None, b"fine", b"v", [], False, 10_000)])
+        assert writer.wait_written(now, timeout=10)
+        sent = {(topic, key) for _, topic, key in producer.sent}
+        assert sent == {("rejections", b"late"), ("out", b"fine")}
+        assert writer.expired == 1 and sum(e for _, _, e in reported) == 1
+        rejection = next(h for topic, key, h in headers if topic == "rejections")
+        names = dict((k, v) for k, v in rejection)
+        assert names["x-scheduler-rejection-reason"].decode().startswith("expired: due ")
+        assert names["x-scheduler-rejection-reason"].decode().endswith(", not delivered within its max lateness "
+                                                                        "of 1000 ms")
+        assert names["x-scheduler-due-ms"] == str(due).encode()
+        assert (names["x-scheduler-source-topic"], names["x-scheduler-source-partition"],
+                names["x-scheduler-source-offset"]) == (b"requests", b"3", b"42")
+        assert rejection[0] == ("h", b"1")
+    finally:
+        writer.close()

@@ -52,6 +52,13 @@ NORMALIZED_COLUMNS = (
     "wb_key",  #   its key,
     "wb_headers",  #   and the headers the dialect asks for (value is always null)
     "history",  # copy the delivery to the history topic whatever --history says (ETF1)
+    "max_lateness_ms",  # later than due + this: rejected as expired (native: x-scheduler-max-lateness), or null
+    "cron_expr",  # CRON_ADD (native): the cron's definition (see engine/schedule.Cron); null otherwise
+    "cron_tz",
+    "cron_policy",
+    "cron_start_ms",
+    "cron_end_ms",
+    "raw_headers",  # CRON_ADD: the request's headers as read, for its rejection should the rules refuse it
 )
 
 # Actions of normalized requests; COMPLETE is a write-back read back ("that version was delivered").
@@ -80,7 +87,9 @@ class DecodeSettings:
 
 # The request columns a dialect may leave out, with their types (normalize fills them with null).
 OPTIONAL_COLUMNS = {"_completes": "string", "_partition": "int", "_partition_key": "binary",
-                    "_wb_headers": HEADER_TYPE, "_history": "boolean"}
+                    "_wb_headers": HEADER_TYPE, "_history": "boolean", "_max_lateness_ms": "long",
+                    "_cron_expr": "string", "_cron_tz": "string", "_cron_policy": "string", "_cron_start_ms": "long",
+                    "_cron_end_ms": "long", "_raw_headers": HEADER_TYPE}
 
 
 def headers_or_empty() -> Column:
@@ -106,9 +115,9 @@ def first_header_text(name: str) -> Column:
     return F.make_valid_utf8(first_header_bytes(name).cast("string"))
 
 
-def client_sid(request_id: Column) -> Column:
-    """A client id (bytes, any bytes) scoped to the record's topic."""
-    return F.concat(binary(CLIENT_SID_PREFIX), F.encode(F.concat(F.col("topic"), F.lit("/")), "UTF-8"), request_id)
+def client_sid(request_id: Column, prefix: bytes = CLIENT_SID_PREFIX) -> Column:
+    """A client id (bytes, any bytes) scoped to the record's topic (crons: ``prefix`` CRON_SID_PREFIX)."""
+    return F.concat(binary(prefix), F.encode(F.concat(F.col("topic"), F.lit("/")), "UTF-8"), request_id)
 
 
 def internal_sid() -> Column:
@@ -249,6 +258,8 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
              + F.when(optional("_wb_headers").isNotNull(),
                       entry_bytes(F.col("key"), F.lit(None).cast("binary"), optional("_wb_headers"))
                       - F.lit(ENTRY_OVERHEAD_BYTES)).otherwise(F.lit(0))
+             + F.coalesce(F.octet_length(optional("_cron_expr")), F.lit(0))
+             + F.coalesce(F.octet_length(optional("_cron_tz")), F.lit(0))
              ).alias("entry_bytes"),
         pick(F.lit(None).cast("string"), optional("_completes")).alias("completes"),
         pick(F.lit(None).cast("int"), optional("_partition")).alias("partition"),
@@ -260,6 +271,9 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
                                           ("wb_key", F.col("key"), "binary"),
                                           ("wb_headers", optional("_wb_headers"), HEADER_TYPE))],
         pick(F.lit(False), F.coalesce(optional("_history"), F.lit(False))).alias("history"),
+        *[pick(F.lit(None).cast(OPTIONAL_COLUMNS[f"_{name}"]), optional(f"_{name}")).alias(name)
+          for name in ("max_lateness_ms", "cron_expr", "cron_tz", "cron_policy", "cron_start_ms", "cron_end_ms",
+                       "raw_headers")],
     )
 
 

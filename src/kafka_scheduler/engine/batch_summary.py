@@ -19,6 +19,9 @@ DELIVERED_AT_ONCE = "delivered_at_once"
 # what it retired from state was due by then (a graceful stop waits for a batch past the stop to retire what the
 # timed writer wrote).
 BATCH_TIME = "batch_time"
+# Outcome rows "skipped_firings" count firings of skip crons missed while the job was down (not delivered): a report,
+# not a request outcome.
+SKIPPED_FIRINGS = "skipped_firings"
 
 
 def outcome_key(name: str, *labels: str) -> str:
@@ -46,11 +49,16 @@ class BatchSummary:
     at_once: Counter = field(default_factory=Counter)  # input topic -> schedules delivered at once (due when read)
     written_by_batch: int = 0  # deliveries the batch wrote through Spark's Kafka sink (not the timed writer)
     batch_time_ms: Optional[int] = None  # the processing time of the state's rules (None: no shard ran)
+    expired: int = 0  # deliveries later than their max lateness: rejected as expired instead (by the batch)
+    skipped: int = 0  # firings of skip crons missed while the job was down
 
     def count_outcome(self, topic: str, n: int, last_n: Optional[int] = None) -> None:
         """An outcome row group: ``n`` summed over the batch, ``last_n`` the value of its latest row."""
         if topic == BATCH_TIME:
             self.batch_time_ms = int(n if last_n is None else last_n)
+            return
+        if topic == SKIPPED_FIRINGS:
+            self.skipped += int(n)
             return
         if topic.startswith(INDEX_ENTRIES_PREFIX):
             self.index_entries[int(topic[len(INDEX_ENTRIES_PREFIX):])] = int(n if last_n is None else last_n)
@@ -69,7 +77,8 @@ class BatchSummary:
 
     @property
     def busy(self) -> bool:
-        return bool(self.outcomes or self.delivered or self.dead_lettered or self.withdrawn)
+        return bool(self.outcomes or self.delivered or self.dead_lettered or self.withdrawn or self.expired
+                    or self.skipped)
 
     def log_line(self) -> str:
         parts = [f"batch {self.batch_id}:"]
@@ -87,6 +96,10 @@ class BatchSummary:
             parts.append(f"({self.written_back} written back)")
         if self.dead_lettered:
             parts.append(f"; {self.dead_lettered} undeliverable, sent to rejections")
+        if self.expired:
+            parts.append(f"; {self.expired} expired (later than their max lateness), sent to rejections")
+        if self.skipped:
+            parts.append(f"; {self.skipped} cron firings missed while the job was down, skipped")
         parts.append(f"[state {self.compute_s:.2f}s, write {self.write_s:.2f}s]")
         return " ".join(parts)
 
@@ -99,6 +112,8 @@ class Totals:
         self.delivered = 0
         self.dead_lettered = 0
         self.written_back = 0
+        self.expired = 0
+        self.skipped = 0
         self.batches = 0
         self.started = time.time()
         self.index_entries: dict = {}  # shard -> its last reported index size
@@ -112,5 +127,7 @@ class Totals:
         self.delivered += summary.delivered - summary.withdrawn
         self.dead_lettered += summary.dead_lettered
         self.written_back += summary.written_back
+        self.expired += summary.expired
+        self.skipped += summary.skipped
         self.index_entries.update(summary.index_entries)
         self.batches += 1

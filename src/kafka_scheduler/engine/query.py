@@ -3,6 +3,8 @@ keyed by shard, whose output rows the record sink writes (record_sink.py)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..config import Config, spark_kafka_options
 from ..dialects import DecodeSettings, decode
 from .wheel_processor import OUTPUT_SCHEMA, WheelProcessor, with_shards
@@ -16,11 +18,12 @@ def reads_all_first(config: Config) -> bool:
     return config.catch_up_first and any(d != "native" for d in config.input_topics.values())
 
 
-def build_stream(spark, config: Config, run: str = "", capped: bool = True):
+def build_stream(spark, config: Config, run: str = "", capped: bool = True, started_ms: Optional[int] = None):
     """The streaming DataFrame of output rows (deliveries, rejections, outcome counts, armed timers,
     withdrawals). ``run`` names this driver process (its timed writer holds what the batches prepare).
     ``capped``: a batch reads at most --max-requests-per-batch records. The Kafka source reads that option once,
-    when its query starts, so a query is capped for its whole life or not at all."""
+    when its query starts, so a query is capped for its whole life or not at all. ``started_ms``: when this driver
+    process started (a skip cron's firing due before was missed: the job was down)."""
     inputs = config.input_topics
     reader = (spark.readStream.format("kafka")
               .option("subscribe", ",".join([*inputs, config.ticks_topic]))
@@ -37,5 +40,6 @@ def build_stream(spark, config: Config, run: str = "", capped: bool = True):
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
     requests = decode(reader.load(), inputs, DecodeSettings.from_config(config))
     return with_shards(requests, config.shards, config.ticks_topic).groupBy("shard").transformWithStateInPandas(
-        statefulProcessor=WheelProcessor(config.lookahead, run), outputStructType=OUTPUT_SCHEMA,
+        statefulProcessor=WheelProcessor(config.lookahead, run, started_ms, config.cron_min_interval,
+                                         config.rejections_topic), outputStructType=OUTPUT_SCHEMA,
         outputMode="Update", timeMode="ProcessingTime")

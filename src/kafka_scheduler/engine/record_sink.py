@@ -26,7 +26,7 @@ from ..protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOUR
     SOURCE_TOPIC
 from .batch_summary import BatchSummary
 from ..dialects.common import KIND_REJECT
-from .wheel_processor import KIND_DELIVER, KIND_OUTCOME
+from .wheel_processor import KIND_DELIVER, KIND_EXPIRED, KIND_OUTCOME
 from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups
 from ..kafka.topics import Destination, TopicDirectory
 from .wheel_processor import KIND_TIMER, KIND_WITHDRAW
@@ -125,7 +125,7 @@ class RecordSink:
                 summary.withdrawn = self.writer.withdraw(withdrawn)
             if timers and self.wakeups is not None:
                 self.wakeups.add(timers)
-            if summary.delivered or summary.outcomes.get("rejected"):
+            if summary.delivered or summary.outcomes.get("rejected") or summary.expired:
                 try:
                     self._deliver(batch, summary, per_topic, largest, partitioned, final)
                 except Exception as exc:
@@ -163,11 +163,13 @@ class RecordSink:
         of a graceful stop writes nothing prepared (the state keeps it: the next run emits it again)."""
         refusals = self._refusals(per_topic, largest, partitioned)
         records, summary.dead_lettered = self._records(batch, refusals, per_topic, partitioned)
+        self._summary = summary  # what the Spark writes (_save) count as expired goes here
         if final and summary.prepared_records:
             records = records.filter(~F.coalesce(F.col("prepared"), F.lit(False)))
             summary.delivered -= summary.prepared_deliveries
             summary.prepared_records = summary.prepared_deliveries = 0
-        immediate = summary.delivered - summary.prepared_deliveries + summary.outcomes.get("rejected", 0)
+        immediate = summary.delivered - summary.prepared_deliveries + summary.outcomes.get("rejected", 0) \
+            + summary.expired
         # Dead letters (a prepared delivery its destination would refuse) go out at once.
         summary.held = self._write(records, summary.prepared_records,
                                    max(1, immediate + summary.written_back) if immediate
@@ -183,10 +185,13 @@ class RecordSink:
 
     def _save(self, records: DataFrame) -> None:
         if self.config.exactly_once:
-            # Spark's Kafka sink is not transactional: the driver writes these too, in the ledger's transactions.
+            # Spark's Kafka sink is not transactional: the driver writes these too, in the ledger's transactions
+            # (its writer rejects what is written later than its max lateness).
             self.writer.write_now(records.select("delivery_id", "due_ms", "kind", "topic", "partition", "key",
-                                                 "value", "headers").toLocalIterator())
+                                                 "value", "headers", F.lit(False).alias("held"),
+                                                 "max_lateness_ms").toLocalIterator())
             return
+        records = self._expire(records)
         self._spark_wrote = True
         records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
             .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS) \
@@ -202,8 +207,9 @@ class RecordSink:
         waits for the writer before it commits (``__call__``), as for prepared deliveries."""
         held = F.coalesce(F.col("prepared"), F.lit(False))
         if self.writer is not None and prepared_records + 2 * immediate <= self.writer.room():
+            # The writer rejects what it would write later than its max lateness, these due now too.
             rows = records.select("delivery_id", "due_ms", "kind", "topic", "partition", "key", "value",
-                                  "headers", held.alias("held")).collect()
+                                  "headers", held.alias("held"), "max_lateness_ms").collect()
             self.writer.hold(rows)
             return sum(1 for row in rows if row["kind"] == KIND_DELIVER and row["held"])
         if not prepared_records:
@@ -256,8 +262,10 @@ class RecordSink:
                   ).alias("prepared_records"),
             F.collect_set(F.when(F.col("kind") == KIND_TIMER, F.col("due_ms"))).alias("timers"),
             F.collect_list(F.when(F.col("kind") == KIND_WITHDRAW, F.col("key").cast("string"))).alias("withdrawn"),
+            F.min(F.col("due_ms") + F.col("max_lateness_ms")).alias("deadline"),
         ).collect()
         summary = BatchSummary(batch_id)
+        self._expiry_deadline = None  # the earliest due + max lateness of what the batch writes at once
         per_topic: Counter = Counter()
         largest: dict[str, int] = {}
         partitioned: dict[str, int] = {}
@@ -270,7 +278,12 @@ class RecordSink:
                 withdrawn.extend(row["withdrawn"])
             elif row["kind"] == KIND_OUTCOME:
                 summary.count_outcome(row["topic"], row["n"], row["last_n"])
+            elif row["kind"] == KIND_EXPIRED:
+                summary.expired += row["records"]
             elif row["kind"] == KIND_DELIVER:
+                if row["deadline"] is not None:
+                    self._expiry_deadline = row["deadline"] if self._expiry_deadline is None \
+                        else min(self._expiry_deadline, row["deadline"])
                 summary.delivered += row["records"]
                 summary.written_back += row["write_backs"]
                 per_topic[row["topic"]] += row["records"]
@@ -298,7 +311,9 @@ class RecordSink:
             delivery_id = F.coalesce(delivery_id, F.concat_ws("-", F.lit("reject:"), header_value(SOURCE_TOPIC),
                                                               header_value(SOURCE_PARTITION),
                                                               header_value(SOURCE_OFFSET)))
-        records = batch.filter(F.col("kind").isin(KIND_DELIVER, KIND_REJECT)).withColumn("delivery_id", delivery_id)
+        records = self._expired_as_rejections(
+            batch.filter(F.col("kind").isin(KIND_DELIVER, KIND_REJECT, KIND_EXPIRED)).withColumn("delivery_id",
+                                                                                               delivery_id))
         counts = refusals.counts
         partition = F.col("partition")
         if partitioned:
@@ -313,7 +328,8 @@ class RecordSink:
             records, row_count = self._dead_letter(records, refusals, beyond)
             dead += row_count
         records = self._fit_rejections(records, refusals.rejection_limit)
-        columns = ["kind", "topic", "partition", "key", "value", "headers", "due_ms", "prepared", "delivery_id"]
+        columns = ["kind", "topic", "partition", "key", "value", "headers", "due_ms", "prepared", "delivery_id",
+                   "max_lateness_ms"]
         deliveries = records.filter(F.col("kind") == KIND_DELIVER)
         parts = [records.select(*columns)]
         # A write-back follows its delivery, and also a delivery that became a dead letter: either way the
@@ -322,15 +338,54 @@ class RecordSink:
             F.lit(KIND_WRITE_BACK).alias("kind"), F.col("wb_topic").alias("topic"),
             F.col("wb_partition").alias("partition"), F.col("wb_key").alias("key"),
             F.lit(None).cast("binary").alias("value"), F.col("wb_headers").alias("headers"), "due_ms", "prepared",
-            "delivery_id"))
+            "delivery_id", F.lit(None).cast("long").alias("max_lateness_ms")))
         copied = deliveries if self.config.history else deliveries.filter(F.col("history"))
         parts.append(copied.select(
             F.lit(KIND_HISTORY).alias("kind"), F.lit(self.config.history_topic).alias("topic"),
             F.lit(None).cast("int").alias("partition"), "key", "value",
             F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
                                         header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
-            "due_ms", "prepared", "delivery_id"))
+            "due_ms", "prepared", "delivery_id", "max_lateness_ms"))
         return reduce(DataFrame.unionByName, parts), dead
+
+    def _expired_as_rejections(self, records: DataFrame) -> DataFrame:
+        """Deliveries the state marked expired (due + max lateness before the batch's time) become rejections: the
+        delivery's key, value and headers, the reason ``expired: ...`` with the due time, ``x-scheduler-due-ms`` and
+        the request's source (a cron firing's is its activating request's)."""
+        expired = F.col("kind") == KIND_EXPIRED
+        extra = _expiry_headers()
+        return records.withColumns({
+            "kind": F.when(expired, F.lit(KIND_REJECT)).otherwise(F.col("kind")),
+            "topic": F.when(expired, F.lit(self.config.rejections_topic)).otherwise(F.col("topic")),
+            "partition": F.when(expired, F.lit(None)).otherwise(F.col("partition")),
+            "headers": F.when(expired, F.concat("headers", extra)).otherwise(F.col("headers")),
+            "history": F.when(expired, F.lit(False)).otherwise(F.col("history")),
+            "prepared": F.when(expired, F.lit(False)).otherwise(F.col("prepared")),
+        })
+
+    def _expire(self, records: DataFrame) -> DataFrame:
+        """Just before Spark writes ``records`` (``_records``'s rows): a delivery that would go out later than its due
+        time plus its max lateness is written as a rejection instead (``expired``), its history copy dropped. Only
+        when the batch has such a delivery (its earliest deadline passed): then one more Spark job counts them."""
+        deadline = getattr(self, "_expiry_deadline", None)
+        now_ms = int(time.time() * 1000)
+        if deadline is None or now_ms <= deadline:
+            return records
+        late = F.col("max_lateness_ms").isNotNull() & (F.col("due_ms") + F.col("max_lateness_ms") < F.lit(now_ms))
+        late_delivery = late & (F.col("kind") == KIND_DELIVER)
+        count = records.filter(late_delivery).count()
+        if not count:
+            return records
+        summary = getattr(self, "_summary", None)
+        if summary is not None:
+            summary.expired += count
+            summary.delivered -= count
+        return records.filter(~(late & (F.col("kind") == KIND_HISTORY))).withColumns({
+            "kind": F.when(late_delivery, F.lit(KIND_REJECT)).otherwise(F.col("kind")),
+            "topic": F.when(late_delivery, F.lit(self.config.rejections_topic)).otherwise(F.col("topic")),
+            "partition": F.when(late_delivery, F.lit(None)).otherwise(F.col("partition")),
+            "headers": F.when(late_delivery, F.concat("headers", _expiry_headers())).otherwise(F.col("headers")),
+        })
 
     @staticmethod
     def _fit_rejections(records: DataFrame, limit: int) -> DataFrame:
@@ -372,7 +427,7 @@ class RecordSink:
         row_count = records.filter((no_partition | too_large) & ~no_topic & ~denied).count() \
             if beyond or refusals.oversize else 0
         delivery_id = F.col("delivery_id")
-        source = r"^(.*)-(\d+)-(\d+)$"
+        source = FIRING_SOURCE
         shown = F.concat(F.lit("'"), F.col("topic"), F.lit("'"))
         reason = F.when(no_topic, F.concat(F.lit("destination topic "), shown, F.lit(" does not exist"))).when(
             denied, F.concat(F.lit("not authorized to write to destination topic "), shown)).when(
@@ -398,7 +453,7 @@ class RecordSink:
             "key", F.when(value_left_out, F.lit(None)).otherwise(F.col("value")).alias("value"),
             F.when(undeliverable, F.concat("headers", extra)).otherwise(F.col("headers")).alias("headers"),
             F.when(undeliverable, F.lit(None)).otherwise(F.col("due_ms")).alias("due_ms"),
-            "wb_topic", "wb_partition", "wb_key", "wb_headers", "history",
+            "wb_topic", "wb_partition", "wb_key", "wb_headers", "history", "max_lateness_ms",
             F.when(undeliverable, F.lit(False)).otherwise(F.col("prepared")).alias("prepared"), "delivery_id",
         ), row_count
 
@@ -422,6 +477,23 @@ def record_limit(destination: Destination) -> tuple[int, str]:
     if destination.max_message_bytes is not None and destination.max_message_bytes < PRODUCER_MAX_BYTES:
         return destination.max_message_bytes, f"max.message.bytes {destination.max_message_bytes}"
     return PRODUCER_MAX_BYTES, f"the scheduler writes records of at most {PRODUCER_MAX_BYTES} bytes"
+
+
+# A delivery id's source request: topic, partition, offset (a cron firing's id ends with "@<instant>").
+FIRING_SOURCE = r"^(.*)-(\d+)-(\d+)(?:@-?\d+)?$"
+
+
+def _expiry_headers() -> Column:
+    """What a delivery rejected as expired gets (``rejection_classes.expired_reason`` in Spark SQL)."""
+    due = F.date_format(F.timestamp_millis(F.col("due_ms")), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+    reason = F.concat(F.lit("expired: due "), due, F.lit(", not delivered within its max lateness of "),
+                      F.col("max_lateness_ms").cast("string"), F.lit(" ms"))
+    delivery_id = F.col("delivery_id")
+    return F.array(header(REJECTION_REASON, F.encode(reason, "UTF-8")),
+                   header(DUE_MS, F.col("due_ms").cast("string")),
+                   header(SOURCE_TOPIC, F.regexp_extract(delivery_id, FIRING_SOURCE, 1)),
+                   header(SOURCE_PARTITION, F.regexp_extract(delivery_id, FIRING_SOURCE, 2)),
+                   header(SOURCE_OFFSET, F.regexp_extract(delivery_id, FIRING_SOURCE, 3)))
 
 
 def payload_bytes() -> Column:

@@ -26,7 +26,8 @@ from typing import Callable, Iterable, Optional
 from confluent_kafka import KafkaError, Producer
 
 from .exactly_once import FencedError, TransactionalSender, produce_record
-from ..protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from ..protocol import DUE_MS, FIRING_SEPARATOR, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from .rejection_classes import expired_reason
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,14 @@ class Held:
     due_ms: int
     delivery_id: str
     records: list = field(compare=False)  # (topic, partition, key, value, headers): the delivery, its copies
+    kinds: list = field(default_factory=list, compare=False)  # the kind of each record (deliver, history, ...)
+    max_lateness_ms: Optional[int] = field(default=None, compare=False)  # written later than due + this: expired
+
+    def record_kinds(self) -> list:
+        return self.kinds + ["deliver"] * (len(self.records) - len(self.kinds))
+
+    def expired_at(self, now_ms: int) -> bool:
+        return self.max_lateness_ms is not None and self.due_ms > 0 and now_ms - self.due_ms > self.max_lateness_ms
 
 
 class TimedWriter:
@@ -104,11 +113,12 @@ class TimedWriter:
         self.failed = 0  # records neither written nor rejected (a rejection refused too): logged as errors
         self.refused = 0  # records a destination refused, written to the rejections topic instead
         self.retried = 0
+        self.expired = 0  # deliveries later than their max lateness: written as rejections (expired) instead
         self.lateness_ms: list[int] = []  # of the last writes, for the batch line
-        # Called after each write with the lateness (ms) of each delivery written and the number of records refused
-        # (sent to rejections): the metrics (ops/metrics.py). Rejections and dead letters (no due time) are no
-        # deliveries; a record retried is counted when it is written.
-        self.on_written: Optional[Callable[[list[int], int], None]] = None
+        # Called after each write with the lateness (ms) of each delivery written, the number of records refused
+        # (sent to rejections) and of deliveries expired: the metrics (ops/metrics.py). Rejections and dead letters
+        # (no due time) are no deliveries; a record retried is counted when it is written.
+        self.on_written: Optional[Callable[..., None]] = None
         self._thread = threading.Thread(target=self._run, name="timed-writer", daemon=True)
         self._thread.start()
 
@@ -120,12 +130,12 @@ class TimedWriter:
         return max(0, self.max_held - len(self._held))
 
     def hold(self, rows: Iterable) -> int:
-        """Rows of (delivery_id, due_ms, kind, topic, partition, key, value, headers, ...); a delivery and its
-        write-back or history copy share the delivery id. A row without due time (a rejection) or already due
-        is written at once. Returns how many deliveries were new."""
+        """Rows of (delivery_id, due_ms, kind, topic, partition, key, value, headers[, held, max_lateness_ms]); a
+        delivery and its write-back or history copy share the delivery id. A row without due time (a rejection) or
+        already due is written at once. Returns how many deliveries were new."""
         added = 0
         with self._cond:
-            for delivery_id, due_ms, kind, topic, partition, key, value, headers, *_ in rows:
+            for delivery_id, due_ms, kind, topic, partition, key, value, headers, *rest in rows:
                 delivery_id = self._named(delivery_id)
                 due_ms = due_ms or 0
                 record = (topic, partition, key, value, _header_pairs(headers))
@@ -137,6 +147,9 @@ class TimedWriter:
                 elif held.records and kind == "deliver" and any(r[0] == topic for r in held.records):
                     continue  # emitted again (a replay of the batch): held once
                 held.records.append(record)
+                held.kinds.append(kind)
+                if kind == "deliver" and len(rest) > 1 and rest[1] is not None:
+                    held.max_lateness_ms = int(rest[1])
             self._cond.notify()
         return added
 
@@ -232,6 +245,27 @@ class TimedWriter:
 
     def _write(self, taken: list[Held]) -> None:
         started = _now_ms()
+        expired = [held for held in taken if held.expired_at(started)]
+        if expired:
+            # Later than its max lateness: the delivery goes to the rejections topic as expired, its history copy is
+            # not written; what follows a delivery either way (a write-back) is.
+            taken = [held for held in taken if not held.expired_at(started)]
+            rejected = [Held(held.due_ms, held.delivery_id,
+                             [expired_rejection(record, held, self.rejections_topic) if kind == "deliver" else record
+                              for record, kind in zip(held.records, held.record_kinds()) if kind != "history"])
+                        for held in expired if self.rejections_topic]
+            lost = self._send([(held, record) for held in rejected for record in held.records])
+            self.expired += len(expired)
+            log.warning("timed writer: %d delivery(ies) later than their max lateness, sent to rejections as "
+                        "expired (e.g. %s, due %d ms before)", len(expired), expired[0].delivery_id,
+                        started - expired[0].due_ms)
+            if lost:
+                self.failed += len(lost)
+                log.error("timed writer: %d expired record(s) not written as rejections: %s", len(lost), lost[0][2])
+            if not taken:
+                if self.on_written is not None:
+                    self.on_written([], 0, len(expired))
+                return
         failures = self._send([(held, record) for held in taken for record in held.records])
         self.written += len(taken)
         self.lateness_ms = [started - h.due_ms for h in taken[-1000:]]
@@ -257,7 +291,7 @@ class TimedWriter:
         if self.on_written is not None:
             failed = {id(held) for held, *_ in refused} | {id(held) for held, _ in again}
             self.on_written([started - h.due_ms for h in taken if h.due_ms > 0 and h.delivery_id[:1] != "\0"
-                             and id(h) not in failed], len(refused))
+                             and id(h) not in failed], len(refused), len(expired))
         if again:
             self.retried += len(again)
             log.warning("timed writer: %d record(s) not written, retrying in %.0fs: %s", len(again), RETRY_PAUSE_S,
@@ -266,9 +300,11 @@ class TimedWriter:
                 for held, record in again:
                     pending = self._held.get(held.delivery_id)
                     if pending is None:  # due as before: a batch waiting for it keeps waiting (wait_written)
-                        pending = self._held[held.delivery_id] = Held(held.due_ms, held.delivery_id, [])
+                        pending = self._held[held.delivery_id] = Held(held.due_ms, held.delivery_id, [],
+                                                                      max_lateness_ms=held.max_lateness_ms)
                         heapq.heappush(self._heap, pending)
                     pending.records.append(record)
+                    pending.kinds.append(_kind_of(held, record))
             time.sleep(RETRY_PAUSE_S)
 
     def write_now(self, rows: Iterable, chunk: int = 10_000) -> int:
@@ -276,8 +312,11 @@ class TimedWriter:
         batch's own writes (what does not fit in the writer) go through the same transactions. Returns how many."""
         taken: list[Held] = []
         count = 0
-        for delivery_id, due_ms, _kind, topic, partition, key, value, headers, *_ in rows:
-            taken.append(Held(due_ms or 0, self._named(delivery_id), [(topic, partition, key, value, _header_pairs(headers))]))
+        for delivery_id, due_ms, kind, topic, partition, key, value, headers, *rest in rows:
+            lateness = rest[1] if len(rest) > 1 and kind == "deliver" else None
+            taken.append(Held(due_ms or 0, self._named(delivery_id),
+                              [(topic, partition, key, value, _header_pairs(headers))], [kind],
+                              None if lateness is None else int(lateness)))
             if len(taken) >= chunk:
                 count += len(taken)
                 self._write(taken)
@@ -325,13 +364,37 @@ def refusal_reason(record: tuple, error: KafkaError) -> str:
     return f"{shown} refused the record ({error.str()})"
 
 
+def _kind_of(held: Held, record: tuple) -> str:
+    for candidate, kind in zip(held.records, held.record_kinds()):
+        if candidate is record:
+            return kind
+    return "deliver"
+
+
+def source_of(delivery_id: str) -> tuple[str, str, str]:
+    """The source topic, partition and offset of a delivery id (a cron firing's: its activating request's)."""
+    source_topic, _, offset = delivery_id.split(FIRING_SEPARATOR, 1)[0].rpartition("-")
+    source_topic, _, partition = source_topic.rpartition("-")
+    return source_topic, partition, offset
+
+
 def rejection(record: tuple, delivery_id: str, rejections_topic: str, error: KafkaError) -> tuple:
     """A refused record as a rejection: its key, value and headers, the reason and its request's source."""
     _, _, key, value, headers = record
-    source_topic, _, rest = delivery_id.rpartition("-")
-    source_topic, _, partition = source_topic.rpartition("-")
+    source_topic, partition, offset = source_of(delivery_id)
     extra = [(REJECTION_REASON, refusal_reason(record, error).encode()), (SOURCE_TOPIC, source_topic.encode()),
-             (SOURCE_PARTITION, partition.encode()), (SOURCE_OFFSET, rest.encode())]
+             (SOURCE_PARTITION, partition.encode()), (SOURCE_OFFSET, offset.encode())]
+    return rejections_topic, None, key, value, [*headers, *extra]
+
+
+def expired_rejection(record: tuple, held: Held, rejections_topic: str) -> tuple:
+    """A delivery later than its max lateness as a rejection (record_sink.py writes the same): its key, value and
+    headers, the reason ``expired: ...``, ``x-scheduler-due-ms`` and its request's source."""
+    _, _, key, value, headers = record
+    source_topic, partition, offset = source_of(held.delivery_id)
+    extra = [(REJECTION_REASON, expired_reason(held.due_ms, held.max_lateness_ms).encode()),
+             (DUE_MS, str(held.due_ms).encode()), (SOURCE_TOPIC, source_topic.encode()),
+             (SOURCE_PARTITION, partition.encode()), (SOURCE_OFFSET, offset.encode())]
     return rejections_topic, None, key, value, [*headers, *extra]
 
 

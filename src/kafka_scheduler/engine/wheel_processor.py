@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterator, Optional
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import Column
@@ -20,14 +21,16 @@ from pyspark.sql.types import ArrayType, BinaryType, BooleanType, IntegerType, L
     StructType
 
 from ..dialects.common import KIND_REJECT
-from ..protocol import DELIVERY_ID, REJECTION_REASON
+from ..protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
+    SOURCE_TOPIC
 from .partitioning import partition_hash
-from .batch_summary import BATCH_TIME, DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, outcome_key
+from .batch_summary import BATCH_TIME, DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, SKIPPED_FIRINGS, outcome_key
 from .rejection_classes import reason_class
 from .index_cache import IndexCache, IndexEntry, IndexToken, cache_for
 from .schedule import Action, Request, is_internal
-from .wheel import ENTRY_COLUMNS, INDEX_COLUMNS, BucketInfo, apply_requests, fire, flag, header_pairs, missing, \
-    optional_int, schedule_of_entry
+from .wheel import DEFAULT_CRON_MIN_INTERVAL_MS, ENTRY_COLUMNS, INDEX_COLUMNS, NULLABLE_INT_COLUMNS, BucketInfo, \
+    apply_requests, expired_mask, fire, flag, header_pairs, missing, optional_int, schedule_of_entry, \
+    with_entry_columns
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -51,10 +54,13 @@ OUTPUT_SCHEMA = StructType([
     StructField("history", BooleanType()),
     # deliveries only: emitted ahead of its due time, for the driver's timed writer (see wheel.apply_requests)
     StructField("prepared", BooleanType()),
+    # deliveries (and expired ones): later than due + this, the sink or the timed writer rejects it as expired
+    StructField("max_lateness_ms", LongType()),
 ])
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
 
 KIND_DELIVER = "deliver"
+KIND_EXPIRED = "expired"  # a delivery written later than its max lateness would allow: the sink rejects it
 KIND_OUTCOME = "outcome"
 OUTCOME_REJECTED = "rejected"
 
@@ -71,7 +77,9 @@ CHUNK_SCHEMA = pa.schema([("due_ms", pa.int64()), ("topic", pa.string()), ("key"
                           ("entry_bytes", pa.int64()), ("partition", pa.int32()), ("partition_key", pa.binary()),
                           ("wb_topic", pa.string()), ("wb_partition", pa.int32()), ("wb_key", pa.binary()),
                           ("wb_headers", _HEADER_TYPE), ("history", pa.bool_()), ("sid", pa.binary()),
-                          ("digest", pa.binary())])
+                          ("digest", pa.binary()), ("max_lateness_ms", pa.int64()), ("cron_expr", pa.string()),
+                          ("cron_tz", pa.string()), ("cron_policy", pa.string()), ("cron_start_ms", pa.int64()),
+                          ("cron_end_ms", pa.int64())])
 # due_ms null: the id left the index; sid null: every id due from due_ms to through_ms left it
 DELTA_SCHEMA = pa.schema([("sid", pa.binary()), ("due_ms", pa.int64()), ("delivery_id", pa.string()),
                           ("digest", pa.binary()), ("through_ms", pa.int64())])
@@ -99,10 +107,26 @@ def to_blob(entries: pd.DataFrame) -> bytes:
     frame = entries[ENTRY_COLUMNS].copy()
     frame["headers"] = [header_pairs(h) for h in frame["headers"]]
     frame["wb_headers"] = [None if missing(h) else header_pairs(h) for h in frame["wb_headers"]]
-    for column in ("partition", "wb_partition"):
-        frame[column] = pd.array([optional_int(v) for v in frame[column]], dtype="Int32")
+    for column in NULLABLE_INT_COLUMNS:
+        frame[column] = _nullable_ints(frame[column], "Int32" if column in ("partition", "wb_partition") else "Int64")
+    for column in ("cron_expr", "cron_tz", "cron_policy"):
+        values = frame[column]
+        if values.dtype == object and not values.isna().all():
+            frame[column] = values.where(values.notna(), None)
+        else:
+            frame[column] = pd.Series([None] * len(values), index=values.index, dtype=object) \
+                if values.isna().all() else values
     frame["history"] = [flag(v) for v in frame["history"]]
     return _ipc(pa.Table.from_pandas(frame, schema=CHUNK_SCHEMA, preserve_index=False))
+
+
+def _nullable_ints(values: pd.Series, dtype: str):
+    """A column of ints or nulls (None, NaN, pd.NA) as a nullable integer array, without a Python call per row."""
+    if values.isna().all():
+        return pd.array([None] * len(values), dtype=dtype)
+    if pd.api.types.is_integer_dtype(values.dtype):
+        return values.astype(dtype).array
+    return pd.to_numeric(values, errors="coerce").astype(dtype).array
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -117,7 +141,8 @@ def _table(blob) -> pa.Table:
 
 
 def from_blob(blob) -> pd.DataFrame:
-    return _table(blob).to_pandas()
+    """A chunk as an entries frame (a chunk written before the expiry and cron columns gets them null)."""
+    return with_entry_columns(_table(blob).to_pandas())
 
 
 def delta_blob(changes: list) -> bytes:
@@ -259,6 +284,19 @@ class MapStateShardStore:
         self.p.handle.registerTimer(timer_ms)
         self.p.new_timers.append(timer_ms)
 
+    def paused_get(self, sid):
+        value = self.p.paused.getValue((bytes(sid),))
+        return None if value is None else from_blob(value[0])
+
+    def paused_put(self, sid, entry):
+        self.p.paused.updateValue((bytes(sid),), (to_blob(entry),))
+
+    def paused_remove(self, sid):
+        self.p.paused.removeKey((bytes(sid),))
+
+    def paused_items(self):
+        return [(bytes(key[0]), from_blob(value[0])) for key, value in self.p.paused.iterator()]
+
 
 def _records(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.DataFrame:
     columns = {"kind": kind, "topic": topic, "key": key, "value": value, "headers": headers, "due_ms": due_ms,
@@ -295,9 +333,13 @@ def _header_dicts(cell) -> list:
 
 
 def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.DataFrame:
-    """Delivery rows; with ``now_ms``, those due after it are marked prepared (for the timed writer)."""
-    headers = [_header_dicts(h) + [{"key": DELIVERY_ID, "value": d.encode()}]
-               for h, d in zip(entries["headers"], entries["delivery_id"])]
+    """Delivery rows; with ``now_ms``, those due after it are marked prepared (for the timed writer). A cron's firing
+    carries ``x-scheduler-cron-fire-timestamp`` (its instant in Unix seconds, as Kaspr writes it); rows marked
+    ``expired`` (wheel.mark_expired) are of kind ``expired``: the sink rejects them."""
+    crons = entries["cron_expr"].notna().to_numpy() if "cron_expr" in entries else np.zeros(len(entries), bool)
+    headers = [_header_dicts(h) + ([{"key": CRON_FIRE_TIMESTAMP, "value": str(int(due) // 1000).encode()}]
+                                   if is_cron else []) + [{"key": DELIVERY_ID, "value": d.encode()}]
+               for h, d, due, is_cron in zip(entries["headers"], entries["delivery_id"], entries["due_ms"], crons)]
     extras = {}
     if "wb_headers" in entries and not entries["wb_headers"].map(missing).all() \
             or "partition_key" in entries and not entries["partition_key"].map(missing).all() \
@@ -316,8 +358,30 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.
         }
     if now_ms is not None:
         extras["prepared"] = (entries["due_ms"].to_numpy() > now_ms).tolist()
-    return _records(KIND_DELIVER, entries["topic"].to_numpy(), entries["key"].to_numpy(),
-                    entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy(), **extras)
+    if "max_lateness_ms" in entries and not entries["max_lateness_ms"].map(missing).all():
+        extras["max_lateness_ms"] = pd.array([optional_int(v) for v in entries["max_lateness_ms"]], dtype="Int64")
+    expired = expired_mask(entries)
+    frame = _records(KIND_DELIVER, entries["topic"].to_numpy(), entries["key"].to_numpy(),
+                     entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy(), **extras)
+    if expired.any():
+        frame.loc[expired, "kind"] = KIND_EXPIRED
+    return frame
+
+
+def rejections_frame(rejected: pd.DataFrame, rejections_topic: str) -> pd.DataFrame:
+    """CRON_ADDs the rules refused (wheel.BatchResult.rejected) as rejection records, as the decoder writes them: the
+    request's key, value and headers as read, the reason and the request's source."""
+    def headers(raw, reason, delivery_id):
+        topic, partition, offset = delivery_id.rsplit("-", 2)
+        return _header_dicts(raw) + [{"key": REJECTION_REASON, "value": reason.encode()},
+                                     {"key": SOURCE_TOPIC, "value": topic.encode()},
+                                     {"key": SOURCE_PARTITION, "value": partition.encode()},
+                                     {"key": SOURCE_OFFSET, "value": offset.encode()}]
+
+    return _records(KIND_REJECT, [rejections_topic] * len(rejected), rejected["key"].to_numpy(),
+                    rejected["value"].to_numpy(),
+                    [headers(*row) for row in zip(rejected["raw_headers"], rejected["reason"],
+                                                  rejected["delivery_id"])], None)
 
 
 def _batch_time_row(now_ms: int) -> pd.DataFrame:
@@ -337,11 +401,16 @@ def _withdraw_rows(delivery_ids: list) -> pd.DataFrame:
 class WheelProcessor(StatefulProcessor):
     """``window_ms``: schedules due up to this far after the batch time are prepared (emitted for the
     driver's timed writer, kept in state until retired); ``run`` names the driver process whose writer
-    holds what this run prepares (wheel.BucketInfo's prepare mark)."""
+    holds what this run prepares (wheel.BucketInfo's prepare mark); ``started_ms``: when it started (a skip cron's
+    firing due before was missed); ``rejections_topic``: where CRON_ADDs the rules refuse go."""
 
-    def __init__(self, window_ms: int = 0, run: str = ""):
+    def __init__(self, window_ms: int = 0, run: str = "", started_ms: Optional[int] = None,
+                 cron_min_interval_ms: int = DEFAULT_CRON_MIN_INTERVAL_MS, rejections_topic: str = ""):
         self.window_ms = window_ms
         self.run = run
+        self.started_ms = started_ms
+        self.cron_min_interval_ms = cron_min_interval_ms
+        self.rejections_topic = rejections_topic
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -357,6 +426,8 @@ class WheelProcessor(StatefulProcessor):
         self.chunks = handle.getMapState("chunks", "bucket long, n int", "data binary")
         self.strikes = handle.getMapState("strikes", "bucket long, n int", "delivery_ids array<string>")
         self.armed = handle.getMapState("armed", "timer_ms long", "buckets array<long>")
+        # Paused crons: the definition (a one-row chunk blob), keyed by the cron's sid (added with issue 19).
+        self.paused = handle.getMapState("paused", "sid binary", "data binary")
         self.store = MapStateShardStore(self)
         self.new_timers: list[int] = []
 
@@ -387,28 +458,37 @@ class WheelProcessor(StatefulProcessor):
         anonymous = frame.loc[anonymous_mask, base_columns + ["src_topic"]].assign(sid=None, digest=None) \
             .reset_index(drop=True)
         client = frame[~anonymous_mask]
-        # An ADD or REPLACE whose id no other request of the batch names needs no log order: filed in bulk
-        # unless its id has a pending version.
-        alone = (~client["sid"].duplicated(keep=False) & client["action"].isin([Action.ADD.value,
-                                                                                Action.REPLACE.value])).to_numpy()
+        # An ADD or REPLACE (or CRON_ADD) whose id no other request of the batch names needs no log order: filed
+        # in bulk unless its id has a pending version (or cron).
+        unique = ~client["sid"].duplicated(keep=False)
+        alone = (unique & client["action"].isin([Action.ADD.value, Action.REPLACE.value])).to_numpy()
+        cron_alone = (unique & (client["action"] == Action.CRON_ADD.value)).to_numpy()
         keyed = client.loc[alone, base_columns + ["sid", "action", "src_topic"]].assign(digest=None) \
             .reset_index(drop=True)
+        cron_adds = client.loc[cron_alone, base_columns + ["sid", "src_topic", "raw_headers"]].assign(digest=None) \
+            .reset_index(drop=True)
         requests = []
-        for row in log_order(client[~alone]).itertuples(index=False):
+        for row in log_order(client[~alone & ~cron_alone]).itertuples(index=False):
             action = Action(row.action)
-            schedule = schedule_of_entry(row) if action in (Action.ADD, Action.REPLACE) else None
+            schedule = schedule_of_entry(row) if action in (Action.ADD, Action.REPLACE, Action.CRON_ADD) else None
             completes = None if missing(row.completes) else row.completes
-            requests.append((bytes(row.sid), Request(action, schedule, completes)))
+            requests.append((bytes(row.sid), Request(action, schedule, completes,
+                                                     raw_headers=None if missing(row.raw_headers) else row.raw_headers,
+                                                     activation=row.delivery_id)))
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        result = apply_requests(self.store, requests, now_ms, anonymous, self.window_ms, self.run, keyed)
+        result = apply_requests(self.store, requests, now_ms, anonymous, self.window_ms, self.run, keyed, cron_adds,
+                                started_ms=self.started_ms, cron_min_interval_ms=self.cron_min_interval_ms)
         for emitted in result.emitted:
             if len(emitted):
                 yield deliveries_frame(emitted, now_ms)
+        for rejected in result.rejected:
+            yield rejections_frame(rejected, self.rejections_topic)
         if result.withdrawn:
             yield _withdraw_rows(result.withdrawn)
         if self.new_timers:
             yield _timer_rows(self.new_timers)
-        yield _outcomes(result.by_topic + Counter({(DELIVERED_AT_ONCE, t): n for t, n in result.at_once.items()}))
+        yield _outcomes(result.by_topic + Counter({(DELIVERED_AT_ONCE, t): n for t, n in result.at_once.items()})
+                        + Counter({SKIPPED_FIRINGS: result.skipped}))
         yield from self._reports(shard, now_ms)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
@@ -416,11 +496,15 @@ class WheelProcessor(StatefulProcessor):
         shard = int(key[0])
         self.store.use_shard(shard)
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        for due in fire(self.store, expiredTimerInfo.getExpiryTimeInMs(), now_ms, self.window_ms, self.run):
+        counts = Counter()
+        for due in fire(self.store, expiredTimerInfo.getExpiryTimeInMs(), now_ms, self.window_ms, self.run,
+                        started_ms=self.started_ms, counts=counts):
             if len(due):
                 yield deliveries_frame(due, now_ms)
         if self.new_timers:
             yield _timer_rows(self.new_timers)
+        if counts:
+            yield _outcomes(Counter({SKIPPED_FIRINGS: counts["skipped"]}))
         yield from self._reports(shard, now_ms)
 
     def _reports(self, shard: int, now_ms: int) -> Iterator[pd.DataFrame]:

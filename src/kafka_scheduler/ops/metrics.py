@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..engine.batch_summary import BatchSummary
 from .recent import LatenessWindow, RecentRejections
-from ..engine.rejection_classes import REFUSED_BY_DESTINATION
+from ..engine.rejection_classes import EXPIRED, REFUSED_BY_DESTINATION
 from ..engine.wheel_processor import OUTCOME_REJECTED
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,9 @@ class SchedulerMetrics:
         self.registry = registry = registry if registry is not None else CollectorRegistry()
         by_input = ["input_topic", "dialect"]
         self.requests = Counter(PREFIX + "requests", "Requests read, by outcome: scheduled, replaced, replace_noop, "
-                                "cancelled, cancel_noop, completed, complete_noop (rejected ones: "
+                                "cancelled, cancel_noop, completed, complete_noop, and for crons cron_added, "
+                                "cron_replaced, cron_replace_noop, cron_paused, cron_pause_noop, cron_resumed, "
+                                "cron_resume_noop, cron_cancelled, cron_cancel_noop (rejected ones: "
                                 "kafka_scheduler_rejected_total)", ["outcome", *by_input], registry=registry)
         self.rejected = Counter(PREFIX + "rejected", "Requests rejected (sent to the rejections topic), by reason "
                                 "class", [*by_input, "reason_class"], registry=registry)
@@ -50,6 +52,11 @@ class SchedulerMetrics:
         self.dead_lettered = Counter(PREFIX + "dead_lettered", "Deliveries their destination refused (topic or "
                                      "partition missing, not authorized, too large), sent to the rejections topic",
                                      registry=registry)
+        self.expired = Counter(PREFIX + "expired", "Deliveries (one-shots and cron firings) that would have gone out "
+                               "later than their due time plus their x-scheduler-max-lateness, sent to the rejections "
+                               "topic as expired instead", registry=registry)
+        self.skipped_firings = Counter(PREFIX + "skipped_firings", "Firings of crons with the skip policy that were "
+                                       "due while the job was down, not delivered", registry=registry)
         self.pending = Gauge(PREFIX + "pending_schedules", "Pending schedules with a request id (the id index, "
                              "summed over shards, after every batch; schedules without id are not counted: see "
                              "kafka_scheduler_counted_pending_schedules)", registry=registry)
@@ -116,6 +123,8 @@ class SchedulerMetrics:
                 self.delivered_at_once.labels(topic, self.dialect_of(topic)).inc(n)
         self.written_back.inc(summary.written_back)
         self._dead_lettered(summary.dead_lettered, at_s)
+        self._expired(summary.expired, at_s)
+        self.skipped_firings.inc(summary.skipped)
         if summary.written_by_batch:
             # Written by the batch itself (no timed writer, or beyond --max-held): held slices go out at their due
             # time; the others are observed at the batch's largest lateness, the only figure the batch has.
@@ -132,12 +141,19 @@ class SchedulerMetrics:
         self.batches.inc()
         self.last_batch.set(at_s)
 
-    def record_written(self, lateness_ms: list[int], refused: int) -> None:
-        """The timed writer wrote deliveries (``lateness_ms``: one per delivery) and diverted ``refused`` records."""
+    def record_written(self, lateness_ms: list[int], refused: int, expired: int = 0) -> None:
+        """The timed writer wrote deliveries (``lateness_ms``: one per delivery), diverted ``refused`` records, and
+        ``expired`` deliveries later than their max lateness."""
         self.delivered.inc(len(lateness_ms))
         for late, n in Tally(lateness_ms).items():
             self._observe_lateness(max(0, late) / 1000, n)
         self._dead_lettered(refused, time.time())
+        self._expired(expired, time.time())
+
+    def _expired(self, n: int, at_s: float) -> None:
+        self.expired.inc(n)
+        if n:
+            self.recent_rejections.add(at_s, None, "", EXPIRED, n)
 
     def _observe_lateness(self, seconds: float, n: int) -> None:
         for _ in range(n):

@@ -158,6 +158,8 @@ class PendingCounts:
     per_hour: Counter = field(default_factory=Counter)  # start of hour (ms) -> schedules due in it
     per_day: Counter = field(default_factory=Counter)
     earliest_due_ms: Optional[int] = None  # of those not yet due at as_of
+    crons: int = 0  # running crons among them (the chart counts each of their firings in its hour)
+    firings_estimated_from_ms: Optional[int] = None  # per-day firing counts of dense crons estimated from then on
 
     @property
     def not_due(self) -> int:
@@ -165,9 +167,17 @@ class PendingCounts:
 
 
 def count_pending(frames: Iterable, as_of_ms: int) -> PendingCounts:
-    """Counts of pending schedules (frames of inspection.pending_frames: a ``due_ms`` column)."""
+    """Counts of pending schedules (frames of inspection.pending_frames: a ``due_ms`` column). A running cron is one
+    schedule, and in the hours and days of the chart each of its firings counts (inspection.FiringCounter)."""
+    from .inspection import FiringCounter
+
     counts = PendingCounts()
+    firings = FiringCounter(as_of_ms, as_of_ms // HOUR_MS * HOUR_MS + HOURS_SHOWN * HOUR_MS,
+                            as_of_ms // DAY_MS * DAY_MS + DAYS_SHOWN * DAY_MS)
     for frame in frames:
+        if "cron_expr" in frame:
+            counts.crons += int(frame["cron_expr"].notna().sum())
+            firings.add(frame)
         due = frame["due_ms"].astype("int64")
         counts.total += len(due)
         overdue = due < as_of_ms
@@ -177,6 +187,9 @@ def count_pending(frames: Iterable, as_of_ms: int) -> PendingCounts:
             counts.earliest_due_ms = low if counts.earliest_due_ms is None else min(counts.earliest_due_ms, low)
         counts.per_hour.update(Counter((due // HOUR_MS * HOUR_MS).tolist()))
         counts.per_day.update(Counter((due // DAY_MS * DAY_MS).tolist()))
+    counts.per_hour.update(firings.per_hour)
+    counts.per_day.update(firings.per_day)
+    counts.firings_estimated_from_ms = firings.estimated_from_ms
     return counts
 
 
@@ -191,7 +204,9 @@ def upcoming_json(counts: PendingCounts, as_of_ms: int, batch: Optional[int]) ->
     return {"as_of": iso(as_of_ms / 1000), "as_of_ms": as_of_ms, "batch": batch, "total": counts.total,
             "due_not_retired": counts.overdue, "earliest_due": iso(counts.earliest_due_ms / 1000)
             if counts.earliest_due_ms is not None else None, "earliest_due_ms": counts.earliest_due_ms,
-            "hours": hours, "days": days,
+            "hours": hours, "days": days, "crons": counts.crons,
+            "firings_estimated_from": None if counts.firings_estimated_from_ms is None
+            else iso(counts.firings_estimated_from_ms / 1000)[:10],
             "before_hours": sum(n for h, n in counts.per_hour.items() if h < first_hour),
             "after_hours": sum(n for h, n in counts.per_hour.items() if h >= first_hour + HOURS_SHOWN * HOUR_MS),
             "after_days": sum(n for d, n in counts.per_day.items() if d >= first_day + DAYS_SHOWN * DAY_MS)}
