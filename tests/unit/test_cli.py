@@ -331,3 +331,30 @@ def test_native_schedule_end_to_end_is_unchanged(capsys, produced):
     assert record["topic"] == "app-schedule-requests"
     assert "partitioner" not in record["config"]
     assert record["partition"] in (0, 1)
+
+
+def test_recurring_schedules_are_commands_too(capsys):
+    code, out, _ = run(capsys, ["--help"])
+    for command in ("pause", "resume"):
+        assert f"  {command} " in out, command
+    code, out, _ = run(capsys, ["schedule", "--help"])
+    for flag in ("--cron", "--timezone", "--missed", "--start-at", "--end-at", "--max-lateness"):
+        assert flag in out
+    code, out, _ = run(capsys, ["cancel", "--help"])
+    assert "--cron" in out
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["schedule", "--to", "x", "--cron", "@hourly"], "--cron needs --id"),
+    (["schedule", "--to", "x", "--cron", "* * *", "--id", "c"], "invalid cron expression"),
+    (["schedule", "--to", "x", "--cron", "@hourly", "--at", "+1m", "--id", "c"], "--at and --cron"),
+    (["schedule", "--to", "x", "--at", "+1m", "--timezone", "Europe/Paris"], "--timezone is for a recurring"),
+    (["schedule", "--to", "x", "--at", "+1m", "--max-lateness", "soon"], "max lateness 'soon'"),
+    (["schedule", "--to", "x", "--cron", "@hourly", "--id", "c", "--dialect", "karafka", "--requests-topic", "s"],
+     "no recurring schedules"),
+    (["pause", "--id", "c", "--dialect", "etf1", "--requests-topic", "s"], "no recurring schedules"),
+])
+def test_bad_recurring_requests_fail_with_one_line_before_any_connection(capsys, argv, fragment):
+    code, out, err = run(capsys, [*argv, *NO_KAFKA])
+    assert code == 2 and out == ""
+    assert fragment in one_line_error(err, argv[0])

@@ -299,3 +299,77 @@ def test_client_rejects_before_producing(fake_producer):
     with pytest.raises(RequestError, match="reserved"):
         client.schedule("orders", "+1m", value=b"v", request_id="r", headers=[("scheduler-epoch", "1")])
     assert fake_producer.instances[0].produced == []
+
+
+# ---------------------------------------------------------------- recurring schedules and expiry
+
+
+def test_client_sends_kaspr_cron_requests_all_on_the_partition_of_the_cron_id(fake_producer):
+    import zlib
+
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
+
+    with SchedulerClient("b:9092", app_id="app") as client:
+        client.cron("reminders", "0 9 * * 1-5", value=b"standup", key="team", headers=[("trace", "1")],
+                    request_id="standup", timezone="Europe/Paris", missed="skip",
+                    start_at="2026-01-05T00:00:00Z", end_at=datetime(2026, 12, 31, tzinfo=UTC), max_lateness="10m")
+        client.pause("standup")
+        client.resume("standup")
+        client.cancel("standup", cron=True)
+        client.schedule("orders", "2026-05-24T12:30:00Z", value="v", request_id="r-1", max_lateness=timedelta(minutes=5))
+    add, pause, resume, cancel, one_shot = fake_producer.instances[0].produced
+    assert {r["partition"] for r in (add, pause, resume, cancel)} == {zlib.crc32(b"standup") % 3}
+    assert (add["key"], add["value"]) == (b"team", b"standup")
+    assert add["headers"] == [
+        ("trace", b"1"), ("x-scheduler-action", b"CRON_ADD"), ("x-scheduler-deliver-to", b"reminders"),
+        ("x-scheduler-request-id", b"standup"), ("x-scheduler-cron-expr", b"0 9 * * 1-5"),
+        ("x-scheduler-cron-missed-fire-policy", b"skip"), ("x-scheduler-cron-timezone", b"Europe/Paris"),
+        ("x-scheduler-cron-start-at", b"2026-01-05T00:00:00.000Z"),
+        ("x-scheduler-cron-end-at", b"2026-12-31T00:00:00.000Z"), ("x-scheduler-max-lateness", b"600000")]
+    assert [dict(r["headers"])["x-scheduler-action"] for r in (pause, resume, cancel)] == [
+        b"CRON_PAUSE", b"CRON_RESUME", b"CRON_CANCEL"]
+    assert dict(one_shot["headers"])["x-scheduler-max-lateness"] == b"300000"
+
+
+@pytest.mark.parametrize("dialect", ["karafka", "etf1", "sky-json"])
+def test_other_dialects_say_they_have_no_crons_nor_max_lateness(fake_producer, dialect):
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
+
+    with SchedulerClient("b:9092", dialect=dialect, requests_topic="schedules") as client:
+        with pytest.raises(RequestError, match=f"the {dialect} dialect has no recurring schedules"):
+            client.cron("out", "@hourly", request_id="c")
+        with pytest.raises(RequestError, match=f"the {dialect} dialect has no recurring schedules"):
+            client.pause("c")
+        with pytest.raises(RequestError, match=f"the {dialect} dialect has no max lateness"):
+            client.schedule("out", "+1m", value="v", request_id="r", max_lateness="10m")
+    assert fake_producer.instances[0].produced == []
+
+
+@pytest.mark.parametrize("lateness,expected", [("10m", 600_000), ("1h30m", 5_400_000), ("PT10M", 600_000),
+                                               ("pt0.5s", 500), ("250ms", 250), (1500, 1500), ("2d", 172_800_000),
+                                               (timedelta(seconds=3), 3000)])
+def test_max_lateness_is_read_as_the_scheduler_reads_it(lateness, expected):
+    from kafka_scheduler.client.encoders import lateness_ms
+
+    assert lateness_ms(lateness) == expected
+
+
+@pytest.mark.parametrize("lateness", ["0", "-5m", "10x", "PT", "", 0, "1.5h"])
+def test_a_bad_max_lateness_is_refused_before_sending(lateness):
+    from kafka_scheduler.client.encoders import lateness_ms
+
+    with pytest.raises(RequestError, match="max lateness"):
+        lateness_ms(lateness)
+
+
+def test_a_bad_cron_is_refused_before_sending(fake_producer):
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
+
+    with SchedulerClient("b:9092") as client:
+        for kwargs, message in [(dict(expr="* * *"), "invalid cron expression"), (dict(expr=""), "needs an expression"),
+                                (dict(expr="@hourly", missed="later"), "use replay or skip"),
+                                (dict(expr="@hourly", start_at="2026-02-01T00:00:00Z",
+                                      end_at="2026-01-01T00:00:00Z"), "end is before its start")]:
+            with pytest.raises(RequestError, match=message):
+                client.cron("out", request_id="c", **kwargs)
+    assert fake_producer.instances[0].produced == []

@@ -27,15 +27,17 @@ commands:
   config    config show: print the effective settings of `run` and where each came from
   broker    run a local single-node Kafka broker (development and tests)
   demo      start a local broker (if none) and the scheduler, and show a message arriving
-  schedule  send a request to deliver a message later
+  schedule  send a request to deliver a message later (--cron: at every firing of a cron expression)
   replace   replace the pending schedule with an id
-  cancel    cancel the pending schedule with an id
+  cancel    cancel the pending schedule with an id (--cron: the recurring one)
+  pause     pause the recurring schedule with an id
+  resume    resume the recurring schedule with an id
   inspect   pending schedules read from a checkpoint: counts per hour and day, one in full
   bench     run a benchmark scenario (from a repository checkout)
   chaos     run the crash suite: kill -9 the job and restart the broker, check every delivery
             (from a repository checkout)
 
-`pip install kafka-scheduler` gives the request commands (schedule, replace, cancel) and config;
+`pip install kafka-scheduler` gives the request commands (schedule, replace, cancel, pause, resume) and config;
 run, submit, inspect and demo need the server install: pip install "kafka-scheduler[server]".
 
 Every `run` option can also be set as an environment variable KAFKA_SCHEDULER_<NAME>,
@@ -241,29 +243,85 @@ def _via(args: argparse.Namespace) -> str:
 def cmd_schedule(args: argparse.Namespace) -> int:
     from ..client.scheduler_client import encode, format_instant, parse_due
 
+    if getattr(args, "cron", None) is not None:
+        return _schedule_cron(args)
+    for flag, value in (("--timezone", getattr(args, "timezone", None)), ("--missed", getattr(args, "missed", None)),
+                        ("--start-at", getattr(args, "start_at", None)), ("--end-at", getattr(args, "end_at", None))):
+        if value is not None:
+            raise CommandError(f"{flag} is for a recurring schedule: give --cron EXPR")
+    if args.at is None:
+        raise CommandError("give --at WHEN (or --cron EXPR for a recurring schedule)")
     action = "REPLACE" if args.command == "replace" else "ADD"
     _check_dialect(args)
     # Everything is checked before a connection is opened, so bad input costs one line and no network.
     due, headers, value = parse_due(args.at), _headers(args.header), _value(args)
     encode(args.dialect, action, request_id=args.id, topic=args.to, due=due, key=args.key, value=value,
-           headers=headers, target_partition=args.partition, partition_key=args.partition_key)
+           headers=headers, target_partition=args.partition, partition_key=args.partition_key,
+           max_lateness=args.max_lateness)
     with _client(args) as client:
         due = client.schedule(args.to, due, value=value, key=args.key, headers=headers, request_id=args.id,
-                              action=action, target_partition=args.partition, partition_key=args.partition_key)
+                              action=action, target_partition=args.partition, partition_key=args.partition_key,
+                              max_lateness=args.max_lateness)
     ident = f" id={args.id}" if args.id else ""
     print(f"sent {action.lower() if action == 'REPLACE' else 'schedule'}{ident}{_via(args)}: deliver to {args.to} "
           f"at {format_instant(due)}")
     return 0
 
 
+def _schedule_cron(args: argparse.Namespace) -> int:
+    from ..client.scheduler_client import encode_cron, parse_due
+
+    if args.at is not None:
+        raise CommandError("--at and --cron do not go together: a recurring schedule fires at its expression's times")
+    if args.dialect != "native":
+        raise CommandError(f"--cron: the {args.dialect} dialect has no recurring schedules (native only)")
+    if args.id is None:
+        raise CommandError("--cron needs --id: the cron's id, to pause, resume, replace or cancel it")
+    if args.partition is not None or args.partition_key is not None:
+        raise CommandError("--partition and --partition-key are karafka only")
+    headers, value = _headers(args.header), _value(args)
+    start = None if args.start_at is None else parse_due(args.start_at)
+    end = None if args.end_at is None else parse_due(args.end_at)
+    encode_cron("native", "add", request_id=args.id, topic=args.to, expr=args.cron, key=args.key, value=value,
+                headers=headers, timezone=args.timezone, missed=args.missed, start_at=start, end_at=end,
+                max_lateness=args.max_lateness)
+    with _client(args) as client:
+        client.cron(args.to, args.cron, value=value, key=args.key, headers=headers, request_id=args.id,
+                    timezone=args.timezone, missed=args.missed, start_at=start, end_at=end,
+                    max_lateness=args.max_lateness)
+    extra = "".join(f", {name} {value}" for name, value in (("in", args.timezone), ("missed", args.missed),
+                                                             ("from", args.start_at), ("until", args.end_at),
+                                                             ("max lateness", args.max_lateness)) if value)
+    print(f"sent cron id={args.id}: deliver to {args.to} at every '{args.cron}'{extra}")
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from ..client.scheduler_client import encode
+    from ..client.scheduler_client import encode, encode_cron
 
     _check_dialect(args)
+    if getattr(args, "cron", False):
+        encode_cron(args.dialect, "cancel", request_id=args.id)
+        with _client(args) as client:
+            client.cancel(args.id, cron=True)
+        print(f"sent cron cancel id={args.id}")
+        return 0
     encode(args.dialect, "CANCEL", request_id=args.id)
     with _client(args) as client:
         client.cancel(args.id)
     print(f"sent cancel id={args.id}{_via(args)}")
+    return 0
+
+
+def cmd_cron_action(args: argparse.Namespace) -> int:
+    """pause, resume."""
+    from ..client.scheduler_client import encode_cron
+
+    _check_dialect(args)
+    encode_cron(args.dialect, args.command, request_id=args.id)
+    with _client(args) as client:
+        getattr(client, args.command)(args.id)
+    print(f"sent cron {args.command} id={args.id}")
     return 0
 
 
@@ -360,11 +418,27 @@ def _dialect_arguments(parser: argparse.ArgumentParser, message: bool) -> None:
                                  "partitioner), without making it the key")
 
 
-def _message_arguments(parser: argparse.ArgumentParser, id_required: bool) -> None:
+def _message_arguments(parser: argparse.ArgumentParser, id_required: bool, cron: bool = False) -> None:
     parser.add_argument("--to", required=True, metavar="TOPIC", help="destination topic")
-    parser.add_argument("--at", required=True, metavar="WHEN",
+    parser.add_argument("--at", required=not cron, metavar="WHEN",
                         help="due time: ISO-8601 with a zone (2026-05-24T12:30:00Z, ...+02:00) or relative "
-                             "(+30s, +5m, +2h, +1d)")
+                             "(+30s, +5m, +2h, +1d)" + (" (or --cron for a recurring schedule)" if cron else ""))
+    if cron:
+        recurring = parser.add_argument_group("recurring schedules (native only; Kaspr's CRON_ADD)")
+        recurring.add_argument("--cron", metavar="EXPR",
+                               help="deliver at every firing of this cron expression instead of --at: five fields, "
+                                    "or six with the seconds last ('* * * * * */5': every 5 s), or an alias "
+                                    "(@hourly); --id names the cron")
+        recurring.add_argument("--timezone", metavar="ZONE", help="IANA time zone of the expression (Europe/Paris; "
+                                                                  "default UTC)")
+        recurring.add_argument("--missed", choices=("replay", "skip"),
+                               help="firings missed while the job was down or the cron paused: replay (the default: "
+                                    "delivered at once, in order) or skip")
+        recurring.add_argument("--start-at", metavar="WHEN", help="no firing before this instant")
+        recurring.add_argument("--end-at", metavar="WHEN", help="no firing after this instant")
+    parser.add_argument("--max-lateness", metavar="DURATION",
+                        help="native only: not delivered (rejected as expired) if it would go out later than this "
+                             "after its due time (each firing's, for a cron): 10m, 1h30m, PT10M or milliseconds")
     parser.add_argument("--key", help="key of the delivered record (default: none)")
     value = parser.add_mutually_exclusive_group()
     value.add_argument("--value", help="value of the delivered record (default: null, a tombstone)")
@@ -495,7 +569,7 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
                                                              "(a native ADD, or a schedule in another --dialect)."),
                                    epilog=DIALECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _sender_arguments(schedule)
-    _message_arguments(schedule, id_required=False)
+    _message_arguments(schedule, id_required=False, cron=True)
     _dialect_arguments(schedule, message=True)
     schedule.set_defaults(handler=cmd_schedule)
 
@@ -543,8 +617,23 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
                                  epilog=DIALECT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _sender_arguments(cancel)
     cancel.add_argument("--id", required=True, metavar="ID", help="request id of the schedule")
+    cancel.add_argument("--cron", action="store_true",
+                        help="cancel the recurring schedule (cron) with this id: crons and one-shots have ids of "
+                             "their own (native only)")
     _dialect_arguments(cancel, message=False)
     cancel.set_defaults(handler=cmd_cancel)
+
+    for name, what in (("pause", "Send a CRON_PAUSE: no firings of the cron --id until it is resumed (those "
+                                 "already prepared are withdrawn). An unknown or paused id is a no-op."),
+                       ("resume", "Send a CRON_RESUME: the cron --id fires again; with the replay policy the "
+                                  "firings missed while paused are delivered at once, with skip they are not. An "
+                                  "unknown or running id is a no-op.")):
+        command = commands.add_parser(name, help=f"{name} a recurring schedule (cron)",
+                                      description=textwrap.fill(what + " Native only."))
+        _sender_arguments(command)
+        command.add_argument("--id", required=True, metavar="ID", help="the cron's id")
+        _dialect_arguments(command, message=False)
+        command.set_defaults(handler=cmd_cron_action)
     return parser
 
 

@@ -7,11 +7,12 @@ nothing here imports Spark.
     with SchedulerClient("127.0.0.1:9092", app_id="kafka-scheduler") as client:
         client.schedule("reminders", "+30s", value=b"hello", request_id="r-1")
 
-``encode`` returns the key, value and headers of a request without sending it.
+``encode`` returns the key, value and headers of a request without sending it; ``encode_cron`` those of a
+recurring schedule's (native only).
 """
 
-from .encoders import DIALECTS, EncodedRequest, RequestError, effective_due, encode, format_instant
+from .encoders import DIALECTS, EncodedRequest, RequestError, effective_due, encode, encode_cron, format_instant
 from .scheduler_client import SchedulerClient, parse_due
 
-__all__ = ["DIALECTS", "EncodedRequest", "RequestError", "SchedulerClient", "effective_due", "encode",
+__all__ = ["DIALECTS", "EncodedRequest", "RequestError", "SchedulerClient", "effective_due", "encode", "encode_cron",
            "format_instant", "parse_due"]

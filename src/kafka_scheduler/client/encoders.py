@@ -10,6 +10,9 @@ produce what they return. The wire formats are those of the contract (``protocol
 - ``sky-avro`` / ``sky-json``: key = request id, value = the schedule (Avro binary without a magic byte, or
   UTF-8 JSON with base64 fields); a null value cancels.
 
+Recurring schedules (Kaspr's CRON_ADD, CRON_PAUSE, CRON_RESUME, CRON_CANCEL: ``encode_cron``) and expiry
+(``x-scheduler-max-lateness``) exist in the native dialect only; the others have neither.
+
 Karafka and ETF1 carry the due time in whole Unix seconds: it is rounded *up* to the next second, so a
 schedule is never delivered early (up to a second late instead). Sky carries milliseconds (rounded up).
 In the non-native dialects the request id is required (it is the record key) and a REPLACE is the same
@@ -21,10 +24,12 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, NamedTuple, Optional, Union
 
-from ..protocol import ACTION, DELIVER_AT, DELIVER_TO, DIALECT_NAMES, PREFIX, REQUEST_ID, SKY_AVRO_SCHEMA
+from ..protocol import ACTION, CRON_END_AT, CRON_EXPR, CRON_MISSED_FIRE_POLICY, CRON_POLICIES, CRON_START_AT, \
+    CRON_TIMEZONE, DELIVER_AT, DELIVER_TO, DIALECT_NAMES, MAX_LATENESS, PREFIX, REQUEST_ID, SKY_AVRO_SCHEMA
 
 DIALECTS = DIALECT_NAMES
 
@@ -171,7 +176,8 @@ def request_headers(action: str, deliver_to: Optional[str] = None, deliver_at: O
 
 def encode_native(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
                   due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
-                  target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+                  target_partition: Optional[int] = None, partition_key: Bytes = None,
+                  max_lateness: Lateness = None) -> EncodedRequest:
     _karafka_only("native", target_partition, partition_key)
     action = _action(action)
     if action == "CANCEL":
@@ -181,7 +187,101 @@ def encode_native(action: str, *, request_id: Optional[str] = None, topic: Optio
     if action == "REPLACE" and request_id is None:
         raise RequestError("a replace needs the request id")
     _target("native", topic, due)
-    return EncodedRequest(_as_bytes(key), _as_bytes(value), request_headers(action, topic, due, request_id, headers))
+    result = request_headers(action, topic, due, request_id, headers)
+    if max_lateness is not None:
+        result.append((MAX_LATENESS, str(lateness_ms(max_lateness)).encode()))
+    return EncodedRequest(_as_bytes(key), _as_bytes(value), result)
+
+
+# ---------------------------------------------------------------- native: recurring schedules and expiry
+
+Lateness = Optional[Union[str, int, timedelta]]
+# As the scheduler reads x-scheduler-max-lateness: milliseconds, units (10m, 1h30m, 250ms, 2d) or ISO-8601 (PT10M).
+_UNITS = re.compile(r"^(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m(?!s))?(?:(\d{1,9})s)?(?:(\d{1,9})ms)?$")
+_ISO_DURATION = re.compile(r"^p(?:(\d{1,9})d)?(?:t(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,9})(?:\.(\d{1,3}))?s)?)?$")
+_CRON_ACTIONS = {"pause": "CRON_PAUSE", "resume": "CRON_RESUME", "cancel": "CRON_CANCEL"}
+
+
+def lateness_ms(value: Lateness) -> int:
+    """Milliseconds of a max lateness: a timedelta, an int (ms), or text as the scheduler reads it ("10m", "1h30m",
+    "PT10M", "600000"). Raises RequestError unless it is a positive duration."""
+    if isinstance(value, timedelta):
+        ms = value // timedelta(milliseconds=1)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        ms = value
+    else:
+        text = str(value).strip().lower()
+        if re.fullmatch(r"\d{1,12}", text):
+            ms = int(text)
+        elif text and (units := _UNITS.match(text)):
+            d, h, m, s, milli = (int(g or 0) for g in units.groups())
+            ms = (((d * 24 + h) * 60 + m) * 60 + s) * 1000 + milli
+        elif text not in ("p", "pt") and not text.endswith("t") and (iso := _ISO_DURATION.match(text)):
+            d, h, m, s = (int(g or 0) for g in iso.groups()[:4])
+            ms = (((d * 24 + h) * 60 + m) * 60 + s) * 1000 + int((iso.group(5) or "0").ljust(3, "0"))
+        else:
+            raise RequestError(f"max lateness {value!r}: expected a duration like 10m, 1h30m, PT10M, or milliseconds")
+    if ms <= 0:
+        raise RequestError(f"max lateness {value!r}: must be more than 0")
+    return ms
+
+
+def _check_expression(expr: str) -> None:
+    """The expression as croniter reads it, when croniter is installed here (it is server-side: the scheduler checks
+    every expression and rejects those it cannot use, or that fire too often)."""
+    if not expr or not expr.strip():
+        raise RequestError("a cron needs an expression, e.g. '*/5 * * * *' or, with seconds last, '* * * * * */5'")
+    try:
+        from croniter import croniter
+    except ModuleNotFoundError:
+        return
+    if not croniter.is_valid(expr.strip()):
+        raise RequestError(f"invalid cron expression {expr!r}: five fields, six with the seconds last "
+                           f"('* * * * * */5'), or an alias like @hourly")
+
+
+def encode_cron(dialect: str, action: str, *, request_id: str, topic: Optional[str] = None,
+                expr: Optional[str] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
+                timezone: Optional[str] = None, missed: Optional[str] = None, start_at: Optional[datetime] = None,
+                end_at: Optional[datetime] = None, max_lateness: Lateness = None) -> EncodedRequest:
+    """A recurring schedule's request, as Kaspr's producers write it: ``add`` (CRON_ADD: deliver ``key``, ``value``
+    and ``headers`` to ``topic`` at every firing of ``expr``; in ``timezone``, UTC by default; ``missed``: replay or
+    skip; bounds ``start_at``/``end_at``; ``max_lateness`` for every firing), ``pause``, ``resume`` or ``cancel``.
+    Native only: the other dialects have no crons."""
+    _check_dialect(dialect)
+    if dialect != "native":
+        raise RequestError(f"the {dialect} dialect has no recurring schedules: send crons as native requests (the "
+                           f"scheduler reads them on <app-id>-schedule-requests)")
+    if not request_id:
+        raise RequestError("a cron needs its request id (its cron id)")
+    name = str(action).strip().lower()
+    if name in ("add", "cron_add", "schedule"):
+        if not topic:
+            raise RequestError("a cron needs a destination topic")
+        _check_expression(expr)
+        if missed is not None and missed not in CRON_POLICIES:
+            raise RequestError(f"missed-fire policy {missed!r}: use replay or skip")
+        if start_at is not None and end_at is not None and end_at < start_at:
+            raise RequestError("the cron's end is before its start")
+        result = user_headers("native", headers)
+        result += [(ACTION, b"CRON_ADD"), (DELIVER_TO, topic.encode()), (REQUEST_ID, request_id.encode()),
+                   (CRON_EXPR, expr.strip().encode())]
+        if missed is not None:
+            result.append((CRON_MISSED_FIRE_POLICY, missed.encode()))
+        if timezone is not None:
+            result.append((CRON_TIMEZONE, timezone.encode()))
+        for header, instant in ((CRON_START_AT, start_at), (CRON_END_AT, end_at)):
+            if instant is not None:
+                if instant.tzinfo is None:
+                    raise RequestError(f"{header}: give an aware datetime")
+                result.append((header, format_instant(instant).encode()))
+        if max_lateness is not None:
+            result.append((MAX_LATENESS, str(lateness_ms(max_lateness)).encode()))
+        return EncodedRequest(_as_bytes(key), _as_bytes(value), result)
+    bare = name[5:] if name.startswith("cron_") else name
+    if bare not in _CRON_ACTIONS:
+        raise RequestError(f"unknown cron action {action!r}: use add, pause, resume or cancel")
+    return EncodedRequest(None, None, [(ACTION, _CRON_ACTIONS[bare].encode()), (REQUEST_ID, request_id.encode())])
 
 
 # ---------------------------------------------------------------- karafka
@@ -313,11 +413,20 @@ ENCODERS = {
 
 def encode(dialect: str, action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
            due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
-           target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+           target_partition: Optional[int] = None, partition_key: Bytes = None,
+           max_lateness: Lateness = None) -> EncodedRequest:
     """The record of a ``schedule``/``replace``/``cancel`` request (also ``ADD``/``REPLACE``/``CANCEL``) in
     ``dialect``. ``topic``, ``due``, ``key``, ``value`` and ``headers`` describe the message to deliver;
-    ``target_partition`` and ``partition_key`` pick its partition (karafka only). Raises RequestError for a
-    request the scheduler would reject."""
+    ``target_partition`` and ``partition_key`` pick its partition (karafka only); ``max_lateness`` (native only):
+    not delivered, but rejected as expired, if it would go out later than due + this. Raises RequestError for a
+    request the scheduler would reject. Crons: ``encode_cron``."""
     _check_dialect(dialect)
+    if max_lateness is not None:
+        if dialect != "native":
+            raise RequestError(f"the {dialect} dialect has no max lateness (x-scheduler-max-lateness): it is a native "
+                               "request header")
+        return encode_native(action, request_id=request_id, topic=topic, due=due, key=key, value=value,
+                             headers=headers, target_partition=target_partition, partition_key=partition_key,
+                             max_lateness=max_lateness)
     return ENCODERS[dialect](action, request_id=request_id, topic=topic, due=due, key=key, value=value,
                              headers=headers, target_partition=target_partition, partition_key=partition_key)

@@ -10,6 +10,12 @@
     with SchedulerClient("127.0.0.1:9092", dialect="karafka", requests_topic="schedules") as client:
         client.schedule("reminders", "+30s", value=b"hello", request_id="r-1")
 
+    # recurring (native only): every weekday at 9:00 in Paris; firings more than 10 minutes late are not delivered
+    with SchedulerClient("127.0.0.1:9092") as client:
+        client.cron("reminders", "0 9 * * 1-5", value=b"standup", request_id="standup", timezone="Europe/Paris",
+                    max_lateness="10m")
+        client.pause("standup"); client.resume("standup"); client.cancel("standup", cron=True)
+
 Native requests that carry an id go to a partition chosen from the id (crc32), so every request
 for one id is read in the order it was sent. In the other dialects the record key is the request
 id and the producer's murmur2 partitioner (as in Java clients) picks the partition, with the same
@@ -27,8 +33,8 @@ from typing import Optional, Union
 from confluent_kafka import KafkaException, Producer
 
 from ..config import REQUESTS_SUFFIX
-from .encoders import (DIALECTS, HeaderList, RequestError, effective_due, encode, format_instant,  # noqa: F401
-                       request_headers)
+from .encoders import (DIALECTS, HeaderList, Lateness, RequestError, effective_due, encode,  # noqa: F401
+                       encode_cron, format_instant, request_headers)
 from ..kafka.topics import client_error_text
 
 When = Union[str, datetime, timedelta]
@@ -131,24 +137,56 @@ class SchedulerClient:
                  key: Optional[Union[str, bytes]] = None, headers: HeaderList = (),
                  request_id: Optional[str] = None, action: str = "ADD", *,
                  target_partition: Optional[int] = None,
-                 partition_key: Optional[Union[str, bytes]] = None) -> datetime:
+                 partition_key: Optional[Union[str, bytes]] = None, max_lateness: Lateness = None) -> datetime:
         """Deliver ``key``/``value``/``headers`` to ``topic`` at ``at``; returns the due instant (UTC) as sent
-        (rounded up to the second for karafka and etf1). ``target_partition``/``partition_key``: karafka only."""
+        (rounded up to the second for karafka and etf1). ``target_partition``/``partition_key``: karafka only.
+        ``max_lateness`` (native only; "10m", "PT10M", milliseconds or a timedelta): if it would go out later than
+        that after ``at``, it is not delivered but rejected as expired."""
         due = parse_due(at)
         record = encode(self.dialect, action, request_id=request_id, topic=topic, due=due, key=key, value=value,
-                        headers=headers, target_partition=target_partition, partition_key=partition_key)
+                        headers=headers, target_partition=target_partition, partition_key=partition_key,
+                        max_lateness=max_lateness)
         self._send(*record, request_id)
         return due if self.dialect == "native" else effective_due(self.dialect, due)
 
     def replace(self, topic: str, at: When, value: Optional[Union[str, bytes]] = None,
                 key: Optional[Union[str, bytes]] = None, headers: HeaderList = (), *, request_id: str,
                 target_partition: Optional[int] = None,
-                partition_key: Optional[Union[str, bytes]] = None) -> datetime:
+                partition_key: Optional[Union[str, bytes]] = None, max_lateness: Lateness = None) -> datetime:
         return self.schedule(topic, at, value, key, headers, request_id, action="REPLACE",
-                             target_partition=target_partition, partition_key=partition_key)
+                             target_partition=target_partition, partition_key=partition_key,
+                             max_lateness=max_lateness)
 
-    def cancel(self, request_id: str) -> None:
+    def cancel(self, request_id: str, cron: bool = False) -> None:
+        """Cancel the pending schedule ``request_id``, or with ``cron`` the recurring one (crons and one-shots have
+        ids of their own: a CANCEL never touches a cron)."""
+        if cron:
+            self._send(*encode_cron(self.dialect, "cancel", request_id=request_id), request_id)
+            return
         self._send(*encode(self.dialect, "CANCEL", request_id=request_id), request_id)
+
+    def cron(self, topic: str, expr: str, value: Optional[Union[str, bytes]] = None,
+             key: Optional[Union[str, bytes]] = None, headers: HeaderList = (), *, request_id: str,
+             timezone: Optional[str] = None, missed: Optional[str] = None, start_at: Optional[When] = None,
+             end_at: Optional[When] = None, max_lateness: Lateness = None) -> None:
+        """A recurring schedule (Kaspr's CRON_ADD; native only): deliver ``key``/``value``/``headers`` to ``topic`` at
+        every firing of ``expr`` (croniter's syntax: five fields, or six with the seconds last; aliases like
+        @hourly), in ``timezone`` (IANA; default UTC), between ``start_at`` and ``end_at``. ``missed``: ``replay``
+        (default) delivers the firings missed while the job was down or the cron paused, ``skip`` does not. The
+        same ``request_id`` replaces it."""
+        record = encode_cron(self.dialect, "add", request_id=request_id, topic=topic, expr=expr, key=key,
+                             value=value, headers=headers, timezone=timezone, missed=missed,
+                             start_at=None if start_at is None else parse_due(start_at),
+                             end_at=None if end_at is None else parse_due(end_at), max_lateness=max_lateness)
+        self._send(*record, request_id)
+
+    def pause(self, request_id: str) -> None:
+        """No firings of the cron ``request_id`` until resumed (those prepared are withdrawn)."""
+        self._send(*encode_cron(self.dialect, "pause", request_id=request_id), request_id)
+
+    def resume(self, request_id: str) -> None:
+        """Firings again; with ``replay`` those missed while paused are delivered at once, with ``skip`` not."""
+        self._send(*encode_cron(self.dialect, "resume", request_id=request_id), request_id)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every request is acknowledged by the broker; raises if any failed."""
