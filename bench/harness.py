@@ -380,3 +380,57 @@ class DeliveryReader(TopicReader):
 
     def close(self) -> None:
         self.consumer.close()
+
+
+class CronProducer(RequestProducer):
+    """CRON_ADDs written out by hand as a Kaspr producer writes them (keyed by the cron id)."""
+
+    def cron(self, destination: str, request_id: str, expr: str, value: bytes = b"tick") -> None:
+        self._produce(request_id.encode(), value, [
+            ("x-scheduler-action", b"CRON_ADD"), ("x-scheduler-deliver-to", destination.encode()),
+            ("x-scheduler-request-id", request_id.encode()), ("x-scheduler-cron-expr", expr.encode())])
+
+
+class FiringReader(TopicReader):
+    """Reads a destination of crons whose ids are ``<prefix>-<n>``: per firing instant, how many distinct crons fired
+    (a bitmap of n per instant: duplicates and losses are exact without a set of ten million ids), their earliest and
+    latest broker append time, and how many were appended before their instant (early)."""
+
+    def __init__(self, bootstrap: str, topic: str, count: int):
+        super().__init__(bootstrap, [topic])
+        self.n = count
+        self.seen: dict[int, bytearray] = {}  # instant (ms) -> bitmap of the crons that fired then
+        self.records: dict[int, int] = {}
+        self.first: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.early: dict[int, int] = {}
+        self.duplicates = 0
+        self.total = 0
+
+    def take(self, message) -> None:
+        instant = None
+        for name, value in message.headers() or []:
+            if name == "x-scheduler-cron-fire-timestamp":
+                instant = int(value) * 1000
+        appended = message.timestamp()[1]
+        n = int(message.key().rsplit(b"-", 1)[1])
+        bitmap = self.seen.get(instant)
+        if bitmap is None:
+            bitmap = self.seen[instant] = bytearray((self.n + 7) // 8)
+            self.first[instant], self.last[instant], self.early[instant], self.records[instant] = appended, 0, 0, 0
+        self.total += 1
+        self.records[instant] += 1
+        if bitmap[n >> 3] & (1 << (n & 7)):
+            self.duplicates += 1
+        bitmap[n >> 3] |= 1 << (n & 7)
+        self.first[instant] = min(self.first[instant], appended)
+        self.last[instant] = max(self.last[instant], appended)
+        if appended < instant:
+            self.early[instant] += 1
+
+    def fired(self, instant: int) -> int:
+        bitmap = self.seen.get(instant)
+        return 0 if bitmap is None else sum(bin(b).count("1") for b in bitmap)
+
+    def close(self) -> None:
+        self.consumer.close()

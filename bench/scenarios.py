@@ -54,6 +54,13 @@ none early, no duplicates.
 
 hostile: --count generated hostile records in every dialect through the job, counters checked (bench/hostile.py;
 not part of `make bench`).
+
+cron: --count crons (CRON_ADD, unique ids, Kaspr's headers written out by hand) all firing every minute
+(`* * * * *`), watched for --minutes minutes from the first whole minute after they are all committed: per minute,
+how many of them fired (each once: duplicates and losses counted exactly), none early, the first and last delivery
+after the minute; the checkpoint's size, the id index and the job's memory once a minute (they should stay flat
+from minute 2 on: firings leave nothing behind). Deliveries are counted on the broker while they come (end
+offsets) and read back at the end.
 """
 
 from __future__ import annotations
@@ -78,8 +85,8 @@ from kafka_scheduler.protocol import DIALECT_NAMES
 from .hostile import hostile
 from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
 
-from .harness import (DeliveryReader, EndOffsets, Environment, RequestProducer, cpu_between, directory_bytes,
-                      index_entries, log, percentile, wait_until, write_result)
+from .harness import (CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader, RequestProducer,
+                      cpu_between, directory_bytes, index_entries, log, percentile, wait_until, write_result)
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
@@ -739,8 +746,83 @@ def _check_deliveries(reader: DeliveryReader, plan: list[tuple[str, str]], count
     return figures
 
 
+CRON_LAST_TARGET_S = 20.0  # cron: each minute's last firing at most this long after the minute
+
+
+def cron(env: Environment, args) -> dict:
+    """See the module's docstring."""
+    scheduler = _warmed_up(env, args)
+    destination = env.topic("cron", partitions=4)
+    log(f"cron: {args.count:,} crons firing every minute, watched for {args.minutes} minutes")
+    ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: 0, "cron", args.time_budget,
+                             send=lambda producer, i: CronProducer.cron(producer, destination, f"cron-{i}",
+                                                                        "* * * * *"))
+    first_minute = (int(time.time()) // 60 + 1) * 60 * 1000
+    if first_minute - time.time() * 1000 < 10_000:
+        first_minute += 60_000  # a minute that is whole: every cron's first firing is at or before it
+    # The firings before it (crons registered early in the ingest) are delivered too; they are left out.
+    minutes = [first_minute + 60_000 * k for k in range(args.minutes)]
+    offsets = EndOffsets(env.bootstrap, destination)
+    samples = []
+    base = offsets.total()
+    for k, minute in enumerate(minutes):
+        # Until this minute's firings are all on the broker: the deliveries so far reach those of the minute.
+        target = base + args.count * (k + 1)
+        try:
+            wait_until(lambda: offsets.total() >= target or time.time() * 1000 > minute + 120_000,
+                       (minute + 130_000) / 1000 - time.time(), f"minute {k}'s firings",
+                       progress=lambda: f"{offsets.total() - base:,} of {target - base:,}")
+        except TimeoutError as exc:
+            log(f"  {exc}")
+        index = index_entries(scheduler)
+        memory = scheduler.sample_memory()
+        samples.append({"minute": k, "delivered_so_far": offsets.total() - base,
+                        "checkpoint_mib": round(directory_bytes(scheduler.checkpoint) / 2**20, 1),
+                        "rss_mib": round(sum(memory.values()) / 2**20), "index_entries": index,
+                        **{f"rss_{name}_mib": round(v / 2**20) for name, v in memory.items()}})
+        log(f"  minute {k}: {samples[-1]}")
+    offsets.close()
+    scheduler.stop()
+    log("reading every delivery back")
+    reader = FiringReader(env.bootstrap, destination, args.count)
+    last_news, seen = time.time(), -1
+    while time.time() - last_news < 10:
+        reader.poll(1.0)
+        if reader.total != seen:
+            seen, last_news = reader.total, time.time()
+    per_minute = []
+    for k, minute in enumerate(minutes):
+        fired = reader.fired(minute)
+        per_minute.append({"minute": k, "fired": fired, "lost": args.count - fired,
+                           "records": reader.records.get(minute, 0), "early": reader.early.get(minute, 0),
+                           "first_s": round((reader.first[minute] - minute) / 1000, 2) if minute in reader.first
+                           else None,
+                           "last_s": round((reader.last[minute] - minute) / 1000, 2) if minute in reader.last
+                           else None})
+        log(f"  {per_minute[-1]}")
+    reader.close()
+    lasts = [m["last_s"] for m in per_minute if m["last_s"] is not None]
+    later = [s for s in samples if s["minute"] >= 2]
+
+    def spread(key: str):
+        values = [s[key] for s in later if s.get(key) is not None]
+        return round(max(values) / max(min(values), 1e-9), 2) if values else None
+
+    return {"crons": args.count, "minutes": args.minutes,
+            "all_fired_every_minute": all(m["lost"] == 0 for m in per_minute),
+            "lost": sum(m["lost"] for m in per_minute), "duplicates": reader.duplicates,
+            "early": sum(m["early"] for m in per_minute),
+            "last_after_minute_max_s": max(lasts) if lasts else None,
+            "last_after_minute_p50_s": round(percentile(sorted(lasts), 0.5), 2) if lasts else None,
+            "minutes_last_within_target": sum(1 for v in lasts if v <= CRON_LAST_TARGET_S),
+            "checkpoint_mib_max_over_min_from_minute_2": spread("checkpoint_mib"),
+            "rss_max_over_min_from_minute_2": spread("rss_mib"),
+            "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],
+            "details": {"per_minute": per_minute, "samples": samples}}
+
+
 SCENARIOS = {"steady": steady, "ingest": ingest, "herd": herd, "pending": pending, "restart": restart,
-             "strikes": strikes, "idle": idle, "hostile": hostile}
+             "strikes": strikes, "idle": idle, "hostile": hostile, "cron": cron}
 
 # The issue's target sizes, as a single scenario runs them by default.
 TARGETS = {
@@ -752,6 +834,7 @@ TARGETS = {
     "strikes": {"count": 1_000_000, "strikes": 500_000, "wave": 5_000},
     "idle": {"count": 10_000, "duration": 60},
     "hostile": {"count": 1_000_000},
+    "cron": {"count": 1_000_000, "minutes": 10},
 }
 
 # What `make bench` (scenario "all") runs: every target of issue 7 with default settings, then pending and strikes.
@@ -765,6 +848,7 @@ PLAN = [
     ("idle", {}),
     ("pending", {"no_ids": True}),
     ("strikes", {}),
+    ("cron", {}),
 ]
 
 
@@ -779,8 +863,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from the start of ingest (default: enough to ingest them first, for herd at "
                              f"{HERD_INGEST_PLANNED_PER_S:,}/s, and for strikes to send the strikes too)")
     parser.add_argument("--count", type=int, default=None,
-                        help="ingest/herd/pending/restart/strikes/hostile: number of requests (default 1,000,000; "
+                        help="ingest/herd/pending/restart/strikes/hostile/cron: number of requests (default 1,000,000; "
                              "herd and pending 10,000,000); idle: schedules pending an hour ahead (default 10,000)")
+    parser.add_argument("--minutes", type=int, default=None,
+                        help="cron: minutes of firings watched (default 10)")
     parser.add_argument("--strikes", type=int, default=None,
                         help="strikes: cancels and replaces (half each) of distinct pending schedules "
                              "(default 500,000)")
@@ -818,6 +904,8 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
         scenario_args.count = defaults.get("count", 0)
     if scenario_args.duration is None:
         scenario_args.duration = defaults.get("duration", 60)
+    if getattr(scenario_args, "minutes", None) is None:
+        scenario_args.minutes = defaults.get("minutes", 10)
     if name == "steady":
         scenario_args.lead = 2.0 if args.lead is None else args.lead
     elif name == "idle":
