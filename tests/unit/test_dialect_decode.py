@@ -409,8 +409,9 @@ def expected_entry_bytes(key, value, headers, wb_key, wb_headers):
 
 
 def expect_row(row, topic, offset, *, action, due_ms=None, dest=None, key=None, value=None, headers=(),
-               completes=None, partition=None, partition_key=None, wb_headers=None, history=False):
-    """The whole normalized row of a valid request, every column."""
+               completes=None, partition=None, partition_key=None, wb_headers=None, history=False, cron=None):
+    """The whole normalized row of a valid request, every column (``cron``: the columns of expiry and crons that
+    the request sets; null otherwise)."""
     record_key, _, _, src_partition = CASES[topic][offset]
     headers = list(headers)
     actual = dict(row, key=blob(row["key"]), value=blob(row["value"]), headers=headers_of(row),
@@ -441,7 +442,13 @@ def expect_row(row, topic, offset, *, action, due_ms=None, dest=None, key=None, 
         "wb_headers": None if wb_headers is None else list(wb_headers),
         "history": history,
         "run": "alone",
+        **dict.fromkeys(CRON_AND_EXPIRY_COLUMNS), **(cron or {}),
     }
+
+
+# The columns only a native request with a max lateness or a CRON_ADD fills in.
+CRON_AND_EXPIRY_COLUMNS = ("max_lateness_ms", "cron_expr", "cron_tz", "cron_policy", "cron_start_ms", "cron_end_ms",
+                           "raw_headers")
 
 
 def reasons_of(row):

@@ -57,8 +57,10 @@ def decode(kafka_rows: DataFrame, inputs: Mapping[str, str], settings: DecodeSet
     names = list(dict.fromkeys(name for cols in columns.values() for name in cols))
     picked = []
     for name in names:
-        fallback = F.lit(None).cast(OPTIONAL_COLUMNS[name]) if name in OPTIONAL_COLUMNS else None
-        choices = [(of(d), columns[d].get(name, fallback)) for d in topics_of]
+        # An optional column is null for the dialects that lack it: no branch of theirs (each branch compiles a
+        # comparison of the topic, and the whole decode must stay one method under the JVM's 64 KB).
+        choices = [(of(d), columns[d][name]) for d in topics_of if name in columns[d]] \
+            if name in OPTIONAL_COLUMNS else [(of(d), columns[d].get(name)) for d in topics_of]
         expression = reduce(lambda acc, choice: acc.when(*choice), choices[1:], F.when(*choices[0]))
         if name == "_reasons":
             expression = expression.otherwise(F.array(F.lit("no dialect for this topic")))
