@@ -7,11 +7,15 @@ setup:
 run: setup
 	.venv/bin/kafka-scheduler demo
 
+# The whole suite on TEST_WORKERS pytest-xdist workers (each with its own broker): tests that share a job or a
+# Spark session stay on one worker, the longest go first (tests/conftest.py; docs/testing.md). TEST_WORKERS=0: in
+# this process, one test after the other. One file: make test PYTEST_ARGS=tests/integration/test_inspect.py
+TEST_WORKERS ?= 3
 test: setup
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-unit: setup
-	.venv/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not integration" $(PYTEST_ARGS)
 
 # The package as a zip for spark-submit --py-files (executors import the state processor from it); the same code
 # builds the zip `kafka-scheduler submit` ships (src/kafka_scheduler/cli/package_zip.py).
