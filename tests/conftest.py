@@ -68,7 +68,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "/integration/" in str(item.path):
             item.add_marker(pytest.mark.integration)
-    if not getattr(config.option, "dist", "no") == "loadgroup":
+    # A worker has --dist as "loadgroup" in its own option (its "dist" is "no").
+    if not (config.getoption("loadgroup", False) or config.getoption("dist", "no") == "loadgroup"):
         return
     spark_files = {file_key(item) for item in items if file_key(item).startswith("unit/") and
                    "spark" in item.fixturenames}
