@@ -188,7 +188,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     spark = build_session(Config(master="local[1]", app_id=args.app_id, checkpoint_dir=checkpoint_dir))
     try:
         as_of_ms = int(time.time() * 1000)
+        started = time.monotonic()
         found = list_schedules(StateSource(spark, checkpoint_dir, batch), filters, limit, cursor, as_of_ms, batch)
+        logging.getLogger(__name__).info("list: page read in %.1fs (%d time buckets)", time.monotonic() - started,
+                                         found.buckets_read)
     finally:
         spark.stop()
     print(json.dumps(found.to_json(), indent=2) if args.format == "json" else render_table(found))
