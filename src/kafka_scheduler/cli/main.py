@@ -190,8 +190,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         as_of_ms = int(time.time() * 1000)
         started = time.monotonic()
         found = list_schedules(StateSource(spark, checkpoint_dir, batch), filters, limit, cursor, as_of_ms, batch)
-        logging.getLogger(__name__).info("list: page read in %.1fs (%d time buckets)", time.monotonic() - started,
-                                         found.buckets_read)
+        logging.getLogger(__name__).info("list: page read in %.1fs (%d time buckets; %s)", time.monotonic() - started,
+                                         found.buckets_read, ", ".join(f"{k} {v:.1f}s" for k, v in
+                                                                       found.phases_s.items()))
     finally:
         spark.stop()
     print(json.dumps(found.to_json(), indent=2) if args.format == "json" else render_table(found))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, Protocol
 
@@ -277,6 +278,7 @@ class Listing:
     next_token: Optional[str] = None
     continued_from_batch: Optional[int] = None  # the batch of the page before (from the token)
     buckets_read: int = 0
+    phases_s: dict = field(default_factory=dict)  # seconds spent finding buckets, reading strikes, reading chunks
 
     def to_json(self) -> dict:
         return {"as_of": _iso(self.as_of_ms), "batch": self.batch, "filters": self.filters.to_json(),
@@ -307,6 +309,7 @@ def list_schedules(source: BucketSource, filters: ListFilters, limit: int, curso
     for count in rounds:
         if high is not None and low > high:
             break
+        started = time.monotonic()
         if count is None:
             upper, last_round = high, True
         else:
@@ -315,12 +318,17 @@ def list_schedules(source: BucketSource, filters: ListFilters, limit: int, curso
                 break
             upper, last_round = found[-1], len(found) < count
             listing.buckets_read += len(found)
+        found_s = time.monotonic()
         struck = source.strikes(low, upper)
+        struck_s = time.monotonic()
         for shard, bucket, frame in source.chunks(low, upper):
             gone = struck.get((shard, bucket))
             if gone:
                 frame = frame[~frame["delivery_id"].isin(gone)]
             first.add(keep(frame, filters, cursor))
+        for phase, seconds in (("buckets", found_s - started), ("strikes", struck_s - found_s),
+                               ("chunks", time.monotonic() - struck_s)):
+            listing.phases_s[phase] = listing.phases_s.get(phase, 0.0) + seconds
         # Every bucket after ``upper`` is due later than every row of the buckets read: a full page is final.
         if first.full or last_round or upper is None:
             break
