@@ -61,7 +61,8 @@ class FakeState:
 
     def buckets(self, low, high, count):
         self.reads.append(("buckets", low, high, count))
-        return sorted({b for _, b, _ in self.chunks if self._in(b, low, high)})[:count]
+        rows = sorted(b for _, b, _ in self.chunks if self._in(b, low, high))[:count * listing.CHUNKS_PER_BUCKET]
+        return sorted(set(rows))[:count], len(rows) < count * listing.CHUNKS_PER_BUCKET
 
     def strikes(self, low, high):
         return {k: set(v) for k, v in self.struck.items() if self._in(k[1], low, high)}

@@ -45,6 +45,7 @@ MAX_LIMIT = 1000
 TOKEN_VERSION = 1
 MAX_TOKEN_CHARS = 4096
 ROUNDS = (16, 256, None)  # buckets read per round while a page is not full; None: all that remain
+CHUNKS_PER_BUCKET = 4  # chunks looked at per bucket wanted when finding a round's buckets (shards, small chunks)
 
 
 class BadPageToken(ValueError):
@@ -199,8 +200,9 @@ class FirstRows:
 class BucketSource(Protocol):
     """The wheel's state of one committed batch, read by ranges of buckets (both ends included; None: open)."""
 
-    def buckets(self, low: int, high: Optional[int], count: int) -> list[int]:
-        """The first ``count`` distinct buckets holding chunks in [low, high], ascending."""
+    def buckets(self, low: int, high: Optional[int], count: int) -> tuple[list[int], bool]:
+        """The first distinct buckets holding chunks in [low, high], ascending: at most ``count``, found among the
+        first ``count`` * CHUNKS_PER_BUCKET chunks (so perhaps fewer); and whether that is all the range holds."""
 
     def strikes(self, low: int, high: Optional[int]) -> dict[tuple[int, int], set]:
         """(shard, bucket) -> delivery ids struck out of the bucket's chunks."""
@@ -241,9 +243,11 @@ class StateSource:
     def buckets(self, low, high, count):
         from pyspark.sql import functions as F
 
-        found = self._in_range(self._state("chunks"), low, high).select(F.col("user_map_key.bucket").alias(
-            "bucket")).distinct().orderBy("bucket").limit(count)
-        return [row["bucket"] for row in found.collect()]
+        # The first chunks' buckets, one Spark job without a shuffle (a top-N per task), not a distinct and a sort.
+        wanted = count * CHUNKS_PER_BUCKET
+        rows = self._in_range(self._state("chunks"), low, high).select(F.col("user_map_key.bucket").alias(
+            "bucket")).orderBy("bucket").limit(wanted).collect()
+        return sorted({row["bucket"] for row in rows})[:count], len(rows) < wanted
 
     def strikes(self, low, high):
         from pyspark.sql import functions as F
@@ -313,10 +317,10 @@ def list_schedules(source: BucketSource, filters: ListFilters, limit: int, curso
         if count is None:
             upper, last_round = high, True
         else:
-            found = source.buckets(low, high, count)
+            found, exhausted = source.buckets(low, high, count)
             if not found:
                 break
-            upper, last_round = found[-1], len(found) < count
+            upper, last_round = found[-1], exhausted and len(found) < count
             listing.buckets_read += len(found)
         found_s = time.monotonic()
         struck = source.strikes(low, upper)
