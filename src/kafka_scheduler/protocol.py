@@ -11,6 +11,14 @@ DELIVER_AT = PREFIX + "deliver-at"
 REQUEST_ID = PREFIX + "request-id"
 REQUEST_HEADERS = (ACTION, DELIVER_TO, DELIVER_AT, REQUEST_ID)
 ACTIONS = ("ADD", "REPLACE", "CANCEL")
+# Recurring schedules (Kaspr's cron actions, issue 19): the request id names the cron.
+CRON_EXPR = PREFIX + "cron-expr"
+CRON_MISSED_FIRE_POLICY = PREFIX + "cron-missed-fire-policy"
+CRON_TIMEZONE = PREFIX + "cron-timezone"
+CRON_START_AT = PREFIX + "cron-start-at"
+CRON_END_AT = PREFIX + "cron-end-at"
+MAX_LATENESS = PREFIX + "max-lateness"
+CRON_ACTIONS = ("CRON_ADD", "CRON_PAUSE", "CRON_RESUME", "CRON_CANCEL")
 
 DELIVERY_ID = PREFIX + "delivery-id"
 REJECTION_REASON = PREFIX + "rejection-reason"
@@ -40,6 +48,7 @@ SKY_AVRO_SCHEMA = {"type": "record", "name": "AvroSchedule", "fields": [*SKY_AVR
 # form is unambiguous. An ADD without request id gets b"offset:<topic>/<partition>/<offset>":
 # nothing can refer to it. Rejections share one grouping key of their own.
 CLIENT_SID_PREFIX = b"id:"
+CRON_SID_PREFIX = b"cron:"
 INTERNAL_SID_PREFIX = b"offset:"
 REJECTIONS_SID = b"\x00rejections"
 

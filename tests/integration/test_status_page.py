@@ -42,15 +42,6 @@ def scheduler(scheduler_factory):
     assert process.stop() == 0, process.log()[-3000:]
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    """Debian's chromium, installed by scripts/ensure-chromium.sh where missing (as root, as CI runs)."""
-    found = subprocess.run([str(ROOT / "scripts" / "ensure-chromium.sh")], capture_output=True, text=True,
-                           timeout=600)
-    assert found.returncode == 0, f"headless Chromium is needed for this test: {found.stderr.strip()}"
-    return found.stdout.strip().splitlines()[-1]
-
-
 def get(path: str) -> tuple[int, bytes, str]:
     try:
         with urllib.request.urlopen(BASE + path, timeout=60) as response:
