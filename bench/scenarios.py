@@ -76,6 +76,7 @@ from kafka_scheduler.engine.checkpoint import last_committed_batch
 from kafka_scheduler.protocol import DIALECT_NAMES
 
 from .hostile import hostile
+from . import soak as soak_module
 from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
 
 from .harness import (DeliveryReader, EndOffsets, Environment, RequestProducer, cpu_between, directory_bytes,
@@ -740,7 +741,7 @@ def _check_deliveries(reader: DeliveryReader, plan: list[tuple[str, str]], count
 
 
 SCENARIOS = {"steady": steady, "ingest": ingest, "herd": herd, "pending": pending, "restart": restart,
-             "strikes": strikes, "idle": idle, "hostile": hostile}
+             "strikes": strikes, "idle": idle, "hostile": hostile, "soak": soak_module.soak}
 
 # The issue's target sizes, as a single scenario runs them by default.
 TARGETS = {
@@ -752,6 +753,7 @@ TARGETS = {
     "strikes": {"count": 1_000_000, "strikes": 500_000, "wave": 5_000},
     "idle": {"count": 10_000, "duration": 60},
     "hostile": {"count": 1_000_000},
+    "soak": {"duration": 3600, "rate": 500},  # bench/soak.py; not in PLAN (an hour)
 }
 
 # What `make bench` (scenario "all") runs: every target of issue 7 with default settings, then pending and strikes.
@@ -770,9 +772,11 @@ PLAN = [
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", choices=[*SCENARIOS, "all"], help="which scenario ('all' = make bench)")
-    parser.add_argument("--rate", type=float, default=1000, help="steady: schedules per second (default 1000)")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="steady: schedules per second (default 1000); soak: new schedules per second (500)")
     parser.add_argument("--duration", type=float, default=None,
-                        help="steady: seconds of load; idle: seconds of CPU measurement (default 60 each)")
+                        help="steady: seconds of load; idle: seconds of CPU measurement (default 60 each); soak: "
+                             "seconds of load (default 3600)")
     parser.add_argument("--lead", type=float, default=None,
                         help="steady: due this many seconds after sending (default 2); idle: the wake-up requests "
                              "likewise (default 3); herd, strikes --deliver: the instant all are due, in seconds "
@@ -806,6 +810,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the work folder (broker data, checkpoints, logs)")
     parser.add_argument("--scheduler-arg", dest="scheduler_args", action="append", default=[],
                         help="extra argument for `kafka-scheduler run`, e.g. --scheduler-arg=--partitions=4")
+    soak_module.add_arguments(parser)
 
 
 def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = None) -> dict:
@@ -818,6 +823,8 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
         scenario_args.count = defaults.get("count", 0)
     if scenario_args.duration is None:
         scenario_args.duration = defaults.get("duration", 60)
+    if scenario_args.rate is None:
+        scenario_args.rate = defaults.get("rate", 1000)
     if name == "steady":
         scenario_args.lead = 2.0 if args.lead is None else args.lead
     elif name == "idle":
@@ -850,6 +857,8 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
     parameters["scheduler_args"] = list(scenario_args.scheduler_args)
     path = write_result(name, parameters, figures, details=details)
     log(f"{name}: written to {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
+    if hasattr(SCENARIOS[name], "chart"):  # soak: a PNG beside the JSON
+        log(f"{name}: chart {SCENARIOS[name].chart(path)}")
     return figures
 
 
