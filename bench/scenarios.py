@@ -1,7 +1,8 @@
 """The benchmark scenarios. Each runs against a broker and the real `kafka-scheduler run` job,
 prints its figures and appends a JSON result to bench/results/.
 
-    kafka-scheduler bench steady --rate 1000 --duration 60 [--lead 2]
+    kafka-scheduler bench steady --rate 1000 --duration 60 [--lead 2] [--pending 1000000]
+    kafka-scheduler bench soak [--duration 3600] (bench/soak.py)
     kafka-scheduler bench ingest --count 1000000 [--no-ids | --mix]
     kafka-scheduler bench herd --count 10000000 [--no-ids] [--lead S]
     kafka-scheduler bench pending --count 10000000
@@ -14,7 +15,9 @@ prints its figures and appends a JSON result to bench/results/.
 steady: --rate requests/s with ids for --duration s, each due --lead s after it is sent, except
 every 50th (2%) sent already due (due 1 s before sending). Lateness (broker append time - due
 time) p50/p99/max of the others; the already-due ones apart as send-to-delivery p50/p99/max
-(`already_due_*`); early and lost counted over all.
+(`already_due_*`); early and lost counted over all. --pending N first files N schedules with ids due a month
+ahead (the state's size must not slow a batch down). Where the batches' time went: `[state s, write s]` of the job's
+batch lines, and with KAFKA_SCHEDULER_LOG_LEVEL=DEBUG Spark's durationMs per step (harness.batch_profile).
 
 ingest: --count ADDs with unique ids (default) or none (--no-ids), due a month ahead; or --mix:
 of every 20 requests 4 replace and 1 cancels an id sent before and still pending (picked at
@@ -79,8 +82,8 @@ from .hostile import hostile
 from . import soak as soak_module
 from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
 
-from .harness import (DeliveryReader, EndOffsets, Environment, RequestProducer, cpu_between, directory_bytes,
-                      index_entries, log, percentile, wait_until, write_result)
+from .harness import (DeliveryReader, EndOffsets, Environment, RequestProducer, batch_profile, cpu_between,
+                      directory_bytes, index_entries, log, percentile, wait_until, write_result)
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
@@ -214,6 +217,10 @@ def _send_to_delivery(sent: list[tuple[int, int, int]], prefix: str) -> dict:
 def steady(env: Environment, args) -> dict:
     flags, _ = _dialect_inputs(env, argparse.Namespace(dialect="native", with_dialects=args.with_dialects))
     scheduler = _warmed_up(env, args, inputs=flags)
+    if args.pending:  # the state's size must not slow a batch down: this many due a month ahead, with ids
+        far = int(time.time() * 1000) + FAR_FUTURE_MS
+        _ingest(env, scheduler, env.topic("pending"), args.pending, lambda i: far + i, "pending", args.time_budget)
+    after_batch = last_committed_batch(scheduler.checkpoint) or -1
     destination = env.topic("steady")
     reader = DeliveryReader(env.bootstrap, destination)
     producer = RequestProducer(env.bootstrap, f"{scheduler.app_id}-schedule-requests")
@@ -245,7 +252,8 @@ def steady(env: Environment, args) -> dict:
     figures.update(_send_to_delivery(reader.sent_deliveries, "already_due"))
     figures.update({"sent": total, "already_due_sent": already_due,
                     "early_all": figures["early"] + figures["already_due_early"],
-                    "lost": total - reader.count})
+                    "lost": total - reader.count, "pending": args.pending})
+    figures.update(batch_profile(scheduler.log(), after_batch))
     reader.close()
     scheduler.stop()
     return figures
@@ -801,6 +809,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ingest: write the requests in this dialect, to a topic of their own")
     parser.add_argument("--with-dialects", action="store_true",
                         help="steady, ingest: the job also reads an idle topic of every other dialect")
+    parser.add_argument("--pending", type=int, default=0,
+                        help="steady: first file this many schedules with ids due a month ahead (default 0)")
     parser.add_argument("--no-ids", action="store_true",
                         help="send ADDs without request ids (they cannot be replaced; they skip the id index)")
     parser.add_argument("--time-budget", type=float, default=1800,
