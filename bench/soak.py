@@ -714,10 +714,11 @@ def chart(result_path: Path) -> Path:
         axis.grid(True, alpha=0.3)
     f = record["figures"]
     wrong = f["windows_with_early_lost_stale_or_cancelled"]
-    fig.suptitle(f"bench soak {record['finished_at']} ({record['git_commit'][:12]}): {f['verdict']}; lateness p99 "
-                 f"<= {targets['lateness_p99_s'] * 1000:.0f} ms in {f['windows_lateness_p99_met']} windows; "
-                 f"{'windows with early/lost/stale: ' + str(wrong) if wrong else 'nothing early, lost or stale'}; "
-                 f"flat: {f['flat']}", fontsize=9)
+    fig.suptitle(f"bench soak {record['finished_at']} ({record['git_commit'][:12]}), "
+                 f"{targets['duration_s'] / 60:.0f} min: targets {f['verdict']}\n"
+                 f"lateness p99 <= {targets['lateness_p99_s'] * 1000:.0f} ms in {f['windows_lateness_p99_met']} "
+                 f"windows; {'windows with early/lost/stale: ' + str(wrong) if wrong else 'nothing early, lost or stale'}"
+                 f"; flat after {targets['warm_up_s'] / 60:.0f} min: {f['flat']}", fontsize=9)
     fig.tight_layout()
     path = Path(result_path).with_suffix(".png")
     fig.savefig(path, dpi=100)
