@@ -659,6 +659,10 @@ def soak(env: Environment, args) -> dict:
 # ---------------------------------------------------------------- the chart
 
 
+def _span(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
 def chart(result_path: Path) -> Path:
     """The PNG beside a soak result file: memory per process group, checkpoint size and lateness per window."""
     import matplotlib
@@ -715,10 +719,10 @@ def chart(result_path: Path) -> Path:
     f = record["figures"]
     wrong = f["windows_with_early_lost_stale_or_cancelled"]
     fig.suptitle(f"bench soak {record['finished_at']} ({record['git_commit'][:12]}), "
-                 f"{targets['duration_s'] / 60:.0f} min: targets {f['verdict']}\n"
+                 f"{_span(targets['duration_s'])}: targets {f['verdict']}\n"
                  f"lateness p99 <= {targets['lateness_p99_s'] * 1000:.0f} ms in {f['windows_lateness_p99_met']} "
                  f"windows; {'windows with early/lost/stale: ' + str(wrong) if wrong else 'nothing early, lost or stale'}"
-                 f"; flat after {targets['warm_up_s'] / 60:.0f} min: {f['flat']}", fontsize=9)
+                 f"; flat after {_span(targets['warm_up_s'])}: {f['flat']}", fontsize=9)
     fig.tight_layout()
     path = Path(result_path).with_suffix(".png")
     fig.savefig(path, dpi=100)
