@@ -320,6 +320,7 @@ def ingest(env: Environment, args) -> dict:
         # The job's own account: a replace or cancel that found nothing to act on shows as a no-op.
         figures["logged_outcomes"] = _logged_outcomes(scheduler.log(), after_batch)
     figures["index_entries"] = index_entries(scheduler)
+    figures.update(batch_profile(scheduler.log(), after_batch))
     scheduler.stop()
     return figures
 
