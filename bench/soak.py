@@ -65,6 +65,8 @@ HERD_COUNT = 100_000
 HERD_LEAD_S = 120.0  # a herd is sent this long before its instant (at most half the herd period)
 DUE_MIN_S, DUE_MAX_S = 2.0, 600.0
 GRACE_S = 30.0
+SETTLE_S = 300.0
+QUIET_S = 15.0  # settled: every request committed and no delivery for this long
 SCRAPE_EVERY_S = 15.0
 REPLACE_SHARE, CANCEL_SHARE = 0.10, 0.05
 SUPERSEDE_LEAD_S = 10.0  # a replace or cancel is sent at least this long before the due time it supersedes
@@ -93,9 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"soak: a herd every this many seconds, the first at half of it (default {HERD_EVERY_S})")
     group.add_argument("--herd-count", type=int, default=HERD_COUNT,
                        help=f"soak: schedules in each herd, all due at one instant (default {HERD_COUNT:,}; 0: none)")
-    group.add_argument("--due-max", type=float, default=DUE_MAX_S,
-                       help=f"soak: schedules are due {DUE_MIN_S:.0f} s to this many seconds after sending "
-                            f"(default {DUE_MAX_S:.0f})")
+    group.add_argument("--due-max", type=float, default=None,
+                       help=f"soak: schedules are due {DUE_MIN_S:.0f} s to this many seconds after sending (default "
+                            f"{DUE_MAX_S:.0f}, or a sixth of --duration when shorter: the pending set is full, and "
+                            f"memory and checkpoint can be flat, once the warm-up has passed)")
+    group.add_argument("--settle", type=float, default=SETTLE_S,
+                       help=f"soak: after the load and the grace, wait at most this long for the job to commit every "
+                            f"request and deliver what is due (default {SETTLE_S:.0f}); what never arrives is lost")
     group.add_argument("--grace", type=float, default=GRACE_S,
                        help=f"soak: a schedule not delivered this long after its due time is lost (default "
                             f"{GRACE_S:.0f})")
@@ -111,6 +117,8 @@ def settle_arguments(args: argparse.Namespace) -> None:
         args.window = min(WINDOW_S, args.duration / 12)
     if args.warm_up is None:
         args.warm_up = min(WARM_UP_S, args.duration / 6)
+    if args.due_max is None:
+        args.due_max = max(DUE_MIN_S + 1, min(DUE_MAX_S, args.duration / 6))
     if args.rate is None:
         args.rate = RATE
 
@@ -467,8 +475,9 @@ def batch_windows(lines: list[tuple[float, str]], t0: float, windows: list[tuple
 
 
 def verdicts(windows: list[dict], herds: list[dict], flat: dict) -> dict:
-    late = [w["index"] for w in windows if w["lateness_p99_s"] is not None
-            and w["lateness_p99_s"] > LATENESS_P99_TARGET_S]
+    # A window whose schedules were all lost has no lateness: missed too.
+    late = [w["index"] for w in windows if w["due"] and (w["lateness_p99_s"] is None
+                                                          or w["lateness_p99_s"] > LATENESS_P99_TARGET_S)]
     wrong = [w["index"] for w in windows
              if w["early"] or w["lost"] or w["stale_delivered"] or w["cancelled_delivered"]]
     grown = {name: f["growth_pct"] for name, f in flat.items() if f and f["growth_pct"] is not None
@@ -628,7 +637,21 @@ def soak(env: Environment, args) -> dict:
         raise RuntimeError(f"{requests.failed} requests were not acknowledged by the broker")
     wait_until(lambda: scheduler.assert_running() or time.time() >= end + args.grace, args.grace + 5,
                "the grace after the last window", interval=0.5)
-    # Deliveries up to now: read to the end the destination has now.
+    # A job behind its due times is still delivering: until it has committed every request and nothing came for
+    # QUIET_S (at most --settle), then the destination is read to its end. Arrived late is lateness; never, lost.
+    requests_end = env.end_offsets(requests_topic)
+    quiet = {"read": reader.read, "at": time.time()}
+
+    def settled() -> bool:
+        scheduler.assert_running()
+        if reader.read != quiet["read"]:
+            quiet.update(read=reader.read, at=time.time())
+        return scheduler.committed(requests_topic) >= requests_end and time.time() - quiet["at"] >= QUIET_S
+
+    try:
+        wait_until(settled, args.settle, "the job to commit every request and deliver what is due", interval=1.0)
+    except TimeoutError as exc:
+        log(f"  {exc}: what has not arrived by now counts as lost")
     checked_ms = int(time.time() * 1000)
     reader.finish()
     sampler.stopping.set()
@@ -722,7 +745,7 @@ def chart(result_path: Path) -> Path:
                  f"{_span(targets['duration_s'])}: targets {f['verdict']}\n"
                  f"lateness p99 <= {targets['lateness_p99_s'] * 1000:.0f} ms in {f['windows_lateness_p99_met']} "
                  f"windows; {'windows with early/lost/stale: ' + str(wrong) if wrong else 'nothing early, lost or stale'}"
-                 f"; flat after {_span(targets['warm_up_s'])}: {f['flat']}", fontsize=9)
+                 f"\nflat after {_span(targets['warm_up_s'])}: {f['flat']}", fontsize=9)
     fig.tight_layout()
     path = Path(result_path).with_suffix(".png")
     fig.savefig(path, dpi=100)
