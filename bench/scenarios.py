@@ -10,6 +10,7 @@ prints its figures and appends a JSON result to bench/results/.
     kafka-scheduler bench idle [--count 10000] [--duration 60]
     kafka-scheduler bench strikes --count 1000000 --strikes 500000 --wave 5000 [--deliver]
     kafka-scheduler bench hostile --count 1000000
+    kafka-scheduler bench mixed --count 1000000 [--ordinary-rate 200] [--after 30]   (bench/mixed.py)
     make bench            # `bench all`: the PLAN below, at the issues' target sizes
 
 steady: --rate requests/s with ids for --duration s, each due --lead s after it is sent, except
@@ -80,6 +81,7 @@ from kafka_scheduler.protocol import DIALECT_NAMES
 
 from .hostile import hostile
 from . import soak as soak_module
+from . import mixed as mixed_scenario
 from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
 
 from .harness import (DeliveryReader, EndOffsets, Environment, RequestProducer, batch_profile, cpu_between,
@@ -750,7 +752,8 @@ def _check_deliveries(reader: DeliveryReader, plan: list[tuple[str, str]], count
 
 
 SCENARIOS = {"steady": steady, "ingest": ingest, "herd": herd, "pending": pending, "restart": restart,
-             "strikes": strikes, "idle": idle, "hostile": hostile, "soak": soak_module.soak}
+             "strikes": strikes, "idle": idle, "hostile": hostile, "soak": soak_module.soak,
+             "mixed": mixed_scenario.mixed}
 
 # The issue's target sizes, as a single scenario runs them by default.
 TARGETS = {
@@ -763,6 +766,7 @@ TARGETS = {
     "idle": {"count": 10_000, "duration": 60},
     "hostile": {"count": 1_000_000},
     "soak": {"duration": 3600, "rate": 500},  # bench/soak.py; not in PLAN (an hour)
+    "mixed": {"count": 1_000_000},
 }
 
 # What `make bench` (scenario "all") runs: every target of issue 7 with default settings, then pending and strikes.
@@ -776,6 +780,7 @@ PLAN = [
     ("idle", {}),
     ("pending", {"no_ids": True}),
     ("strikes", {}),
+    ("mixed", {"count": 10_000_000}),
 ]
 
 
@@ -819,6 +824,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-servers", default=None,
                         help="use this broker instead of starting a local one")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (broker data, checkpoints, logs)")
+    mixed_scenario.add_arguments(parser)
     parser.add_argument("--scheduler-arg", dest="scheduler_args", action="append", default=[],
                         help="extra argument for `kafka-scheduler run`, e.g. --scheduler-arg=--partitions=4")
     soak_module.add_arguments(parser)
