@@ -10,7 +10,7 @@ run: setup
 # The whole suite on TEST_WORKERS pytest-xdist workers (each with its own broker): tests that share a job or a
 # Spark session stay on one worker, the longest go first (tests/conftest.py; docs/testing.md). TEST_WORKERS=0: in
 # this process, one test after the other. One file: make test PYTEST_ARGS=tests/integration/test_inspect.py
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test: setup
 	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
