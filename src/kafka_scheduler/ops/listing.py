@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol
 import pandas as pd
 
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
+from .inspection import _iso, _text  # the same instant and bytes forms as inspect shows
 
 BUCKET_MS = 1000  # engine/wheel.py's bucket width (recorded in the checkpoint; it has never changed)
 KINDS = ("one-shot", "cron")
@@ -120,16 +121,6 @@ def sid_parts(sid) -> tuple[str, Optional[str], Optional[bytes]]:
             return kind, topic.decode("utf-8", "replace"), request_id
     rest = sid.split(b":", 1)[-1]
     return "one-shot", rest.split(b"/", 1)[0].decode("utf-8", "replace"), None
-
-
-def _text(data) -> Optional[str]:
-    if data is None:
-        return None
-    data = bytes(data)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return "0x" + data.hex()
 
 
 def _is_text(data: Optional[bytes]) -> bool:
@@ -290,12 +281,6 @@ class Listing:
                 "continued_from_batch": self.continued_from_batch,
                 "state_moved_on": self.continued_from_batch is not None and self.batch is not None
                 and self.batch != self.continued_from_batch}
-
-
-def _iso(ms: int) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def list_schedules(source: BucketSource, filters: ListFilters, limit: int, cursor: Optional[Cursor], as_of_ms: int,
