@@ -364,6 +364,14 @@ class DeliveryReader(TopicReader):
                 self.keys_delivered_twice.add(key)
             self.values[key] = message.value()
 
+    def read_until_quiet(self, quiet_s: float = 5.0) -> None:
+        """Read until nothing new (deliveries or duplicates) has arrived for ``quiet_s``: the topic read to its end."""
+        last_news, seen = time.time(), -1
+        while time.time() - last_news < quiet_s:
+            self.poll(1.0)
+            if self.count + self.duplicates != seen:
+                seen, last_news = self.count + self.duplicates, time.time()
+
     def appended(self) -> list[int]:
         """Append times (ms) of the deliveries in the lateness figures, sorted."""
         return sorted(self.appended_ms if self.compact else (a for a, _ in self.deliveries))

@@ -199,11 +199,7 @@ def mixed(env: Environment, args) -> dict:
         reader.poll(0.5)
 
     herd = DeliveryReader(env.bootstrap, herd_topic, compact=True)
-    last_news, seen = time.time(), -1
-    while time.time() - last_news < 5:
-        herd.poll(1.0)
-        if herd.count + herd.duplicates != seen:
-            seen, last_news = herd.count + herd.duplicates, time.time()
+    herd.read_until_quiet()
     appended = herd.appended()
     herd_last_ms = appended[-1] if appended else instant_ms
     herd_figures = herd.lateness_figures()

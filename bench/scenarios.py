@@ -367,11 +367,7 @@ def herd(env: Environment, args) -> dict:
 
     reader = DeliveryReader(env.bootstrap, destination, compact=True)
     # Until the topic is read to its end: nothing new for 5 s (the reader counts duplicates apart).
-    last_news, seen = time.time(), -1
-    while time.time() - last_news < 5:
-        reader.poll(1.0)
-        if reader.count + reader.duplicates != seen:
-            seen, last_news = reader.count + reader.duplicates, time.time()
+    reader.read_until_quiet()
     appended = reader.appended()
     figures = reader.lateness_figures()
     figures.update({"due_to_last_delivery_s": round((appended[-1] - due) / 1000, 2),
