@@ -9,9 +9,11 @@ due time (epoch ms) in a user header, which the scheduler passes through.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import platform
+import re
 import subprocess
 import time
 import uuid
@@ -362,6 +364,14 @@ class DeliveryReader(TopicReader):
                 self.keys_delivered_twice.add(key)
             self.values[key] = message.value()
 
+    def read_until_quiet(self, quiet_s: float = 5.0) -> None:
+        """Read until nothing new (deliveries or duplicates) has arrived for ``quiet_s``: the topic read to its end."""
+        last_news, seen = time.time(), -1
+        while time.time() - last_news < quiet_s:
+            self.poll(1.0)
+            if self.count + self.duplicates != seen:
+                seen, last_news = self.count + self.duplicates, time.time()
+
     def appended(self) -> list[int]:
         """Append times (ms) of the deliveries in the lateness figures, sorted."""
         return sorted(self.appended_ms if self.compact else (a for a, _ in self.deliveries))
@@ -434,3 +444,39 @@ class FiringReader(TopicReader):
 
     def close(self) -> None:
         self.consumer.close()
+
+
+# ---------------------------------------------------------------- where a batch's time goes
+
+_BATCH_TIMES = re.compile(r"batch (\d+):.*\[state ([\d.]+)s, write ([\d.]+)s\]")
+_SPARK_TIMES = re.compile(r"batch (\d+) timings \(ms\): (\{.*\})")
+
+
+def batch_profile(log_text: str, after_batch: int) -> dict:
+    """Where the time of the job's batches after ``after_batch`` went, from its log: the ``[state s, write s]`` of
+    each busy batch's line (engine.batch_summary.BatchSummary.log_line), and, when the job ran with
+    KAFKA_SCHEDULER_LOG_LEVEL=DEBUG, Spark's ``durationMs`` of every batch (mean and p99 per step, ms)."""
+    state, write = [], []
+    for match in _BATCH_TIMES.finditer(log_text):
+        if int(match.group(1)) > after_batch:
+            state.append(float(match.group(2)))
+            write.append(float(match.group(3)))
+    figures: dict = {"batches_logged": len(state)}
+    for name, values in (("state", sorted(state)), ("write", sorted(write))):
+        if values:
+            figures.update({f"batch_{name}_p50_s": percentile(values, 0.5), f"batch_{name}_p99_s":
+                            percentile(values, 0.99), f"batch_{name}_max_s": values[-1]})
+    steps: dict[str, list[float]] = {}
+    for match in _SPARK_TIMES.finditer(log_text):
+        if int(match.group(1)) > after_batch:
+            try:
+                durations = ast.literal_eval(match.group(2))
+            except (ValueError, SyntaxError):
+                continue
+            for step, ms in durations.items():
+                steps.setdefault(step, []).append(float(ms))
+    if steps:
+        figures["spark_batches"] = max(len(v) for v in steps.values())
+        figures["spark_ms_mean"] = {k: round(sum(v) / len(v)) for k, v in sorted(steps.items())}
+        figures["spark_ms_p99"] = {k: round(percentile(sorted(v), 0.99)) for k, v in sorted(steps.items())}
+    return figures

@@ -6,8 +6,88 @@ import pytest
 # clash between jobs running at once (tests, other checkouts on the same machine).
 os.environ.setdefault("KAFKA_SCHEDULER_METRICS_PORT", "0")
 
+# Seconds each slow file took in the last full run (`make test`, 3 workers; docs/testing.md): `make test` hands
+# out the longest work first, so the run does not end waiting on one long file started late. A file missing here
+# counts as quick; refresh the figures when a file's time changes much (per-file sums of a --junitxml report).
+EXPECTED_SECONDS = {
+    "integration/test_chaos.py": 400,
+    "integration/test_hostile_input.py": 220,
+    "integration/test_lookahead_change.py": 210,
+    "integration/test_edge_faults.py": 210,
+    "integration/test_scale_out.py": 190,
+    "integration/test_inspect.py": 190,
+    "integration/test_dialect_rebuild.py": 190,
+    "integration/test_timed_writer.py": 180,
+    "integration/test_dialects.py": 160,
+    "integration/test_native_protocol.py": 140,
+    "unit/test_schedule_rules.py": 140,
+    "integration/test_client_install.py": 120,
+    "integration/test_submit.py": 100,
+    "integration/test_exactly_once.py": 100,
+    "integration/test_status_page.py": 90,
+    "unit/test_wheel_layout.py": 85,
+    "integration/test_restart.py": 80,
+    "integration/test_secured_kafka.py": 80,
+    "integration/test_hostile_dialects.py": 80,
+    "integration/test_state_settings.py": 80,
+    "integration/test_metrics.py": 75,
+    "integration/test_lookahead.py": 75,
+    "integration/test_demo.py": 55,
+    "integration/test_catch_up.py": 45,
+    "integration/test_spark_submit.py": 45,
+    "unit/test_dialect_decode.py": 25,
+    "unit/test_hostile_decode.py": 20,
+    "unit/test_batch_log.py": 20,
+}
+# Module-scoped fixtures that are cheap to set up again on another worker: they do not tie a file's tests together.
+CHEAP_MODULE_FIXTURES = {"scheduler_factory"}
+SPARK_GROUP = "unit-spark-session"
 
+
+def file_key(item) -> str:
+    """The test file's path below tests/, e.g. integration/test_chaos.py."""
+    parts = item.path.parts
+    return "/".join(parts[parts.index("tests") + 1:]) if "tests" in parts else item.path.name
+
+
+def xdist_group(item, spark_files: set) -> str | None:
+    """What must run on one worker with this test: the unit test files that use the Spark session (one session
+    for all of them, where each worker would start its own); its whole file when the tests share a module-scoped
+    fixture (a job, a broker, a cluster started once for the file); None: the test can go to any worker alone."""
+    if file_key(item) in spark_files:
+        return SPARK_GROUP
+    for name, definitions in item._fixtureinfo.name2fixturedefs.items():
+        if name not in CHEAP_MODULE_FIXTURES and definitions and definitions[-1].scope in ("module", "package",
+                                                                                          "class"):
+            return file_key(item)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks (`make test`: --dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "/integration/" in str(item.path):
             item.add_marker(pytest.mark.integration)
+    # A worker has --dist as "loadgroup" in its own option (its "dist" is "no").
+    if not (config.getoption("loadgroup", False) or config.getoption("dist", "no") == "loadgroup"):
+        return
+    spark_files = {file_key(item) for item in items if file_key(item).startswith("unit/") and
+                   "spark" in item.fixturenames}
+    groups = {}
+    for item in items:
+        group = xdist_group(item, spark_files)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group or item.nodeid, []).append(item)
+
+    tests_in: dict[str, int] = {}
+    for item in items:
+        tests_in[file_key(item)] = tests_in.get(file_key(item), 0) + 1
+
+    def expected(unit: list) -> float:
+        """The seconds of a unit of work: its tests' shares of their files' expected time."""
+        return sum(EXPECTED_SECONDS.get(file_key(i), 0) / tests_in[file_key(i)] for i in unit)
+
+    # Longest units first (xdist gives them out in collection order); the order within a unit is kept.
+    ordered = sorted(groups.values(), key=expected, reverse=True)
+    items[:] = [item for unit in ordered for item in unit]

@@ -238,6 +238,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("metrics_port", _port, 9464,
            "serve Prometheus metrics at http://<metrics-host>:<port>/metrics; 0 turns them off", "PORT"),
     Option("metrics_host", str, "0.0.0.0", "address the metrics server listens on", "HOST"),
+    Option("admin_token_file", str, None,
+           "file holding the admin token (at least 16 characters): with it, the status page's schedules (keys, "
+           "values, headers) and actions are served beyond loopback to whoever sends it (Authorization: Bearer, or "
+           "the page's login form); without it, to loopback only. /metrics and the page's counts stay open", "FILE"),
     Option("state_layout", _choice("wheel"), "wheel",
            "how pending schedules are kept: 'wheel' (time buckets per shard, bulk; the only layout since the "
            "per-id one was retired); recorded in the checkpoint", "LAYOUT"),
@@ -278,6 +282,7 @@ class Config:
     exactly_once: bool = False
     metrics_port: int = 9464  # 0: no metrics server
     metrics_host: str = "0.0.0.0"
+    admin_token_file: Optional[str] = None  # None: schedules and actions on the status page for loopback only
     state_layout: str = "wheel"
     shards: Optional[int] = None  # None: twice the partitions
     kafka_options: tuple[tuple[str, str], ...] = ()  # (key, value), scoped keys included; see kafka_settings()
