@@ -30,18 +30,28 @@ def listed_ids(tab) -> list[str]:
     return tab.evaluate(f"Array.from({ROWS}).map((r) => r.dataset.id)")
 
 
-def cancel(tab, request_id: str) -> dict:
+def cancel(tab, request_id: str, action: str = "CANCEL") -> dict:
+    shown = act(tab, request_id, action)
+    tab.wait_for(f"!Array.from({ROWS}).some((r) => r.dataset.id === {json.dumps(request_id)})", 120,
+                 f"{request_id} gone from the listing")
+    return shown
+
+
+def act(tab, request_id: str, action: str) -> dict:
     """Two clicks (the first arms the button), then the outcome the page shows once the job has ruled."""
-    button = f"#schedule-rows button[data-action='CANCEL'][data-id='{request_id}']"
+    button = f"#schedule-rows button[data-action='{action}'][data-id='{request_id}']"
+    tab.evaluate("(() => { const b = document.getElementById('outcome-box'); if (b) b.remove(); })()")
     tab.click(button)
     assert tab.text(button).startswith("Confirm"), "the first click only arms the button"
     tab.click(button)
     tab.wait_for("(() => { const b = document.getElementById('outcome-box'); return b && b.dataset.outcome !== "
-                 "'pending'; })()", 120, f"the outcome of cancelling {request_id}")
-    tab.wait_for(f"!Array.from({ROWS}).some((r) => r.dataset.id === {json.dumps(request_id)})", 120,
-                 f"{request_id} gone from the listing")
+                 "'pending'; })()", 120, f"the outcome of {action} {request_id}")
     return {"outcome": tab.evaluate("document.getElementById('outcome-box').dataset.outcome"),
             "text": tab.text("#outcome-box")}
+
+
+def paused_ids(tab) -> list[str]:
+    return tab.evaluate(f"Array.from({ROWS}).filter((r) => r.dataset.paused).map((r) => r.dataset.id)")
 
 
 def test_the_page_lists_and_cancels_from_loopback_and_with_the_token_from_elsewhere(kafka, scheduler_factory,
@@ -60,6 +70,7 @@ def test_the_page_lists_and_cancels_from_loopback_and_with_the_token_from_elsewh
         for i in range(6):
             client.schedule(orders, f"+{2 + i}h", value=f"order {i}".encode(), key=f"k{i}".encode(),
                             request_id=f"P-{i}")
+        client.cron(orders, "0 0 1 1 *", value=b"new year", request_id="C-1")  # its firing: after every P-i
     scheduler.mark(timeout=180)
     scheduler.mark(timeout=180)
     assert TOKEN not in scheduler.log()
@@ -70,11 +81,23 @@ def test_the_page_lists_and_cancels_from_loopback_and_with_the_token_from_elsewh
         local.wait_for("document.body.dataset.access === 'loopback'", 30, "loopback access")
         assert local.evaluate("document.getElementById('login').hidden")
         local.click("#list-filters button[type=submit]")
-        local.wait_for(f"{ROWS}.length === 6", 180, "six schedules listed")
-        assert listed_ids(local) == [f"P-{i}" for i in range(6)]
+        local.wait_for(f"{ROWS}.length === 7", 180, "six schedules and a cron listed")
+        assert listed_ids(local) == [f"P-{i}" for i in range(6)] + ["C-1"]
         assert "order 0" in local.text("#schedule-rows")
         shown = cancel(local, "P-1")
         assert shown["outcome"] == "not_pending" and "no pending one-shot" in shown["text"], shown
+        assert listed_ids(local) == ["P-0", "P-2", "P-3", "P-4", "P-5", "C-1"]
+        # The cron: paused (listed apart, on top, with Resume), resumed (its next firing again), cancelled.
+        shown = act(local, "C-1", "CRON_PAUSE")
+        assert shown["outcome"] == "paused", shown
+        local.wait_for(f"Array.from({ROWS}).some((r) => r.dataset.paused)", 120, "the paused cron listed")
+        assert paused_ids(local) == ["C-1"] and listed_ids(local)[0] == "C-1"
+        shown = act(local, "C-1", "CRON_RESUME")
+        assert shown["outcome"] == "resumed" and "next firing 2027-01-01T00:00:00" in shown["text"], shown
+        local.wait_for(f"!Array.from({ROWS}).some((r) => r.dataset.paused)", 120, "the cron running again")
+        assert listed_ids(local)[-1] == "C-1"
+        shown = cancel(local, "C-1", "CRON_CANCEL")
+        assert shown["outcome"] == "not_pending" and "no pending cron" in shown["text"], shown
         assert listed_ids(local) == ["P-0", "P-2", "P-3", "P-4", "P-5"]
 
         # From the machine's other address: refused until logged in; a wrong token is refused.

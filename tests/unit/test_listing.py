@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kafka_scheduler.ops import listing
 from kafka_scheduler.ops.listing import (BUCKET_MS, BadPageToken, Cursor, ListFilters, decode_token, encode_token,
-                                         find_sid, list_query, list_schedules, render_table, schedule_view, sid_parts)
+                                         find_paused, find_sid, list_query, list_schedules, render_table, schedule_view, sid_parts)
 
 T0 = 1_800_000_000_000
 
@@ -33,6 +33,7 @@ class FakeState:
         self.rows_shipped = 0
         self.reads: list[tuple] = []
         self._count: dict[tuple[int, int], int] = {}
+        self.paused: list[dict] = []  # paused crons: the ``paused`` state variable
         self.add(rows)
 
     def add(self, rows) -> None:
@@ -88,6 +89,10 @@ class Source:
 
     def chunks(self, low, high):
         return self.state.chunks_of(low, high)
+
+    def paused(self):
+        if self.state.paused:
+            yield pd.DataFrame(self.state.paused)
 
 
 def page(state: FakeState, filters=ListFilters(), limit=3, token=None, batch=1):
@@ -258,10 +263,15 @@ def test_a_schedule_shows_its_kind_its_cron_columns_and_the_actions_the_page_off
     one = schedule_view(pd.Series(row(T0, "requests-0-1", sid=b"id:requests/o-1")), T0 + 1, ["requests"])
     assert (one["kind"], one["id"], one["due_already"], one["actions"]) == ("one-shot", "o-1", True, ["CANCEL"])
     assert one["headers"] == [{"key": "h", "value": "1"}] and "cron" not in one
-    cron = schedule_view(pd.Series(row(T0, "requests-0-2", sid=b"cron:requests/daily", cron_expr=b"0 9 * * *",
-                                       cron_timezone="Europe/Paris", cron_end_ms=float("nan"))), T0, ["requests"])
+    cron = schedule_view(pd.Series(row(T0, "requests-0-2", sid=b"cron:requests/daily", cron_expr="0 9 * * *",
+                                       cron_tz="Europe/Paris", cron_policy="skip", cron_start_ms=float("nan"),
+                                       cron_end_ms=T0 + 86_400_000)), T0, ["requests"])
     assert cron["kind"] == "cron" and cron["actions"] == ["CRON_PAUSE", "CRON_CANCEL"]
-    assert cron["cron"] == {"expr": "0 9 * * *", "timezone": "Europe/Paris", "end_ms": None}
+    assert cron["cron"] == {"expr": "0 9 * * *", "timezone": "Europe/Paris", "missed_fire_policy": "skip",
+                            "end_at": "2027-01-16T08:00:00.000Z"}
+    plain = schedule_view(pd.Series(row(T0, "requests-0-5", sid=b"id:requests/o-3", cron_expr=None,
+                                        cron_start_ms=pd.NA)), T0, ["requests"])
+    assert "cron" not in plain, "a one-shot's empty cron columns show nothing"
     other = schedule_view(pd.Series(row(T0, "karafka-0-1", sid=b"id:karafka/o-2")), T0, ["requests"])
     assert other["actions"] == [], "not a native input: the page writes native requests only"
     binary = schedule_view(pd.Series(row(T0, "requests-0-3", sid=b"id:requests/\xff")), T0, ["requests"])
@@ -285,3 +295,24 @@ def test_the_table_ends_with_the_next_page_token():
     assert "as of batch 5" in table and "r0" in table and "(due already)" in table
     assert table.splitlines()[-1] == f"next page: --page-token {found.next_token}"
     assert render_table(list_schedules(Source(state), ListFilters(), 5, None, T0, 5)).endswith("no more schedules")
+
+
+def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel():
+    state = FakeState([row(T0 + i, f"requests-0-{i}", sid=f"id:requests/r{i}".encode()) for i in range(3)])
+    state.paused = [row(T0 + 60_000, "requests-0-7", sid=b"cron:requests/daily", topic="mails",
+                        cron_expr="0 9 * * *"),
+                    row(T0 - 5_000, "requests-0-8", sid=b"cron:requests/hourly", cron_expr="0 * * * *")]
+    first = list_schedules(Source(state), ListFilters(), 2, None, T0, 1,
+                           view=lambda r: schedule_view(r, T0, ["requests"]))
+    assert [(s["id"], s["paused"], s["actions"]) for s in first.paused] == [
+        ("hourly", True, ["CRON_RESUME", "CRON_CANCEL"]), ("daily", True, ["CRON_RESUME", "CRON_CANCEL"])]
+    assert first.to_json()["paused"] == first.paused and [s["id"] for s in first.schedules] == ["r0", "r1"]
+    assert "paused crons: 2" in render_table(first)
+    later = list_schedules(Source(state), ListFilters(), 2, decode_token(first.next_token, ListFilters()), T0, 1)
+    assert later.paused == [] and len(later.schedules) == 1, "paused crons show on the first page only"
+    for filters, ids in ((ListFilters(destination="mails"), ["daily"]), (ListFilters(kind="one-shot"), []),
+                         (ListFilters(id_prefix="hour"), ["hourly"]), (ListFilters(due_after_ms=T0), [])):
+        found = list_schedules(Source(state), filters, 5, None, T0, 1, view=lambda r: schedule_view(r, T0, []))
+        assert [s["id"] for s in found.paused] == ids, filters
+    assert list(find_paused(Source(state), b"cron:requests/daily")["delivery_id"]) == ["requests-0-7"]
+    assert find_paused(Source(state), b"cron:requests/weekly").empty

@@ -21,8 +21,10 @@ chunks in memory, not the state. Filters on the due time narrow the buckets read
 prefix, kind) are applied to each chunk.
 
 **Kinds.** A schedule id (``sid``) of ``cron:`` names a recurring schedule: its row is the cron's next firing, and its
-``cron_*`` columns (the cron's definition, written by the cron engine) are shown under ``cron``. Anything else is a
-one-shot (with a request id, ``id:``, or without, ``offset:``).
+``cron_*`` columns (the cron's definition, written by the cron engine) are shown under ``cron`` as ``inspect`` shows them. Anything else is a
+one-shot (with a request id, ``id:``, or without, ``offset:``). A paused cron has no pending firing: it is kept in a
+state variable of its own (few rows), listed apart (``paused``) on the first page of a listing without due-time
+filters, with the page's Resume and Cancel.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol
 import pandas as pd
 
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
-from .inspection import _iso, _text  # the same instant and bytes forms as inspect shows
+from .inspection import _iso, _text, cron_view  # the same instant, bytes and cron forms as inspect shows
 
 BUCKET_MS = 1000  # engine/wheel.py's bucket width (recorded in the checkpoint; it has never changed)
 KINDS = ("one-shot", "cron")
@@ -198,6 +200,9 @@ class BucketSource(Protocol):
     def strikes(self, low: int, high: Optional[int]) -> dict[tuple[int, int], set]:
         """(shard, bucket) -> delivery ids struck out of the bucket's chunks."""
 
+    def paused(self) -> Iterator[pd.DataFrame]:
+        """Frames of paused crons (the chunk columns; ``due_ms`` is where a replay would resume)."""
+
     def chunks(self, low: int, high: Optional[int]) -> Iterator[tuple[int, int, pd.DataFrame]]:
         """(shard, bucket, frame of the chunk) for each chunk in the range, one at a time."""
 
@@ -251,6 +256,19 @@ class StateSource:
             struck.setdefault((row["shard"], row["bucket"]), set()).update(row["ids"] or ())
         return struck
 
+    def paused(self):
+        from pyspark.sql import functions as F
+        from pyspark.sql.utils import AnalysisException
+
+        from ..engine.wheel_processor import from_blob
+
+        try:
+            rows = self._state("paused").select(F.col("user_map_value.data").alias("data")).collect()
+        except AnalysisException:  # a checkpoint written before paused crons existed
+            return
+        for row in rows:
+            yield from_blob(row["data"])
+
     def chunks(self, low, high):
         from pyspark.sql import functions as F
 
@@ -270,6 +288,7 @@ class Listing:
     filters: ListFilters
     limit: int
     schedules: list = field(default_factory=list)
+    paused: list = field(default_factory=list)  # paused crons matching the filters (first page only)
     next_token: Optional[str] = None
     continued_from_batch: Optional[int] = None  # the batch of the page before (from the token)
     buckets_read: int = 0
@@ -277,7 +296,7 @@ class Listing:
 
     def to_json(self) -> dict:
         return {"as_of": _iso(self.as_of_ms), "batch": self.batch, "filters": self.filters.to_json(),
-                "limit": self.limit, "schedules": self.schedules, "next_page_token": self.next_token,
+                "limit": self.limit, "schedules": self.schedules, "paused": self.paused, "next_page_token": self.next_token,
                 "continued_from_batch": self.continued_from_batch,
                 "state_moved_on": self.continued_from_batch is not None and self.batch is not None
                 and self.batch != self.continued_from_batch}
@@ -322,6 +341,12 @@ def list_schedules(source: BucketSource, filters: ListFilters, limit: int, curso
         if first.full or last_round or upper is None:
             break
         low = upper + 1
+    if cursor is None and filters.due_after_ms is None and filters.due_before_ms is None \
+            and filters.kind in (None, "cron"):
+        paused = FirstRows(MAX_LIMIT)
+        for frame in source.paused():
+            paused.add(keep(frame, filters, None))
+        listing.paused = [view(pd.concat([row, pd.Series({"paused": True})])) for _, row in paused.frame().iterrows()]
     rows = first.frame()
     shown = rows.head(limit)
     listing.schedules = [view(row) for _, row in shown.iterrows()]
@@ -346,19 +371,22 @@ def schedule_view(row, as_of_ms: int, native_inputs: Iterable[str] = ()) -> dict
     partition = row.get("partition")
     if partition is not None and not pd.isna(partition):
         view["partition"] = int(partition)
-    cron = {name[len("cron_"):]: _plain(row[name]) for name in row.index if name.startswith("cron_")}
+    cron = cron_view(row).get("cron")
     if cron:
-        view["cron"] = cron
+        view["cron"] = {name: _plain(value) for name, value in cron.items()}
+    paused = bool(row.get("paused", False))
+    if paused:
+        view["paused"] = True  # ``due`` is where a replay would resume
     actions: list[str] = []
     if _is_text(request_id) and input_topic in set(native_inputs):
-        actions = ["CANCEL"] if kind == "one-shot" else ["CRON_PAUSE", "CRON_CANCEL"]
+        actions = ["CANCEL"] if kind == "one-shot" else ["CRON_RESUME" if paused else "CRON_PAUSE", "CRON_CANCEL"]
     view["actions"] = actions
     return view
 
 
 def _plain(value):
     """A cell as JSON: bytes as text, NaN as null, numpy numbers as Python's."""
-    if value is None:
+    if value is None or value is pd.NA:
         return None
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _text(value)
@@ -388,6 +416,14 @@ def render_table(listing: Listing) -> str:
         ident = s["id"] if s["id"] is not None else "(none)"
         lines.append(f"  {s['due']:<24}  {s['kind']:<8}  {ident:<24}  {s['destination']:<20}  {value!r}"
                      + ("  (due already)" if s["due_already"] else ""))
+        if "cron" in s:
+            lines.append("      cron " + ", ".join(f"{k}={v}" for k, v in s["cron"].items() if v is not None))
+    if listing.paused:
+        lines.append(f"paused crons: {len(listing.paused)}")
+    for s in listing.paused:
+        ident = s["id"] if s["id"] is not None else "(none)"
+        lines.append(f"  {'paused (from ' + s['due'] + ')':<24}  {s['kind']:<8}  {ident:<24}  {s['destination']:<20}  "
+                     f"{s['value']!r}")
         if "cron" in s:
             lines.append("      cron " + ", ".join(f"{k}={v}" for k, v in s["cron"].items() if v is not None))
     lines.append(f"next page: --page-token {listing.next_token}" if listing.next_token else "no more schedules")
@@ -439,6 +475,14 @@ def list_query(values: dict) -> tuple[ListFilters, int, Optional[Cursor]]:
     token = values.get("page_token")
     cursor = decode_token(token, filters) if token else None
     return filters, limit, cursor
+
+
+def find_paused(source: BucketSource, sid: bytes) -> pd.DataFrame:
+    """The paused cron ``sid`` (one row, or none)."""
+    found = FirstRows(1_000)
+    for frame in source.paused():
+        found.add(frame[[s is not None and not isinstance(s, float) and bytes(s) == sid for s in frame["sid"]]])
+    return found.frame()
 
 
 def find_sid(source: BucketSource, sid: bytes) -> pd.DataFrame:

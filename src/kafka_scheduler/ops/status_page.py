@@ -444,12 +444,18 @@ class StatusPage:
                 f"{action} written ({topic} partition {written.partition}, offset {written.offset}); the job has not "
                 f"committed a batch past it within {WAIT_S:.0f} s: it acts when the job reads it (list again later)")}
         try:
-            batch, rows = self._versions(ACTION_KIND[action], topic, request_id)
+            batch, rows, paused = self._versions(ACTION_KIND[action], topic, request_id)
         except TimeoutError as exc:
             return 202, {**answer, "outcome": "ruled", "message": f"{action} ruled on; reading the state again "
                                                                   f"failed: {exc}"}
         shown = body.get("delivery_id")
-        if not rows:
+        if action == "CRON_PAUSE" and paused:
+            outcome, message = "paused", f"cron {request_id} paused as of batch {batch}"
+        elif action == "CRON_RESUME" and rows:
+            outcome, message = "resumed", f"cron {request_id} resumed as of batch {batch}: next firing {rows[0]['due']}"
+        elif action == "CRON_RESUME" and paused:
+            outcome, message = "still_paused", f"cron {request_id} is still paused as of batch {batch}"
+        elif not rows and not paused:
             outcome, message = "not_pending", f"id {request_id} has no pending {ACTION_KIND[action]} any more " \
                                               f"(as of batch {batch})"
         elif action in ("CANCEL", "CRON_CANCEL"):
@@ -460,23 +466,31 @@ class StatusPage:
                                   f"it back (delivered first, or replaced since)")
         else:
             outcome, message = "ruled", f"{action} ruled on as of batch {batch}"
-        return 200, {**answer, "outcome": outcome, "message": message, "batch": batch, "schedules": rows}
+        return 200, {**answer, "outcome": outcome, "message": message, "batch": batch, "schedules": rows,
+                     "paused": paused}
 
-    def _versions(self, kind: str, topic: str, request_id: str) -> tuple[Optional[int], list]:
-        """The pending rows of the schedule (one-shot or cron) ``request_id`` of ``topic``, read from its shard."""
+    def _versions(self, kind: str, topic: str, request_id: str) -> tuple[Optional[int], list, list]:
+        """The pending rows of the schedule (one-shot or cron) ``request_id`` of ``topic``, read from its shard, and
+        the cron's row if it is paused."""
         from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
-        from .listing import StateSource, find_sid, schedule_view, shard_of
+        from .listing import StateSource, find_paused, find_sid, schedule_view, shard_of
 
         sid = (CRON_SID_PREFIX if kind == "cron" else CLIENT_SID_PREFIX) + topic.encode() + b"/" + request_id.encode()
         as_of_ms = int(self.clock() * 1000)
         native = self._native_inputs()
 
         def read(spark, checkpoint_dir, batch):
-            shard = shard_of(spark, sid, self.shards) if self.shards else None
-            frame = find_sid(StateSource(spark, checkpoint_dir, batch, shard), sid)
-            return batch, [schedule_view(row, as_of_ms, native) for _, row in frame.iterrows()]
+            import pandas as pd
 
-        found = self.state.run(read, empty=lambda: (None, []))
+            shard = shard_of(spark, sid, self.shards) if self.shards else None
+            source = StateSource(spark, checkpoint_dir, batch, shard)
+            frame = find_sid(source, sid)
+            paused = find_paused(source, sid) if kind == "cron" else pd.DataFrame()
+            return batch, [schedule_view(row, as_of_ms, native) for _, row in frame.iterrows()], \
+                [schedule_view(pd.concat([row, pd.Series({"paused": True})]), as_of_ms, native)
+                 for _, row in paused.iterrows()]
+
+        found = self.state.run(read, empty=lambda: (None, [], []))
         if found is None:
             raise TimeoutError("the job's Spark session is not up")
         return found
