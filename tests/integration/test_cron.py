@@ -193,7 +193,9 @@ def test_firings_missed_while_the_job_was_down(kafka, scheduler_factory, policy)
     scheduler.mark()
     instants = sorted(instant_of(r) for r in reader.read_to_end())
     expired = sorted(instant_of(r) for r in rejections.read_to_end() if r.key == b"c")
-    missed = [i for i in range(last + PERIOD_MS, started_ms, PERIOD_MS)]
+    # Missed: due while no job ran. Those due while the first job was stopping (a graceful stop can take many seconds
+    # on a loaded machine) were due while it ran: delivered late, or expired.
+    missed = [i for i in range(last + PERIOD_MS, started_ms, PERIOD_MS) if i > stopped_at]
     assert len(missed) >= 2, (last, started_ms)
     if policy == "replay":
         # every instant once: delivered, or (more than 12 s late when the job was back) rejected as expired

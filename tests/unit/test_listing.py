@@ -272,6 +272,11 @@ def test_a_schedule_shows_its_kind_its_cron_columns_and_the_actions_the_page_off
     plain = schedule_view(pd.Series(row(T0, "requests-0-5", sid=b"id:requests/o-3", cron_expr=None,
                                         cron_start_ms=pd.NA)), T0, ["requests"])
     assert "cron" not in plain, "a one-shot's empty cron columns show nothing"
+    # A chunk's nullable integer columns hold pandas' NA (a job's chunk did, and the page failed on it).
+    unbounded = schedule_view(pd.Series(row(T0, "requests-0-6", sid=b"cron:requests/new-year", cron_expr="0 0 1 1 *",
+                                            cron_tz=None, cron_policy=None, cron_start_ms=pd.NA,
+                                            cron_end_ms=pd.NA)), T0, ["requests"])
+    assert unbounded["cron"] == {"expr": "0 0 1 1 *", "timezone": "UTC", "missed_fire_policy": "replay"}
     other = schedule_view(pd.Series(row(T0, "karafka-0-1", sid=b"id:karafka/o-2")), T0, ["requests"])
     assert other["actions"] == [], "not a native input: the page writes native requests only"
     binary = schedule_view(pd.Series(row(T0, "requests-0-3", sid=b"id:requests/\xff")), T0, ["requests"])

@@ -113,10 +113,10 @@ class FakeWriter(RequestWriter):
         return self.ruled
 
 
-def page_with(versions, ruled=True):
+def page_with(versions, ruled=True, paused=()):
     page = StatusPage(SchedulerMetrics({}), "app")
     page.attach_actions(FakeWriter(ruled))
-    page._versions = lambda kind, topic, request_id: (12, versions)
+    page._versions = lambda kind, topic, request_id: (12, versions, list(paused))
     return page
 
 
@@ -129,6 +129,21 @@ def test_the_outcome_is_read_from_the_state_after_the_batch_that_read_the_reques
     status, answer = page_with(versions).act({"action": "CANCEL", "id": "o-1", "delivery_id": shown}, "127.0.0.1")
     assert status == 200 and answer["outcome"] == outcome and answer["batch"] == 12, answer
     assert answer["request"]["action"] == "CANCEL" and answer["request"]["topic"] == "app-schedule-requests"
+
+
+@pytest.mark.parametrize("action,versions,paused,outcome", [
+    ("CRON_PAUSE", [], [{"delivery_id": "app-schedule-requests-0-4"}], "paused"),
+    ("CRON_PAUSE", [{"delivery_id": "app-schedule-requests-0-4"}], [], "ruled"),
+    ("CRON_RESUME", [{"delivery_id": "app-schedule-requests-0-9", "due": "2027-01-01T00:00:00.000Z"}], [], "resumed"),
+    ("CRON_RESUME", [], [{"delivery_id": "app-schedule-requests-0-4"}], "still_paused"),
+    ("CRON_CANCEL", [], [], "not_pending"),
+    ("CRON_CANCEL", [], [{"delivery_id": "app-schedule-requests-0-4"}], "still_pending"),
+])
+def test_a_cron_action_says_whether_the_cron_is_paused_running_or_gone(action, versions, paused, outcome):
+    status, answer = page_with(versions, paused=paused).act({"action": action, "id": "daily"}, "127.0.0.1")
+    assert status == 200 and answer["outcome"] == outcome, answer
+    if outcome == "resumed":
+        assert "next firing 2027-01-01T00:00:00.000Z" in answer["message"]
 
 
 def test_an_action_the_job_has_not_read_in_time_is_said_to_be_written():

@@ -490,7 +490,7 @@ class _Shard:
             gone = due <= now
             if gone.any():
                 leaving.append(frame.loc[gone, ["sid", "delivery_id"]])
-                self._cron_leaving(frame[gone], None if skipped is None else skipped[gone])
+                self._cron_leaving(frame[gone])
             later_due = due[~gone]
             if len(later_due):
                 prepared = later_due <= through_after
@@ -536,20 +536,21 @@ class _Shard:
         self.dirty.add(bucket)
 
     def _skipped(self, frame: pd.DataFrame, emit: pd.Series) -> Optional[pd.Series]:
-        """The firings of skip crons about to be emitted that were missed: due (by now) before the running job started
-        (it was down, or starting, at their instant). Not delivered; the cron goes on from its first firing since the
-        start.
-        A firing late because of a slow batch or a backlog was due while the job ran: it is delivered."""
+        """The firings of skip crons about to be emitted that were missed: due before the running job started (it was
+        down, or starting, at their instant). Not delivered; the cron goes on from its first firing since the start.
+        A firing late because of a slow batch or a backlog was due while the job ran: it is delivered.
+        Not "due by now" too: a batch the job before left unfinished is run again with that job's batch time, which
+        may be earlier than such a firing (then it would be prepared, and written late, when it was missed)."""
         if self.started_ms is None or not emit.any():
             return None
         due = frame["due_ms"]
-        missed = emit & (frame["cron_policy"] == "skip") & (due < self.started_ms) & (due <= self.now_ms)
+        missed = emit & (frame["cron_policy"] == "skip") & (due < self.started_ms)
         if not missed.any():
             return None
         self.skipped += int(missed.sum())
         return missed
 
-    def _cron_leaving(self, rows: pd.DataFrame, skipped: Optional[pd.Series]) -> None:
+    def _cron_leaving(self, rows: pd.DataFrame) -> None:
         """Firings leaving state: those of crons get their next firing (``advance_crons``), after their own instant, or
         after the job's start for a skipped one."""
         is_cron = rows["cron_expr"].notna()
@@ -557,8 +558,11 @@ class _Shard:
             return
         fired = rows[is_cron]
         after = fired["due_ms"].to_numpy(dtype=np.int64)
-        if skipped is not None:
-            after = np.where(skipped[is_cron].to_numpy(), self.started_ms - 1, after)
+        if self.started_ms is not None:
+            # A skip cron's firings due before the running job started were missed, whatever became of the one
+            # leaving (skipped; or prepared in a batch run again with an earlier batch time, and written since).
+            skip = (fired["cron_policy"] == "skip").to_numpy(dtype=bool)
+            after = np.where(skip, np.maximum(after, self.started_ms - 1), after)
         self.cron_gone.append(fired.assign(_after=after))
 
     def advance_crons(self) -> Iterator[pd.DataFrame]:
