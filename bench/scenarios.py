@@ -790,12 +790,14 @@ def cron(env: Environment, args) -> dict:
                         "rss_mib": round(sum(memory.values()) / 2**20), "index_entries": index,
                         **{f"rss_{name}_mib": round(v / 2**20) for name, v in memory.items()}})
         log(f"  minute {k}: {samples[-1]}")
-    offsets.close()
     scheduler.stop()
-    log("reading every delivery back")
+    on_broker = offsets.total()
+    offsets.close()
+    log(f"reading every delivery back ({on_broker:,} records)")
     reader = FiringReader(env.bootstrap, destination, args.count)
+    # To the end offsets (a quiet spell alone once ended the read before the last minute's million), or 60 s quiet.
     last_news, seen = time.time(), -1
-    while time.time() - last_news < 10:
+    while reader.total < on_broker and time.time() - last_news < 60:
         reader.poll(1.0)
         if reader.total != seen:
             seen, last_news = reader.total, time.time()
