@@ -346,7 +346,7 @@ def list_schedules(source: BucketSource, filters: ListFilters, limit: int, curso
         paused = FirstRows(MAX_LIMIT)
         for frame in source.paused():
             paused.add(keep(frame, filters, None))
-        listing.paused = [view(pd.concat([row, pd.Series({"paused": True})])) for _, row in paused.frame().iterrows()]
+        listing.paused = [view(as_paused(row)) for _, row in paused.frame().iterrows()]
     rows = first.frame()
     shown = rows.head(limit)
     listing.schedules = [view(row) for _, row in shown.iterrows()]
@@ -475,6 +475,11 @@ def list_query(values: dict) -> tuple[ListFilters, int, Optional[Cursor]]:
     token = values.get("page_token")
     cursor = decode_token(token, filters) if token else None
     return filters, limit, cursor
+
+
+def as_paused(row: pd.Series) -> pd.Series:
+    """A row of the ``paused`` state as ``schedule_view`` shows a paused cron (Resume instead of Pause)."""
+    return pd.concat([row, pd.Series({"paused": True})])
 
 
 def find_paused(source: BucketSource, sid: bytes) -> pd.DataFrame:

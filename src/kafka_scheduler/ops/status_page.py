@@ -473,7 +473,7 @@ class StatusPage:
         """The pending rows of the schedule (one-shot or cron) ``request_id`` of ``topic``, read from its shard, and
         the cron's row if it is paused."""
         from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
-        from .listing import StateSource, find_paused, find_sid, schedule_view, shard_of
+        from .listing import StateSource, as_paused, find_paused, find_sid, schedule_view, shard_of
 
         sid = (CRON_SID_PREFIX if kind == "cron" else CLIENT_SID_PREFIX) + topic.encode() + b"/" + request_id.encode()
         as_of_ms = int(self.clock() * 1000)
@@ -487,8 +487,7 @@ class StatusPage:
             frame = find_sid(source, sid)
             paused = find_paused(source, sid) if kind == "cron" else pd.DataFrame()
             return batch, [schedule_view(row, as_of_ms, native) for _, row in frame.iterrows()], \
-                [schedule_view(pd.concat([row, pd.Series({"paused": True})]), as_of_ms, native)
-                 for _, row in paused.iterrows()]
+                [schedule_view(as_paused(row), as_of_ms, native) for _, row in paused.iterrows()]
 
         found = self.state.run(read, empty=lambda: (None, [], []))
         if found is None:
