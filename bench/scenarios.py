@@ -62,8 +62,9 @@ not part of `make bench`).
 cron: --count crons (CRON_ADD, unique ids, Kaspr's headers written out by hand) all firing every minute
 (`* * * * *`), watched for --minutes minutes from the first whole minute after they are all committed: per minute,
 how many of them fired (each once: duplicates and losses counted exactly), none early, the first and last delivery
-after the minute; the checkpoint's size, the id index and the job's memory once a minute (they should stay flat
-from minute 2 on: firings leave nothing behind). Deliveries are counted on the broker while they come (end
+after the minute; once a minute, the live state (rows and bytes of each state variable, read as `inspect` reads
+them), the id index and the job's memory (they should stay flat from minute 2 on: firings leave nothing behind),
+and the checkpoint's size on disk by kind (it also keeps --state-batches-kept batches' versions). Deliveries are counted on the broker while they come (end
 offsets) and read back at the end.
 """
 
@@ -91,8 +92,8 @@ from . import soak as soak_module
 from . import mixed as mixed_scenario
 from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
 
-from .harness import (CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader, RequestProducer,
-                      batch_profile, cpu_between, directory_bytes, index_entries, log, percentile, wait_until,
+from .harness import (CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader, LiveState, RequestProducer,
+                      batch_profile, checkpoint_breakdown, cpu_between, directory_bytes, index_entries, log, percentile, wait_until,
                       write_result)
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
@@ -773,24 +774,35 @@ def cron(env: Environment, args) -> dict:
     minutes = [first_minute + 60_000 * k for k in range(args.minutes)]
     offsets = EndOffsets(env.bootstrap, destination)
     samples = []
-    base = offsets.total()
+    live_state: Optional[LiveState] = None
     for k, minute in enumerate(minutes):
-        # Until this minute's firings are all on the broker: the deliveries so far reach those of the minute.
-        target = base + args.count * (k + 1)
+        # Counted from the minute itself: the firings of the minutes before it (crons registered during the ingest
+        # fired then) are all on the broker by then, and a count taken earlier let a minute's wait end on them.
+        time.sleep(max(0.0, minute / 1000 - time.time()))
+        at_minute = offsets.total()
         try:
-            wait_until(lambda: offsets.total() >= target or time.time() * 1000 > minute + 120_000,
+            wait_until(lambda: offsets.total() >= at_minute + args.count or time.time() * 1000 > minute + 120_000,
                        (minute + 130_000) / 1000 - time.time(), f"minute {k}'s firings",
-                       progress=lambda: f"{offsets.total() - base:,} of {target - base:,}")
+                       progress=lambda: f"{offsets.total() - at_minute:,} of {args.count:,}")
         except TimeoutError as exc:
             log(f"  {exc}")
         index = index_entries(scheduler)
         memory = scheduler.sample_memory()
-        samples.append({"minute": k, "delivered_so_far": offsets.total() - base,
+        # Read while the job waits for the next minute (a read takes seconds; the firings take under five).
+        live_state = live_state or LiveState(scheduler.checkpoint)
+        state = live_state.sample()
+        samples.append({"minute": k, "delivered_in_minute": offsets.total() - at_minute,
+                        "live_state": state, "live_state_mib": round(sum(v["mib"] for v in state.values()
+                                                                         if isinstance(v, dict)), 1),
                         "checkpoint_mib": round(directory_bytes(scheduler.checkpoint) / 2**20, 1),
+                        "checkpoint": checkpoint_breakdown(scheduler.checkpoint),
+                        "batches": last_committed_batch(scheduler.checkpoint),
                         "rss_mib": round(sum(memory.values()) / 2**20), "index_entries": index,
                         **{f"rss_{name}_mib": round(v / 2**20) for name, v in memory.items()}})
         log(f"  minute {k}: {samples[-1]}")
     scheduler.stop()
+    if live_state:
+        live_state.close()
     on_broker = offsets.total()
     offsets.close()
     log(f"reading every delivery back ({on_broker:,} records)")
@@ -826,6 +838,7 @@ def cron(env: Environment, args) -> dict:
             "last_after_minute_max_s": max(lasts) if lasts else None,
             "last_after_minute_p50_s": round(percentile(sorted(lasts), 0.5), 2) if lasts else None,
             "minutes_last_within_target": sum(1 for v in lasts if v <= CRON_LAST_TARGET_S),
+            "live_state_mib_max_over_min_from_minute_2": spread("live_state_mib"),
             "checkpoint_mib_max_over_min_from_minute_2": spread("checkpoint_mib"),
             "rss_max_over_min_from_minute_2": spread("rss_mib"),
             "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],

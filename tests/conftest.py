@@ -6,6 +6,15 @@ import pytest
 # clash between jobs running at once (tests, other checkouts on the same machine).
 os.environ.setdefault("KAFKA_SCHEDULER_METRICS_PORT", "0")
 
+# The tests start some fifty Spark JVMs (jobs, the unit tests' session) that live for seconds or minutes: the C2
+# compiler's work at start-up does not pay back in that time. C1 only and the serial collector halve the CPU of a
+# Spark start (12 s -> 6 s) and took a third off three job files (181 s -> 123 s of CPU; docs/testing.md), on a
+# suite whose two workers compete for 2 cores. spark-class reads SPARK_LAUNCHER_OPTS for its launcher JVM and
+# SPARK_SUBMIT_OPTS for the driver's; jobs the tests start inherit both. Production runs keep the JVM's defaults.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+os.environ.setdefault("SPARK_LAUNCHER_OPTS", TEST_JVM_OPTIONS)
+
 # Seconds each slow file took in the last full run (`make test`, 3 workers; docs/testing.md): `make test` hands
 # out the longest work first, so the run does not end waiting on one long file started late. A file missing here
 # counts as quick; refresh the figures when a file's time changes much (per-file sums of a --junitxml report).

@@ -221,6 +221,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_requests_per_batch", _positive_int, 500_000,
            "cap on request records read per micro-batch: bounds memory and batch time when catching up", "N"),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
+    Option("state_batches_kept", _positive_int, 20,
+           "how many batches' state versions the checkpoint keeps at least (Spark's minBatchesToRetain); on disk: "
+           "between this many and this many plus twice --state-snapshot-every batches' changes, and two snapshots",
+           "N"),
+    Option("state_snapshot_every", _positive_int, 10,
+           "how many batches' changelogs apart the state store writes a full snapshot (Spark's "
+           "stateStore.minDeltasForSnapshot): a restart replays at most this many; old versions are deleted only "
+           "once a newer snapshot lets them go", "N"),
     Option("lookahead", _duration_ms, 3000,
            "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
            "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
@@ -276,6 +284,8 @@ class Config:
     history: bool = False
     max_requests_per_batch: Optional[int] = 500_000
     driver_memory: str = "1g"
+    state_batches_kept: int = 20
+    state_snapshot_every: int = 10
     lookahead: int = 3000  # milliseconds
     cron_min_interval: int = 5000  # milliseconds
     max_held: int = 20_000
