@@ -192,6 +192,8 @@ class LiveState:
     def variables(self) -> list[str]:
         """The variables the newest snapshot of partition 0 names (Spark's column families, its timers left out)."""
         snapshots = sorted((self.checkpoint / "state" / "0" / "0").glob("*.zip"), key=lambda z: int(z.stem))
+        if not snapshots:  # none uploaded yet (Spark writes them in the background)
+            return []
         with zipfile.ZipFile(snapshots[-1]) as snapshot:
             metadata = json.loads(snapshot.read("metadata").decode().split("\n", 1)[1])
         return sorted(name for name in metadata["columnFamilyMapping"] if name != "default" and not name.startswith("$"))
