@@ -101,3 +101,23 @@ def pytest_collection_modifyitems(config, items):
     # Longest units first (xdist gives them out in collection order); the order within a unit is kept.
     ordered = sorted(groups.values(), key=expected, reverse=True)
     items[:] = [item for unit in ordered for item in unit]
+
+
+GROUPING_LOST = pytest.StashKey[bool]()
+
+
+def pytest_collection_finish(session):
+    """pytest-xdist groups by a suffix it appends to each grouped test's id; with pytest 9.2 the suffix no longer
+    takes (pytest-xdist#1386) and every group was silently spread over the workers (the scale-out cluster and the
+    shared jobs were started once per worker). Fail the grouped tests rather than lose the grouping again."""
+    if hasattr(session.config, "workerinput") and session.config.getoption("loadgroup", False):
+        session.config.stash[GROUPING_LOST] = any(
+            item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid.rsplit("]", 1)[-1]
+            for item in session.items)
+
+
+def pytest_runtest_setup(item):
+    if item.config.stash.get(GROUPING_LOST, False) and item.get_closest_marker("xdist_group") is not None:
+        pytest.fail(f"pytest-xdist did not group this test with its file or the Spark session's tests (pytest "
+                    f"{pytest.__version__} and --dist loadgroup: pytest-xdist#1386; see requirements.lock)",
+                    pytrace=False)
