@@ -196,7 +196,8 @@ class LiveState:
             return []
         with zipfile.ZipFile(snapshots[-1]) as snapshot:
             metadata = json.loads(snapshot.read("metadata").decode().split("\n", 1)[1])
-        return sorted(name for name in metadata["columnFamilyMapping"] if name != "default" and not name.startswith("$"))
+        return sorted(name for name in metadata["columnFamilyMapping"]
+                      if name != "default" and not name.startswith("$"))
 
     def sample(self) -> dict:
         from pyspark.sql import functions as F

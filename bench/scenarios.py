@@ -64,8 +64,8 @@ cron: --count crons (CRON_ADD, unique ids, Kaspr's headers written out by hand) 
 how many of them fired (each once: duplicates and losses counted exactly), none early, the first and last delivery
 after the minute; once a minute, the live state (rows and bytes of each state variable, read as `inspect` reads
 them), the id index and the job's memory (they should stay flat from minute 2 on: firings leave nothing behind),
-and the checkpoint's size on disk by kind (it also keeps --state-batches-kept batches' versions). Deliveries are counted on the broker while they come (end
-offsets) and read back at the end.
+and the checkpoint's size on disk by kind (it also keeps --state-batches-kept batches' versions). Deliveries are
+counted on the broker while they come (end offsets) and read back at the end.
 """
 
 from __future__ import annotations
@@ -92,9 +92,9 @@ from . import soak as soak_module
 from . import mixed as mixed_scenario
 from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
 
-from .harness import (CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader, LiveState, RequestProducer,
-                      batch_profile, checkpoint_breakdown, cpu_between, directory_bytes, index_entries, log, percentile, wait_until,
-                      write_result)
+from .harness import (CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader, LiveState,
+                      RequestProducer, batch_profile, checkpoint_breakdown, cpu_between, directory_bytes, index_entries,
+                      log, percentile, wait_until, write_result)
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
@@ -796,7 +796,7 @@ def cron(env: Environment, args) -> dict:
                                                                          if isinstance(v, dict)), 1),
                         "checkpoint_mib": round(directory_bytes(scheduler.checkpoint) / 2**20, 1),
                         "checkpoint": checkpoint_breakdown(scheduler.checkpoint),
-                        "batches": last_committed_batch(scheduler.checkpoint),
+                        "batches": state["batch"],
                         "rss_mib": round(sum(memory.values()) / 2**20), "index_entries": index,
                         **{f"rss_{name}_mib": round(v / 2**20) for name, v in memory.items()}})
         log(f"  minute {k}: {samples[-1]}")

@@ -223,7 +223,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
     Option("state_batches_kept", _positive_int, 20,
            "how many batches' state versions the checkpoint keeps at least (Spark's minBatchesToRetain); on disk: "
-           "between this many and this many plus twice --state-snapshot-every batches' changes, and two snapshots",
+           "between this many and this many plus twice --state-snapshot-every batches' changes, and two or three "
+           "snapshots",
            "N"),
     Option("state_snapshot_every", _positive_int, 10,
            "how many batches' changelogs apart the state store writes a full snapshot (Spark's "
