@@ -245,9 +245,13 @@ class CronVersion:
     active: bool
     next: Optional[int]
     prepared: dict = dataclasses.field(default_factory=dict)  # instant -> firing held by this run's timed writer
+    # A replay due at its resume: its first firing is the one the pause withdrew, with the id it had then
+    # (instant, the activation the cron was paused in).
+    replayed: Optional[tuple[int, str]] = None
 
     def firing(self, instant: int) -> Schedule:
-        return dataclasses.replace(self.definition, due_ms=instant, delivery_id=firing_id(self.activation, instant))
+        activation = self.replayed[1] if self.replayed and self.replayed[0] == instant else self.activation
+        return dataclasses.replace(self.definition, due_ms=instant, delivery_id=firing_id(activation, instant))
 
 
 def next_firing(definition: Schedule, after: int) -> Optional[int]:
@@ -329,7 +333,8 @@ class Reference:
             if first is None:
                 del self.crons[key]
             else:
-                self.crons[key] = CronVersion(current.definition, request.activation, True, first)
+                replayed = (first, current.activation) if first <= now else None
+                self.crons[key] = CronVersion(current.definition, request.activation, True, first, replayed=replayed)
             return Outcome.CRON_RESUMED
         assert action is Action.CRON_CANCEL
         if current is None:
@@ -873,6 +878,9 @@ MUTANTS = {
     "a paused, replaced or cancelled cron's pending firing is still delivered": (
         [(wheel, "withdraw_firing", lambda shard, entry, written, result: None)], ["cron-model", PAUSE_EXAMPLE],
         WHEEL),
+    "a replay's first firing takes the resume's id (a late withdrawal would deliver it twice with two ids)": (
+        [(wheel, "replayed_firing_id", lambda paused_activation, first_ms: None)], ["cron-model", PAUSE_EXAMPLE],
+        WHEEL),
     "a firing id is reused (no instant in it)": (
         [(wheel, "firing_id", lambda activation, due_ms: activation)], ["cron-model", FIRINGS_EXAMPLE], WHEEL),
     "the bounds of a cron are ignored": ([(cron, "first_firing", _first_firing_without_bounds)], ["cron-model"],
@@ -1280,8 +1288,9 @@ def test_a_pause_withdraws_the_held_firing_and_a_resume_replays_or_skips(engine)
             {Outcome.CRON_PAUSE_NOOP: 1})
         delivered, counts = engine.batch(27_100, [(a, cron_request(Action.CRON_RESUME, 4))])
         assert counts == Counter({Outcome.CRON_RESUMED: 1})
-        if policy == "replay":  # 15, 20 and 25 s, missed while paused, at once and in order, with new ids
-            assert firings_of(delivered) == [(15_000, "requests-0-4@15000"), (20_000, "requests-0-4@20000"),
+        if policy == "replay":  # 15, 20 and 25 s, missed while paused, at once and in order; the one the pause
+            # withdrew keeps its id (had the writer written it before the withdrawal, a duplicate with the same id)
+            assert firings_of(delivered) == [(15_000, "requests-0-1@15000"), (20_000, "requests-0-4@20000"),
                                              (25_000, "requests-0-4@25000")]
         else:
             assert firings_of(delivered) == []

@@ -766,6 +766,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
         version: Optional[Schedule] = None  # the cron as this batch left it (active: due_ms its first firing;
         version_digest = None if initial is None else initial.digest  # paused: due_ms where a replay resumes)
         changed = False
+        replayed_id = None  # a replay due at once: its first firing's id (replayed_firing_id)
 
         def current() -> Schedule:
             """The cron's definition as it stands, its due time the pending firing (active) or the cursor (paused)."""
@@ -793,7 +794,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
                     first = crons.first_firing(definition.expr, definition.tz, now, definition.start_ms,
                                                definition.end_ms)
                     activation = request.activation or schedule.delivery_id
-                    changed, version_digest = True, new_digest
+                    changed, version_digest, replayed_id = True, new_digest, None
                     if first is None:  # nothing left to fire (past its end): registered and gone
                         kind, version = "none", None
                     else:
@@ -809,7 +810,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
                     if written:  # its pending firing is written: the next one is where a replay would resume
                         following = crons.spec(base.cron.expr, base.cron.tz).next_after(cursor)
                         cursor = FAR_FUTURE_MS if following is None else following
-                    kind, changed = "paused", True
+                    kind, changed, replayed_id = "paused", True, None
                     version = dataclasses.replace(base, due_ms=cursor, delivery_id=activation_of(base.delivery_id))
             elif action is Action.CRON_RESUME:
                 if kind != "paused":
@@ -825,6 +826,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
                         kind, written = "active", False
                         version = dataclasses.replace(base, due_ms=first,
                                                       delivery_id=firing_id(request.activation, first))
+                        replayed_id = replayed_firing_id(base.delivery_id, first)
             elif action is Action.CRON_CANCEL:
                 if kind == "none":
                     outcome = Outcome.CRON_CANCEL_NOOP
@@ -852,7 +854,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
             index.put(sid, IndexEntry(PAUSED_MS, version.delivery_id, version_digest))
         elif version.due_ms <= now:  # a replay: due at once, and those after it in turn (advance_crons)
             frame = entries_frame([version], [(sid, version_digest)])
-            result.emitted.append(frame)
+            result.emitted.append(frame.assign(delivery_id=[replayed_id or version.delivery_id]))
             shard.cron_gone.append(frame.assign(_after=frame["due_ms"].to_numpy(dtype=np.int64)))
             if initial is not None:
                 index.remove(sid)
@@ -861,6 +863,15 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
             schedules.append(version)
             ids.append((sid, version_digest))
             index.put(sid, IndexEntry(version.due_ms, version.delivery_id, version_digest))
+
+
+def replayed_firing_id(paused_activation: str, first_ms: int) -> Optional[str]:
+    """The id of the first firing a replay delivers at once when a cron resumes: the one the pause withdrew, so the
+    id it had in the activation the cron was paused in. A withdrawal reaches the timed writer only at the end of the
+    pausing batch; if that batch was still running at the firing's instant, the writer had written it, and the
+    replay is then a duplicate with the same id (at-least-once), not a second firing with another id. The firings
+    after it carry the resume's activation."""
+    return firing_id(paused_activation, first_ms)
 
 
 def resumed_at(definition: Cron, cursor: int, now_ms: int) -> Optional[int]:
