@@ -228,6 +228,9 @@ class MapStateShardStore:
     def bucket_items(self):
         return [(int(key[0]), _bucket_info(value)) for key, value in self.p.buckets.iterator()]
 
+    def bucket_keys(self):
+        return [int(key[0]) for key in self.p.buckets.keys()]
+
     def chunk_index(self, bucket, n):
         value = self.p.chunks.getValue((bucket, n))
         if value is None:
@@ -296,6 +299,14 @@ class MapStateShardStore:
 
     def paused_items(self):
         return [(bytes(key[0]), from_blob(value[0])) for key, value in self.p.paused.iterator()]
+
+    def levels_get(self):
+        value = self.p.levels.get()
+        return None if value is None else (int(value[0]), [int(k) for k in value[1] or ()],
+                                           [int(k) for k in value[2] or ()])
+
+    def levels_put(self, fine_mark, coarse, listed):
+        self.p.levels.update((fine_mark, list(coarse), list(listed)))
 
 
 def _records(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.DataFrame:
@@ -428,6 +439,9 @@ class WheelProcessor(StatefulProcessor):
         self.armed = handle.getMapState("armed", "timer_ms long", "buckets array<long>")
         # Paused crons: the definition (a one-row chunk blob), keyed by the cron's sid (added with issue 19).
         self.paused = handle.getMapState("paused", "sid binary", "data binary")
+        # Where the buckets are among the levels (wheel.Levels): one value per shard, read once per call that files or
+        # locates a schedule. A checkpoint without it gets it from its bucket keys (added for spread dues).
+        self.levels = handle.getValueState("levels", "fine_mark long, coarse array<long>, listed array<long>")
         self.store = MapStateShardStore(self)
         self.new_timers: list[int] = []
 
