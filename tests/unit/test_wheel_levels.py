@@ -371,3 +371,29 @@ def test_the_processor_state_keeps_the_levels_and_coarse_chunks():
         timers |= {(t, 0) for t in processor.handle.timers}
     assert sorted(emitted) == sorted(f"in-0-{i}" for i in range(1, len(dues)))
     assert not list(store.bucket_keys()) and not processor.chunks.values
+
+
+def test_a_chunk_survives_its_blob():
+    """Chunks are written column by column (``to_blob``): every field comes back as written, nullable ints as
+    nullable ints, whatever the frame held (None, NaN, headers as tuples or as the dicts Arrow hands back)."""
+    from kafka_scheduler.engine.schedule import Cron, WriteBack
+    from kafka_scheduler.engine.wheel_processor import from_blob, to_blob
+
+    schedules = [Schedule(1000 + i, "out", None if i % 5 == 0 else b"k%d" % i, None if i % 7 == 0 else b"v" * i,
+                          (("h", b"1"), ("n", None)) if i % 2 else (), f"t-0-{i}",
+                          partition=(i % 3) if i % 4 == 0 else None, partition_key=b"pk" if i % 6 == 0 else None,
+                          write_back=WriteBack("wb", 2, b"wk", (("a", b"b"),)) if i % 8 == 0 else None,
+                          history=i % 9 == 0, max_lateness_ms=500 if i % 10 == 0 else None,
+                          cron=Cron("* * * * * */5", "Europe/Paris" if i % 2 else None, "skip", 5 if i % 3 else None,
+                                    None) if i % 11 == 0 else None)
+                 for i in range(60)]
+    ids = [(b"id:%d" % i, b"d" * 16) if i % 3 else (None, None) for i in range(60)]
+    frame = wheel.entries_frame(schedules, ids)
+    floats = frame.assign(partition=frame["partition"].astype(float))
+    for written in (frame, from_blob(to_blob(frame)), floats, frame[frame["cron_expr"].isna()]):
+        back = from_blob(to_blob(written))
+        assert wheel.schedules_of(back) == wheel.schedules_of(written)
+        assert [(None if s is None else bytes(s), None if d is None else bytes(d)) for s, d in
+                zip(back["sid"], back["digest"])] == [(s, d) for s, d in
+                                                      zip(written["sid"], written["digest"])]
+        assert str(back["partition"].dtype) == "Int32" and str(back["max_lateness_ms"].dtype) == "Int64"
