@@ -9,14 +9,18 @@ due time (epoch ms) in a user header, which the scheduler passes through.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import platform
+import re
 import subprocess
 import time
 import uuid
+import zipfile
 from array import array
 from datetime import datetime, timezone
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -24,7 +28,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from kafka_scheduler.client.encoders import encode, format_instant
-from kafka_scheduler.engine.checkpoint import committed_offsets
+from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.harness.job_process import JobProcess
 from kafka_scheduler.harness.topic_reader import TopicReader
 from kafka_scheduler.harness.waiting import wait_until as harness_wait_until
@@ -122,6 +126,26 @@ def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
+def checkpoint_breakdown(path: Path) -> dict:
+    """Where a checkpoint's bytes are, to find what grows: the state store's changelogs, snapshots (zip) and
+    RocksDB files (sst) apart, the query's logs, and how many state versions partition 0 keeps."""
+    kinds: Counter = Counter()
+    versions = set()
+    for file in Path(path).rglob("*"):
+        if not file.is_file() or file.name.endswith(".crc"):
+            continue
+        parts = file.relative_to(path).parts
+        if parts[0] == "state":
+            kind = file.suffix.lstrip(".") if file.suffix in (".changelog", ".zip", ".sst") else "state_other"
+            if file.suffix in (".changelog", ".zip") and parts[-2] == "0":
+                versions.add(file.stem.split("_")[0])
+        else:
+            kind = parts[0]
+        kinds[kind] += file.stat().st_size
+    return {**{f"{kind}_mib": round(size / 2**20, 1) for kind, size in sorted(kinds.items())},
+            "state_versions_of_partition_0": len(versions)}
+
+
 class Scheduler(JobProcess):
     """The job of a scenario (the harness's JobProcess), in a folder of its own, with the peak of its memory."""
 
@@ -152,6 +176,45 @@ class Scheduler(JobProcess):
 
 
 INDEX_LINE = r"index: (\d+) entries"
+
+
+class LiveState:
+    """Rows and bytes of each state variable of a checkpoint's last committed batch, read with Spark's state data
+    source as `inspect` reads it: what the state holds, apart from the versions the checkpoint keeps on disk."""
+
+    def __init__(self, checkpoint: Path):
+        from kafka_scheduler.config import Config
+        from kafka_scheduler.engine.session import build_session
+        self.checkpoint = checkpoint
+        self.spark = build_session(Config(master="local[1]", app_id="bench-state-reader",
+                                          checkpoint_dir=str(checkpoint)))
+
+    def variables(self) -> list[str]:
+        """The variables the newest snapshot of partition 0 names (Spark's column families, its timers left out)."""
+        snapshots = sorted((self.checkpoint / "state" / "0" / "0").glob("*.zip"), key=lambda z: int(z.stem))
+        if not snapshots:  # none uploaded yet (Spark writes them in the background)
+            return []
+        with zipfile.ZipFile(snapshots[-1]) as snapshot:
+            metadata = json.loads(snapshot.read("metadata").decode().split("\n", 1)[1])
+        return sorted(name for name in metadata["columnFamilyMapping"]
+                      if name != "default" and not name.startswith("$"))
+
+    def sample(self) -> dict:
+        from pyspark.sql import functions as F
+        batch = last_committed_batch(self.checkpoint)
+        sizes = {"batch": batch}
+        for name in self.variables():
+            frame = (self.spark.read.format("statestore").option("stateVarName", name).option("batchId", batch)
+                     .load(str(self.checkpoint)))
+            columns = [F.col(c) for c in frame.columns if c != "partition_id"]
+            # The length of each row as JSON: binary columns count as their base64 text, a stable relative size.
+            row = frame.select(F.count(F.lit(1)).alias("rows"),
+                               F.sum(F.length(F.to_json(F.struct(*columns)))).alias("size")).first()
+            sizes[name] = {"rows": row.rows, "mib": round((row.size or 0) / 2**20, 1)}
+        return sizes
+
+    def close(self) -> None:
+        self.spark.stop()
 
 
 def index_entries(scheduler: "Scheduler") -> Optional[int]:
@@ -362,6 +425,14 @@ class DeliveryReader(TopicReader):
                 self.keys_delivered_twice.add(key)
             self.values[key] = message.value()
 
+    def read_until_quiet(self, quiet_s: float = 5.0) -> None:
+        """Read until nothing new (deliveries or duplicates) has arrived for ``quiet_s``: the topic read to its end."""
+        last_news, seen = time.time(), -1
+        while time.time() - last_news < quiet_s:
+            self.poll(1.0)
+            if self.count + self.duplicates != seen:
+                seen, last_news = self.count + self.duplicates, time.time()
+
     def appended(self) -> list[int]:
         """Append times (ms) of the deliveries in the lateness figures, sorted."""
         return sorted(self.appended_ms if self.compact else (a for a, _ in self.deliveries))
@@ -434,3 +505,39 @@ class FiringReader(TopicReader):
 
     def close(self) -> None:
         self.consumer.close()
+
+
+# ---------------------------------------------------------------- where a batch's time goes
+
+_BATCH_TIMES = re.compile(r"batch (\d+):.*\[state ([\d.]+)s, write ([\d.]+)s\]")
+_SPARK_TIMES = re.compile(r"batch (\d+) timings \(ms\): (\{.*\})")
+
+
+def batch_profile(log_text: str, after_batch: int) -> dict:
+    """Where the time of the job's batches after ``after_batch`` went, from its log: the ``[state s, write s]`` of
+    each busy batch's line (engine.batch_summary.BatchSummary.log_line), and, when the job ran with
+    KAFKA_SCHEDULER_LOG_LEVEL=DEBUG, Spark's ``durationMs`` of every batch (mean and p99 per step, ms)."""
+    state, write = [], []
+    for match in _BATCH_TIMES.finditer(log_text):
+        if int(match.group(1)) > after_batch:
+            state.append(float(match.group(2)))
+            write.append(float(match.group(3)))
+    figures: dict = {"batches_logged": len(state)}
+    for name, values in (("state", sorted(state)), ("write", sorted(write))):
+        if values:
+            figures.update({f"batch_{name}_p50_s": percentile(values, 0.5), f"batch_{name}_p99_s":
+                            percentile(values, 0.99), f"batch_{name}_max_s": values[-1]})
+    steps: dict[str, list[float]] = {}
+    for match in _SPARK_TIMES.finditer(log_text):
+        if int(match.group(1)) > after_batch:
+            try:
+                durations = ast.literal_eval(match.group(2))
+            except (ValueError, SyntaxError):
+                continue
+            for step, ms in durations.items():
+                steps.setdefault(step, []).append(float(ms))
+    if steps:
+        figures["spark_batches"] = max(len(v) for v in steps.values())
+        figures["spark_ms_mean"] = {k: round(sum(v) / len(v)) for k, v in sorted(steps.items())}
+        figures["spark_ms_p99"] = {k: round(percentile(sorted(v), 0.99)) for k, v in sorted(steps.items())}
+    return figures

@@ -1,7 +1,8 @@
 """The benchmark scenarios. Each runs against a broker and the real `kafka-scheduler run` job,
 prints its figures and appends a JSON result to bench/results/.
 
-    kafka-scheduler bench steady --rate 1000 --duration 60 [--lead 2]
+    kafka-scheduler bench steady --rate 1000 --duration 60 [--lead 2] [--pending 1000000]
+    kafka-scheduler bench soak [--duration 3600] (bench/soak.py)
     kafka-scheduler bench ingest --count 1000000 [--no-ids | --mix]
     kafka-scheduler bench herd --count 10000000 [--no-ids] [--lead S]
     kafka-scheduler bench pending --count 10000000
@@ -9,12 +10,15 @@ prints its figures and appends a JSON result to bench/results/.
     kafka-scheduler bench idle [--count 10000] [--duration 60]
     kafka-scheduler bench strikes --count 1000000 --strikes 500000 --wave 5000 [--deliver]
     kafka-scheduler bench hostile --count 1000000
+    kafka-scheduler bench mixed --count 1000000 [--ordinary-rate 200] [--after 30]   (bench/mixed.py)
     make bench            # `bench all`: the PLAN below, at the issues' target sizes
 
 steady: --rate requests/s with ids for --duration s, each due --lead s after it is sent, except
 every 50th (2%) sent already due (due 1 s before sending). Lateness (broker append time - due
 time) p50/p99/max of the others; the already-due ones apart as send-to-delivery p50/p99/max
-(`already_due_*`); early and lost counted over all.
+(`already_due_*`); early and lost counted over all. --pending N first files N schedules with ids due a month
+ahead (the state's size must not slow a batch down). Where the batches' time went: `[state s, write s]` of the job's
+batch lines, and with KAFKA_SCHEDULER_LOG_LEVEL=DEBUG Spark's durationMs per step (harness.batch_profile).
 
 ingest: --count ADDs with unique ids (default) or none (--no-ids), due a month ahead; or --mix:
 of every 20 requests 4 replace and 1 cancels an id sent before and still pending (picked at
@@ -58,9 +62,10 @@ not part of `make bench`).
 cron: --count crons (CRON_ADD, unique ids, Kaspr's headers written out by hand) all firing every minute
 (`* * * * *`), watched for --minutes minutes from the first whole minute after they are all committed: per minute,
 how many of them fired (each once: duplicates and losses counted exactly), none early, the first and last delivery
-after the minute; the checkpoint's size, the id index and the job's memory once a minute (they should stay flat
-from minute 2 on: firings leave nothing behind). Deliveries are counted on the broker while they come (end
-offsets) and read back at the end.
+after the minute; once a minute, the live state (rows and bytes of each state variable, read as `inspect` reads
+them), the id index and the job's memory (they should stay flat from minute 2 on: firings leave nothing behind),
+and the checkpoint's size on disk by kind (it also keeps --state-batches-kept batches' versions). Deliveries are
+counted on the broker while they come (end offsets) and read back at the end.
 """
 
 from __future__ import annotations
@@ -83,10 +88,13 @@ from kafka_scheduler.engine.checkpoint import last_committed_batch
 from kafka_scheduler.protocol import DIALECT_NAMES
 
 from .hostile import hostile
+from . import soak as soak_module
+from . import mixed as mixed_scenario
 from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
 
-from .harness import (CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader, RequestProducer,
-                      cpu_between, directory_bytes, index_entries, log, percentile, wait_until, write_result)
+from .harness import (CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader, LiveState,
+                      RequestProducer, batch_profile, checkpoint_breakdown, cpu_between, directory_bytes, index_entries,
+                      log, percentile, wait_until, write_result)
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
@@ -220,6 +228,10 @@ def _send_to_delivery(sent: list[tuple[int, int, int]], prefix: str) -> dict:
 def steady(env: Environment, args) -> dict:
     flags, _ = _dialect_inputs(env, argparse.Namespace(dialect="native", with_dialects=args.with_dialects))
     scheduler = _warmed_up(env, args, inputs=flags)
+    if args.pending:  # the state's size must not slow a batch down: this many due a month ahead, with ids
+        far = int(time.time() * 1000) + FAR_FUTURE_MS
+        _ingest(env, scheduler, env.topic("pending"), args.pending, lambda i: far + i, "pending", args.time_budget)
+    after_batch = last_committed_batch(scheduler.checkpoint) or -1
     destination = env.topic("steady")
     reader = DeliveryReader(env.bootstrap, destination)
     producer = RequestProducer(env.bootstrap, f"{scheduler.app_id}-schedule-requests")
@@ -251,7 +263,8 @@ def steady(env: Environment, args) -> dict:
     figures.update(_send_to_delivery(reader.sent_deliveries, "already_due"))
     figures.update({"sent": total, "already_due_sent": already_due,
                     "early_all": figures["early"] + figures["already_due_early"],
-                    "lost": total - reader.count})
+                    "lost": total - reader.count, "pending": args.pending})
+    figures.update(batch_profile(scheduler.log(), after_batch))
     reader.close()
     scheduler.stop()
     return figures
@@ -318,6 +331,7 @@ def ingest(env: Environment, args) -> dict:
         # The job's own account: a replace or cancel that found nothing to act on shows as a no-op.
         figures["logged_outcomes"] = _logged_outcomes(scheduler.log(), after_batch)
     figures["index_entries"] = index_entries(scheduler)
+    figures.update(batch_profile(scheduler.log(), after_batch))
     scheduler.stop()
     return figures
 
@@ -362,11 +376,7 @@ def herd(env: Environment, args) -> dict:
 
     reader = DeliveryReader(env.bootstrap, destination, compact=True)
     # Until the topic is read to its end: nothing new for 5 s (the reader counts duplicates apart).
-    last_news, seen = time.time(), -1
-    while time.time() - last_news < 5:
-        reader.poll(1.0)
-        if reader.count + reader.duplicates != seen:
-            seen, last_news = reader.count + reader.duplicates, time.time()
+    reader.read_until_quiet()
     appended = reader.appended()
     figures = reader.lateness_figures()
     figures.update({"due_to_last_delivery_s": round((appended[-1] - due) / 1000, 2),
@@ -764,29 +774,42 @@ def cron(env: Environment, args) -> dict:
     minutes = [first_minute + 60_000 * k for k in range(args.minutes)]
     offsets = EndOffsets(env.bootstrap, destination)
     samples = []
-    base = offsets.total()
+    live_state: Optional[LiveState] = None
     for k, minute in enumerate(minutes):
-        # Until this minute's firings are all on the broker: the deliveries so far reach those of the minute.
-        target = base + args.count * (k + 1)
+        # Counted from the minute itself: the firings of the minutes before it (crons registered during the ingest
+        # fired then) are all on the broker by then, and a count taken earlier let a minute's wait end on them.
+        time.sleep(max(0.0, minute / 1000 - time.time()))
+        at_minute = offsets.total()
         try:
-            wait_until(lambda: offsets.total() >= target or time.time() * 1000 > minute + 120_000,
+            wait_until(lambda: offsets.total() >= at_minute + args.count or time.time() * 1000 > minute + 120_000,
                        (minute + 130_000) / 1000 - time.time(), f"minute {k}'s firings",
-                       progress=lambda: f"{offsets.total() - base:,} of {target - base:,}")
+                       progress=lambda: f"{offsets.total() - at_minute:,} of {args.count:,}")
         except TimeoutError as exc:
             log(f"  {exc}")
         index = index_entries(scheduler)
         memory = scheduler.sample_memory()
-        samples.append({"minute": k, "delivered_so_far": offsets.total() - base,
+        # Read while the job waits for the next minute (a read takes seconds; the firings take under five).
+        live_state = live_state or LiveState(scheduler.checkpoint)
+        state = live_state.sample()
+        samples.append({"minute": k, "delivered_in_minute": offsets.total() - at_minute,
+                        "live_state": state, "live_state_mib": round(sum(v["mib"] for v in state.values()
+                                                                         if isinstance(v, dict)), 1),
                         "checkpoint_mib": round(directory_bytes(scheduler.checkpoint) / 2**20, 1),
+                        "checkpoint": checkpoint_breakdown(scheduler.checkpoint),
+                        "batches": state["batch"],
                         "rss_mib": round(sum(memory.values()) / 2**20), "index_entries": index,
                         **{f"rss_{name}_mib": round(v / 2**20) for name, v in memory.items()}})
         log(f"  minute {k}: {samples[-1]}")
-    offsets.close()
     scheduler.stop()
-    log("reading every delivery back")
+    if live_state:
+        live_state.close()
+    on_broker = offsets.total()
+    offsets.close()
+    log(f"reading every delivery back ({on_broker:,} records)")
     reader = FiringReader(env.bootstrap, destination, args.count)
+    # To the end offsets (a quiet spell alone once ended the read before the last minute's million), or 60 s quiet.
     last_news, seen = time.time(), -1
-    while time.time() - last_news < 10:
+    while reader.total < on_broker and time.time() - last_news < 60:
         reader.poll(1.0)
         if reader.total != seen:
             seen, last_news = reader.total, time.time()
@@ -815,6 +838,7 @@ def cron(env: Environment, args) -> dict:
             "last_after_minute_max_s": max(lasts) if lasts else None,
             "last_after_minute_p50_s": round(percentile(sorted(lasts), 0.5), 2) if lasts else None,
             "minutes_last_within_target": sum(1 for v in lasts if v <= CRON_LAST_TARGET_S),
+            "live_state_mib_max_over_min_from_minute_2": spread("live_state_mib"),
             "checkpoint_mib_max_over_min_from_minute_2": spread("checkpoint_mib"),
             "rss_max_over_min_from_minute_2": spread("rss_mib"),
             "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],
@@ -822,7 +846,8 @@ def cron(env: Environment, args) -> dict:
 
 
 SCENARIOS = {"steady": steady, "ingest": ingest, "herd": herd, "pending": pending, "restart": restart,
-             "strikes": strikes, "idle": idle, "hostile": hostile, "cron": cron}
+             "strikes": strikes, "idle": idle, "hostile": hostile, "cron": cron, "soak": soak_module.soak,
+             "mixed": mixed_scenario.mixed}
 
 # The issue's target sizes, as a single scenario runs them by default.
 TARGETS = {
@@ -835,6 +860,8 @@ TARGETS = {
     "idle": {"count": 10_000, "duration": 60},
     "hostile": {"count": 1_000_000},
     "cron": {"count": 1_000_000, "minutes": 10},
+    "soak": {"duration": 3600, "rate": 500},  # bench/soak.py; not in PLAN (an hour)
+    "mixed": {"count": 1_000_000},
 }
 
 # What `make bench` (scenario "all") runs: every target of issue 7 with default settings, then pending and strikes.
@@ -849,14 +876,17 @@ PLAN = [
     ("pending", {"no_ids": True}),
     ("strikes", {}),
     ("cron", {}),
+    ("mixed", {"count": 10_000_000}),
 ]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", choices=[*SCENARIOS, "all"], help="which scenario ('all' = make bench)")
-    parser.add_argument("--rate", type=float, default=1000, help="steady: schedules per second (default 1000)")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="steady: schedules per second (default 1000); soak: new schedules per second (500)")
     parser.add_argument("--duration", type=float, default=None,
-                        help="steady: seconds of load; idle: seconds of CPU measurement (default 60 each)")
+                        help="steady: seconds of load; idle: seconds of CPU measurement (default 60 each); soak: "
+                             "seconds of load (default 3600)")
     parser.add_argument("--lead", type=float, default=None,
                         help="steady: due this many seconds after sending (default 2); idle: the wake-up requests "
                              "likewise (default 3); herd, strikes --deliver: the instant all are due, in seconds "
@@ -883,6 +913,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ingest: write the requests in this dialect, to a topic of their own")
     parser.add_argument("--with-dialects", action="store_true",
                         help="steady, ingest: the job also reads an idle topic of every other dialect")
+    parser.add_argument("--pending", type=int, default=0,
+                        help="steady: first file this many schedules with ids due a month ahead (default 0)")
     parser.add_argument("--no-ids", action="store_true",
                         help="send ADDs without request ids (they cannot be replaced; they skip the id index)")
     parser.add_argument("--time-budget", type=float, default=1800,
@@ -890,8 +922,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-servers", default=None,
                         help="use this broker instead of starting a local one")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (broker data, checkpoints, logs)")
+    mixed_scenario.add_arguments(parser)
     parser.add_argument("--scheduler-arg", dest="scheduler_args", action="append", default=[],
                         help="extra argument for `kafka-scheduler run`, e.g. --scheduler-arg=--partitions=4")
+    soak_module.add_arguments(parser)
 
 
 def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = None) -> dict:
@@ -906,6 +940,8 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
         scenario_args.duration = defaults.get("duration", 60)
     if getattr(scenario_args, "minutes", None) is None:
         scenario_args.minutes = defaults.get("minutes", 10)
+    if scenario_args.rate is None:
+        scenario_args.rate = defaults.get("rate", 1000)
     if name == "steady":
         scenario_args.lead = 2.0 if args.lead is None else args.lead
     elif name == "idle":
@@ -938,6 +974,8 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
     parameters["scheduler_args"] = list(scenario_args.scheduler_args)
     path = write_result(name, parameters, figures, details=details)
     log(f"{name}: written to {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
+    if hasattr(SCENARIOS[name], "chart"):  # soak: a PNG beside the JSON
+        log(f"{name}: chart {SCENARIOS[name].chart(path)}")
     return figures
 
 

@@ -27,6 +27,13 @@ CANCEL_SHARE = 0.10
 HERD_SHARE = 0.10  # per herd fault
 BURST_SHARE = 0.10  # per ingest fault
 FAULT_KINDS = ("ingest", "herd", "writes")
+# Paces: "full" sends FULL_COUNT schedules by default (~300 requests/s over the default plan: on 2 cores the job falls
+# behind, so most deliveries go out late and "never early" is hardly exercised); "keep-up" sends at most
+# KEEP_UP_PER_S schedules per second of the plan (the default count follows from it; a larger --count stretches
+# the plan), so that the job is ahead of its due times between the faults and the timed writer writes at the instant.
+PACES = ("full", "keep-up")
+FULL_COUNT = 100_000
+KEEP_UP_PER_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,25 @@ def fault_times(kills: int, broker_restarts: int, spread_s: float,
         kinds.insert(min(len(kinds), 1 + 2 * n), "broker")
     gap = max(allowance_s, (spread_s - FIRST_FAULT_S) / (len(kinds) + 1)) if kinds else 0.0
     return [Fault(FIRST_FAULT_S + i * gap, kind) for i, kind in enumerate(kinds)]
+
+
+def plan_end_s(kills: int, broker_restarts: int, spread_s: float, allowance_s: float = RESTART_ALLOWANCE_S) -> float:
+    """The plan's last due time: the spread, or later if the faults need more room."""
+    faults = fault_times(kills, broker_restarts, spread_s, allowance_s)
+    return max(spread_s, (faults[-1].at_s if faults else 0.0) + allowance_s)
+
+
+def paced(count: Optional[int], pace: str, kills: int, broker_restarts: int, spread_s: float,
+          allowance_s: float = RESTART_ALLOWANCE_S) -> tuple[int, float]:
+    """(count, spread_s) for a pace: at "keep-up" no more than KEEP_UP_PER_S schedules per second of the plan
+    (``count`` None: as many as that allows; a larger count stretches the spread), the same faults either way."""
+    if pace not in PACES:
+        raise ValueError(f"unknown pace {pace!r}: one of {', '.join(PACES)}")
+    if pace == "full":
+        return (FULL_COUNT if count is None else count), spread_s
+    if count is None:
+        return round(KEEP_UP_PER_S * plan_end_s(kills, broker_restarts, spread_s, allowance_s)), spread_s
+    return count, max(spread_s, count / KEEP_UP_PER_S)
 
 
 def make_plan(count: int, kills: int, broker_restarts: int, spread_s: float, seed: int, dialects: list[str],

@@ -1,7 +1,7 @@
 """Runs the crash suite against a local broker and the real `kafka-scheduler run` job.
 
-    kafka-scheduler chaos [--count 100000] [--kills 5] [--broker-restarts 1] [--minutes 4] [--seed S]
-                          [--keep] [--scheduler-arg=--exactly-once] [--expect-no-duplicates]
+    kafka-scheduler chaos [--pace full|keep-up] [--count N] [--kills 5] [--broker-restarts 1] [--minutes 4]
+                          [--seed S] [--keep] [--scheduler-arg=--exactly-once] [--expect-no-duplicates]
 
 See chaos/plan.py for what is sent and when, chaos/checker.py for the rules, docs/chaos.md for the method.
 """
@@ -37,7 +37,7 @@ from kafka_scheduler.harness.topic_reader import TopicReader
 from kafka_scheduler.harness.waiting import wait_until
 
 from .checker import DELIVERY_ID, Delivery, Sent, Verdict, check, value_for, version_of
-from .plan import Plan, make_plan
+from .plan import FULL_COUNT, KEEP_UP_PER_S, PACES, Plan, make_plan, paced
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "chaos" / "results"
@@ -245,7 +245,7 @@ class DeliveryCollector(threading.Thread):
 
 @dataclass
 class Options:
-    count: int = 100_000
+    count: Optional[int] = FULL_COUNT  # None: as many as the pace allows (plan.paced)
     kills: int = 5
     broker_restarts: int = 1
     minutes: float = 4.0
@@ -257,6 +257,7 @@ class Options:
     workdir: Optional[Path] = None
     results_dir: Optional[Path] = RESULTS_DIR
     restart_allowance_s: Optional[float] = None  # least time between faults (default: plan.RESTART_ALLOWANCE_S)
+    pace: str = "full"  # plan.PACES: "keep-up" sends few enough per second that the job stays ahead of its due times
 
 
 @dataclass
@@ -313,9 +314,13 @@ class Run:
     def execute(self) -> Outcome:
         o = self.options
         plan_kwargs = {} if o.restart_allowance_s is None else {"allowance_s": o.restart_allowance_s}
-        plan = make_plan(o.count, o.kills, o.broker_restarts, o.minutes * 60, self.seed, list(o.dialects),
+        count, spread_s = paced(o.count, o.pace, o.kills, o.broker_restarts, o.minutes * 60, **plan_kwargs)
+        self.count = count
+        plan = make_plan(count, o.kills, o.broker_restarts, spread_s, self.seed, list(o.dialects),
                          DESTINATIONS, **plan_kwargs)
-        log(f"seed {self.seed}; work folder {self.workdir}; {len(plan.requests):,} requests for {o.count:,} "
+        log(f"pace {o.pace}: {count / plan.end_s:,.0f} schedules/s ({len(plan.requests) / plan.end_s:,.0f} "
+            f"requests/s) over {plan.end_s:.0f}s")
+        log(f"seed {self.seed}; work folder {self.workdir}; {len(plan.requests):,} requests for {count:,} "
             f"schedules ({', '.join(f'{k} {v:,}' for k, v in plan.counts.items() if k != 'schedules')}); faults at "
             + ", ".join(f"{f.at_s:.1f}s {f.kind}" for f in plan.faults) + f"; last due at {plan.end_s:.0f}s")
         self.broker = LocalBroker(free_port(), self.workdir / "broker", heap="512m")
@@ -394,7 +399,8 @@ class Run:
 
         sent = [self.sent_record(item, watcher) for item in sender.outgoing]
         verdict = check(sent, collector.deliveries, expect_no_duplicates=o.expect_no_duplicates)
-        figures = {"count": o.count, "kills": sum(f["kind"] != "broker" for f in self.faults),
+        figures = {"count": count, "pace": o.pace, "schedules_per_s": round(count / plan.end_s, 1),
+                   "kills": sum(f["kind"] != "broker" for f in self.faults),
                    "broker_restarts": sum(f["kind"] == "broker" for f in self.faults),
                    **{k: v for k, v in verdict.figures.items() if k != "schedules"},
                    "unexpected_exits": len(self.unexpected_exits), "seed": self.seed,
@@ -481,7 +487,8 @@ def write_result(options: Options, outcome: Outcome) -> Path:
     options.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = options.results_dir / f"{stamp}-chaos.json"
-    parameters = {"count": options.count, "kills": options.kills, "broker_restarts": options.broker_restarts,
+    parameters = {"count": outcome.figures["count"], "pace": options.pace, "kills": options.kills,
+                  "broker_restarts": options.broker_restarts,
                   "minutes": options.minutes, "scheduler_args": list(options.scheduler_args),
                   "expect_no_duplicates": options.expect_no_duplicates}
     record = {"scenario": "chaos", "finished_at": stamp, "git_commit": git_commit(), "machine": machine(),
@@ -491,7 +498,7 @@ def write_result(options: Options, outcome: Outcome) -> Path:
     return path
 
 
-SUMMARY = ("count", "kills", "broker_restarts", "expected", "delivered", "lost", "early", "duplicates",
+SUMMARY = ("count", "kills", "broker_restarts", "expected", "delivered", "on_time", "lost", "early", "duplicates",
            "cancelled_delivered", "stale_version", "wrong_content", "unknown_delivery", "duplicate_id_mismatch",
            "superseded_late", "unexpected_exits")
 
@@ -523,7 +530,15 @@ MODES = ("at-least-once", "exactly-once", "both")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--count", type=int, default=100_000, help="schedule ids (default 100,000)")
+    parser.add_argument("--pace", choices=PACES, default="full",
+                        help=f"full: --count schedules (default {FULL_COUNT:,}, ~300 requests/s; the job falls "
+                             f"behind on 2 cores); keep-up: at most {KEEP_UP_PER_S:.0f} schedules per second of the "
+                             f"plan (default --count follows: ~20,000), so the job stays ahead of its due times "
+                             f"between the faults and deliveries are written at their instant, where an early one "
+                             f"would show; the same faults either way (make chaos runs keep-up)")
+    parser.add_argument("--count", type=int, default=None,
+                        help=f"schedule ids (default {FULL_COUNT:,} at --pace full; at keep-up "
+                             f"{KEEP_UP_PER_S:.0f} per second of the plan, and a larger count stretches the plan)")
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs of the job (default 5)")
     parser.add_argument("--broker-restarts", type=int, default=1, help="broker stops and starts (default 1)")
     parser.add_argument("--minutes", type=float, default=4.0,
@@ -544,7 +559,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.count < 1 or args.kills < 0 or args.broker_restarts < 0 or args.minutes <= 0:
+    if args.count is not None and args.count < 1 or args.kills < 0 or args.broker_restarts < 0 or args.minutes <= 0:
         log("need --count >= 1, --kills >= 0, --broker-restarts >= 0 and --minutes > 0")
         return 2
     modes = ["at-least-once", "exactly-once"] if args.mode == "both" else [args.mode]
@@ -553,7 +568,7 @@ def main(args: argparse.Namespace) -> int:
         exactly_once = mode == "exactly-once"
         log(f"mode: {mode}")
         options = Options(count=args.count, kills=args.kills, broker_restarts=args.broker_restarts,
-                          minutes=args.minutes, seed=args.seed,
+                          minutes=args.minutes, seed=args.seed, pace=args.pace,
                           scheduler_args=tuple(args.scheduler_args) + (("--exactly-once",) if exactly_once else ()),
                           expect_no_duplicates=args.expect_no_duplicates or exactly_once, keep=args.keep)
         codes.append(_report(mode, run_suite(options)))

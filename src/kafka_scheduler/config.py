@@ -221,6 +221,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_requests_per_batch", _positive_int, 500_000,
            "cap on request records read per micro-batch: bounds memory and batch time when catching up", "N"),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
+    Option("state_batches_kept", _positive_int, 20,
+           "how many batches' state versions the checkpoint keeps at least (Spark's minBatchesToRetain); on disk: "
+           "between this many and this many plus twice --state-snapshot-every batches' changes, and two or three "
+           "snapshots",
+           "N"),
+    Option("state_snapshot_every", _positive_int, 10,
+           "how many batches' changelogs apart the state store writes a full snapshot (Spark's "
+           "stateStore.minDeltasForSnapshot): a restart replays at most this many; old versions are deleted only "
+           "once a newer snapshot lets them go", "N"),
     Option("lookahead", _duration_ms, 3000,
            "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
            "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
@@ -238,6 +247,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("metrics_port", _port, 9464,
            "serve Prometheus metrics at http://<metrics-host>:<port>/metrics; 0 turns them off", "PORT"),
     Option("metrics_host", str, "0.0.0.0", "address the metrics server listens on", "HOST"),
+    Option("admin_token_file", str, None,
+           "file holding the admin token (at least 16 characters): with it, the status page's schedules (keys, "
+           "values, headers) and actions are served beyond loopback to whoever sends it (Authorization: Bearer, or "
+           "the page's login form); without it, to loopback only. /metrics and the page's counts stay open", "FILE"),
     Option("state_layout", _choice("wheel"), "wheel",
            "how pending schedules are kept: 'wheel' (time buckets per shard, bulk; the only layout since the "
            "per-id one was retired); recorded in the checkpoint", "LAYOUT"),
@@ -272,12 +285,15 @@ class Config:
     history: bool = False
     max_requests_per_batch: Optional[int] = 500_000
     driver_memory: str = "1g"
+    state_batches_kept: int = 20
+    state_snapshot_every: int = 10
     lookahead: int = 3000  # milliseconds
     cron_min_interval: int = 5000  # milliseconds
     max_held: int = 20_000
     exactly_once: bool = False
     metrics_port: int = 9464  # 0: no metrics server
     metrics_host: str = "0.0.0.0"
+    admin_token_file: Optional[str] = None  # None: schedules and actions on the status page for loopback only
     state_layout: str = "wheel"
     shards: Optional[int] = None  # None: twice the partitions
     kafka_options: tuple[tuple[str, str], ...] = ()  # (key, value), scoped keys included; see kafka_settings()

@@ -22,8 +22,8 @@ from confluent_kafka import TopicPartition
 
 from .config import Config, ConfigError, kafka_settings, masked
 from .engine.batch_summary import BatchSummary, Totals
-from .engine.checkpoint import LocalFiles, checkpoint_files, is_local, last_committed_batch, local_path, \
-    settle_state_settings, start_new_generation
+from .engine.checkpoint import LocalFiles, checkpoint_files, committed_offsets, is_local, last_committed_batch, \
+    local_path, settle_state_settings, start_new_generation
 from .engine.exactly_once import TransactionalSender, transactional_id
 from .engine.query import build_stream, reads_all_first
 from .engine.record_sink import RecordSink
@@ -31,6 +31,8 @@ from .engine.session import build_session, under_spark_submit
 from .engine.timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
 from .engine.wheel import BUCKET_MS
 from .kafka.topics import TopicDirectory, ensure_topics, wait_for_broker
+from .ops.access import AdminAccess
+from .ops.actions import RequestWriter
 from .ops.http_server import serve
 from .ops.input_lag import LagWatcher
 from .ops.metrics import SchedulerMetrics
@@ -78,6 +80,18 @@ class Scheduler:
             progress = self.query.lastProgress
             log.debug("batch %s timings (ms): %s", progress["batchId"], progress["durationMs"])
 
+    def _committed_offsets(self) -> dict[str, dict[int, int]]:
+        """Next offset to read per input partition as of the last committed batch: from a local checkpoint's files,
+        else from the query's last progress (reported once its batch has committed)."""
+        if is_local(self.config.checkpoint_dir):
+            return committed_offsets(self.config.checkpoint_dir)
+        progress = self.query.lastProgress if self.query is not None else None
+        if not progress:
+            return {}
+        offsets = progress["sources"][0]["endOffset"]
+        offsets = json.loads(offsets) if isinstance(offsets, str) else offsets
+        return {topic: {int(p): int(o) for p, o in partitions.items()} for topic, partitions in (offsets or {}).items()}
+
     def _trim_ticks(self) -> None:
         """Delete the ticks the last committed batch read. The ticks topic keeps records forever otherwise: a
         time-based retention could delete ticks a stopped job has not read, which Spark reports as data loss."""
@@ -96,8 +110,8 @@ class Scheduler:
 
     def run(self) -> int:
         # Served from the start (a port in use fails at once, before anything else starts).
-        server = serve(self.metrics, self.config.metrics_host, self.config.metrics_port, self.page) \
-            if self.config.metrics_port else None
+        server = serve(self.metrics, self.config.metrics_host, self.config.metrics_port, self.page,
+                       AdminAccess.from_file(self.config.admin_token_file)) if self.config.metrics_port else None
         try:
             return self._run()
         finally:
@@ -158,7 +172,9 @@ class Scheduler:
             config = self.config
             log.info("checkpoint: %s", _state_text(config))
         # The status page reads the state store with this session, on request only (ops/status_page.py).
-        self.page.attach_state(spark, config.checkpoint_dir)
+        self.page.attach_state(spark, config.checkpoint_dir, config.shards)
+        # The page's buttons write requests with a producer of their own, and wait for the batch that reads them.
+        self.page.attach_actions(RequestWriter(kafka_settings(config), inputs, self._committed_offsets))
         run = uuid.uuid4().hex
         sender = self._start_exactly_once(admin) if config.exactly_once else None
         self.writer = TimedWriter(config.bootstrap_servers, config.max_held, rejections_topic=config.rejections_topic,

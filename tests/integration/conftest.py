@@ -7,6 +7,7 @@ as a user runs them, and are stopped with SIGTERM.
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Optional
@@ -16,6 +17,8 @@ import pytest
 from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
 
 from .support import Kafka, SchedulerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +53,12 @@ def scheduler_factory(broker, tmp_path_factory):
     yield make
     for process in started:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's chromium, installed by scripts/ensure-chromium.sh where missing (as root, as CI runs)."""
+    found = subprocess.run([str(ROOT / "scripts" / "ensure-chromium.sh")], capture_output=True, text=True,
+                           timeout=600)
+    assert found.returncode == 0, f"headless Chromium is needed for this test: {found.stderr.strip()}"
+    return found.stdout.strip().splitlines()[-1]

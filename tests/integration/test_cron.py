@@ -111,9 +111,10 @@ def test_every_cron_action_on_kaspr_wire(kafka, job):
     reader.wait_for(lambda r: r.key in resumed and instant_of(r) > resumed_at, count=2, timeout=60,
                     what="a firing of each resumed cron after the resume")
 
-    # replay: every instant once, no gap: those missed while paused delivered at once, in order, with the ids of
-    # the resume's activation
-    records = firings(reader, b"paused")
+    # replay: every instant once, no gap: those missed while paused delivered at once, in order; the first keeps
+    # the id the pause withdrew it with (a batch running at its instant withdraws it too late: a duplicate with the
+    # same id, which a consumer drops), the others have the ids of the resume's activation
+    records = list({r.header("x-scheduler-delivery-id"): r for r in firings(reader, b"paused")}.values())
     instants = [instant_of(r) for r in records]
     assert instants == list(range(instants[0], instants[-1] + 1, PERIOD_MS)), instants
     replayed = [r for r in records if r.header("x-scheduler-delivery-id").startswith(resumed[b"paused"] + b"@")]
@@ -193,7 +194,9 @@ def test_firings_missed_while_the_job_was_down(kafka, scheduler_factory, policy)
     scheduler.mark()
     instants = sorted(instant_of(r) for r in reader.read_to_end())
     expired = sorted(instant_of(r) for r in rejections.read_to_end() if r.key == b"c")
-    missed = [i for i in range(last + PERIOD_MS, started_ms, PERIOD_MS)]
+    # Missed: due while no job ran. Those due while the first job was stopping (a graceful stop can take many seconds
+    # on a loaded machine) were due while it ran: delivered late, or expired.
+    missed = [i for i in range(last + PERIOD_MS, started_ms, PERIOD_MS) if i > stopped_at]
     assert len(missed) >= 2, (last, started_ms)
     if policy == "replay":
         # every instant once: delivered, or (more than 12 s late when the job was back) rejected as expired

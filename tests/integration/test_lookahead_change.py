@@ -43,7 +43,8 @@ def change_lookahead(kafka, scheduler_factory, layout: str, before: str, after: 
     finally:
         code = first.stop()
     assert code == 0, first.log()[-3000:]
-    assert not reader.poll(), "delivered before its due time"
+    # On a slow machine some fall due before the stop: the first run delivers them (the reader keeps them, checked
+    # below with the rest, early or twice); the others carry their timers across the restart.
 
     second = scheduler_factory(app_id=app_id, checkpoint_dir=first.checkpoint_dir,
                                extra_args=("--state-layout", layout, "--lookahead", after)).start()

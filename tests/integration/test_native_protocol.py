@@ -36,6 +36,13 @@ def send(kafka, requests_topic, key=None, value=None, headers=None, partition=0)
     return kafka.produce(requests_topic, key=key, value=value, headers=headers, partition=partition)
 
 
+def send_together(kafka, requests_topic, *requests):
+    """Requests (key, value, headers) appended at once, so the job reads them in one batch: a request that must act
+    before an earlier one's due time is not left to a later batch, which on a busy machine may start after it."""
+    return kafka.produce_many(requests_topic, [dict(key=key, value=value, headers=headers, partition=0)
+                                               for key, value, headers in requests])
+
+
 def marker_arrives(kafka, requests_topic, reader, topic, due_in=2.0):
     """Send a marker due after everything before it, and wait for it."""
     marker = f"marker-{uuid.uuid4().hex[:8]}".encode()
@@ -97,9 +104,9 @@ def test_due_time_in_the_past_is_delivered_immediately(kafka, requests_topic):
 def test_replace_moves_the_schedule_and_the_old_version_never_fires(kafka, requests_topic):
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    send(kafka, requests_topic, b"r", b"old", native(topic, at(3), "rep-1"))
     new_due = at(6)
-    send(kafka, requests_topic, b"r", b"new", native(topic, new_due, "rep-1", "REPLACE"))
+    send_together(kafka, requests_topic, (b"r", b"old", native(topic, at(3), "rep-1")),
+                  (b"r", b"new", native(topic, new_due, "rep-1", "REPLACE")))
     [record] = reader.wait_for(lambda r: r.key == b"r", timeout=ADD_WAIT, what="replaced delivery")
     assert record.value == b"new"
     assert record.timestamp_ms >= ms_of(new_due)
@@ -110,8 +117,8 @@ def test_replace_moves_the_schedule_and_the_old_version_never_fires(kafka, reque
 def test_replace_with_a_past_time_delivers_now_and_the_old_one_never_fires(kafka, requests_topic):
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    send(kafka, requests_topic, b"rp", b"old", native(topic, at(8), "rep-past"))
-    send(kafka, requests_topic, b"rp", b"new", native(topic, "2020-01-01T00:00:00Z", "rep-past", "REPLACE"))
+    send_together(kafka, requests_topic, (b"rp", b"old", native(topic, at(8), "rep-past")),
+                  (b"rp", b"new", native(topic, "2020-01-01T00:00:00Z", "rep-past", "REPLACE")))
     reader.wait_for(lambda r: r.key == b"rp", timeout=ADD_WAIT, what="delivery")
     marker_arrives(kafka, requests_topic, reader, topic, due_in=10)
     assert [r.value for r in reader.poll() if r.key == b"rp"] == [b"new"]
@@ -143,8 +150,8 @@ def test_identical_replace_is_a_noop_and_keeps_the_first_version(kafka, requests
 def test_add_with_a_pending_id_behaves_as_replace(kafka, requests_topic):
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    send(kafka, requests_topic, b"aa", b"first", native(topic, at(3), "add-twice"))
-    send(kafka, requests_topic, b"aa", b"second", native(topic, at(5), "add-twice"))
+    send_together(kafka, requests_topic, (b"aa", b"first", native(topic, at(3), "add-twice")),
+                  (b"aa", b"second", native(topic, at(5), "add-twice")))
     reader.wait_for(lambda r: r.key == b"aa", timeout=ADD_WAIT, what="delivery")
     marker_arrives(kafka, requests_topic, reader, topic)
     assert [r.value for r in reader.poll() if r.key == b"aa"] == [b"second"]
@@ -153,8 +160,8 @@ def test_add_with_a_pending_id_behaves_as_replace(kafka, requests_topic):
 def test_cancel_removes_the_pending_schedule(kafka, requests_topic):
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    send(kafka, requests_topic, b"c", b"gone", native(topic, at(3), "cancel-1"))
-    send(kafka, requests_topic, None, None, native(request_id="cancel-1", action="cancel"))
+    send_together(kafka, requests_topic, (b"c", b"gone", native(topic, at(3), "cancel-1")),
+                  (None, None, native(request_id="cancel-1", action="cancel")))
     marker_arrives(kafka, requests_topic, reader, topic, due_in=6)
     assert [r for r in reader.poll() if r.key == b"c"] == []
 
@@ -175,10 +182,10 @@ def test_cancel_of_an_unknown_id_is_a_noop_and_not_a_rejection(kafka, requests_t
 def test_latest_request_wins_within_one_batch(kafka, requests_topic):
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    send(kafka, requests_topic, b"seq", b"1", native(topic, at(2), "seq-1"))
-    send(kafka, requests_topic, b"seq", b"2", native(topic, at(3), "seq-1", "REPLACE"))
-    send(kafka, requests_topic, None, None, native(request_id="seq-1", action="CANCEL"))
-    send(kafka, requests_topic, b"seq", b"3", native(topic, at(4), "seq-1"))
+    send_together(kafka, requests_topic, (b"seq", b"1", native(topic, at(2), "seq-1")),
+                  (b"seq", b"2", native(topic, at(3), "seq-1", "REPLACE")),
+                  (None, None, native(request_id="seq-1", action="CANCEL")),
+                  (b"seq", b"3", native(topic, at(4), "seq-1")))
     reader.wait_for(lambda r: r.key == b"seq", timeout=ADD_WAIT, what="delivery")
     marker_arrives(kafka, requests_topic, reader, topic, due_in=5)
     assert [r.value for r in reader.poll() if r.key == b"seq"] == [b"3"]

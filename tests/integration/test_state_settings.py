@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import uuid
-from datetime import datetime, timedelta
 
 import pytest
 
 from kafka_scheduler.engine.checkpoint import committed_offsets
-from kafka_scheduler.client.scheduler_client import format_instant
 
 from .support import Kafka, at, ms_of, native, wait_until
 
@@ -35,17 +31,15 @@ def first_run(scheduler_factory, broker):
     kafka = Kafka(broker.bootstrap_servers)
     scheduler = scheduler_factory(app_id=APP_ID, extra_args=("--partitions", "2")).start()
     topic = kafka.topic()
-    old_due = at(40)
+    old_due = at(3600)  # pending through both runs however slow the machine: the outcomes below tell what was hit
     sent_up_to = 0
     for request_id in (REPLACED, CANCELLED):
         _, offset = kafka.produce(REQUESTS, key=request_id.encode(), value=b"old",
                                   headers=native(topic, old_due, request_id), partition=0)
         sent_up_to = offset + 1
-    wait_until(lambda: committed_offsets(scheduler.checkpoint_dir).get(REQUESTS, {}).get(0, 0) >= sent_up_to, 60,
-               "the scheduler to commit the schedules")
+    wait_until(lambda: committed_offsets(scheduler.checkpoint_dir).get(REQUESTS, {}).get(0, 0) >= sent_up_to, 180,
+               "the scheduler to commit the schedules", guard=scheduler.assert_running)
     assert scheduler.stop() == 0, scheduler.log()[-2000:]
-    # The old versions must still be pending when the scheduler stops, or there is nothing left to replace.
-    assert time.time() * 1000 < ms_of(old_due), "the first run took too long: the old versions fell due"
     return scheduler, topic, old_due
 
 
@@ -59,17 +53,19 @@ def test_restart_with_other_partitions_keeps_the_shards_so_replace_and_cancel_st
     kafka.produce(REQUESTS, key=REPLACED.encode(), value=b"new", headers=native(topic, new_due, REPLACED, "REPLACE"),
                   partition=0)
     kafka.produce(REQUESTS, headers=native(request_id=CANCELLED, action="CANCEL"), partition=0)
-    marker = f"marker-{uuid.uuid4().hex[:8]}".encode()
-    # Due after the old versions: once it has arrived, an old version that was still pending would have too.
-    marker_due = format_instant(datetime.fromisoformat(old_due.replace("Z", "+00:00")) + timedelta(seconds=3))
-    kafka.produce(REQUESTS, key=marker, value=b"m", headers=native(topic, marker_due), partition=0)
 
     restarted = scheduler_factory(app_id=APP_ID, checkpoint_dir=first.checkpoint_dir,
                                   extra_args=("--partitions", "3")).start()
+    mark = 0
     assert "resuming after batch" in restarted.log()
 
-    reader.wait_for(lambda r: r.key == marker, timeout=180, what="the marker due after the old versions")
-    delivered = [(r.key, r.value) for r in reader.poll() if r.key != marker]
+    reader.wait_for(lambda r: r.key == REPLACED.encode(), timeout=180, what="the replacement",
+                    guard=restarted.assert_running)
+    # Had the shards followed --partitions, the REPLACE would have found no entry (scheduled, the old version left
+    # pending) and the CANCEL nothing to cancel (cancel_noop).
+    outcomes = restarted.outcomes_since(mark, expected=2)
+    assert outcomes == {"replaced": 1, "cancelled": 1}, outcomes
+    delivered = [(r.key, r.value) for r in reader.poll()]
     assert delivered == [(REPLACED.encode(), b"new")], delivered
     [replaced] = [r for r in reader.poll() if r.key == REPLACED.encode()]
     assert replaced.timestamp_ms >= ms_of(new_due)
@@ -82,14 +78,12 @@ def test_restart_with_other_partitions_keeps_the_shards_so_replace_and_cancel_st
 @pytest.mark.parametrize("flag,value,laid_out,keep", [("--shards", "6", "4 shards", "4")])
 def test_restart_with_an_explicit_other_setting_is_refused_at_once(first_run, broker, flag, value, laid_out, keep):
     first, _, _ = first_run
-    started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "kafka_scheduler", "run", "--bootstrap-servers",
                              broker.bootstrap_servers, "--app-id", APP_ID, "--checkpoint-dir",
                              str(first.checkpoint_dir), flag, value],
                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    elapsed = time.monotonic() - started
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr == (f"kafka-scheduler run: error: {flag} {value} does not match checkpoint "
                              f"{first.checkpoint_dir}, whose state was laid out in {laid_out} at its first run: "
                              f"omit {flag} to keep {keep}, or use a new --checkpoint-dir\n")
-    assert elapsed < 10, f"refusing took {elapsed:.1f}s: it should not wait for Spark"
+    # The whole of stderr is the one line: Spark, which logs as it starts, was never started.

@@ -23,23 +23,25 @@ def held_since(scheduler, mark: int) -> int:
 @pytest.fixture
 def warm(scheduler_factory):
     """A started job with --lookahead 20s, past its slow first batches."""
-    def start(app_id: str, checkpoint_dir=None):
-        return scheduler_factory(app_id=app_id, extra_args=("--lookahead", LOOKAHEAD),
+    def start(app_id: str, checkpoint_dir=None, lookahead: str = LOOKAHEAD):
+        return scheduler_factory(app_id=app_id, extra_args=("--lookahead", lookahead),
                                  **({"checkpoint_dir": checkpoint_dir} if checkpoint_dir else {})).start().warm_up()
     return start
 
 
 def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_delivery(kafka, warm):
-    scheduler = warm("withdraw")
+    # Held 60 s: the cancel must be read after the preparation and before the due time, whatever the batches' pace
+    # (a full suite on 2 cores once took 10 s from preparation to holding, and 10 s more to read the cancel).
+    scheduler = warm("withdraw", lookahead="60s")
     requests = f"{scheduler.app_id}-schedule-requests"
     topic = kafka.topic()
     reader = kafka.reader(topic)
     mark = scheduler.mark()
-    due = at(26)
+    due = at(70)
     kafka.produce_many(requests, [dict(key=k, value=b"first", headers=native(topic, due, k.decode()), partition=0)
                                   for k in (b"cancelled", b"replaced", b"kept")])
-    # Prepared 20 s before its due time, i.e. about 6 s from now: held by the driver from then on.
-    wait_until(lambda: held_since(scheduler, mark) >= 3, 60, "the three deliveries to be prepared and held",
+    # Prepared 60 s before its due time, i.e. about 10 s from now: held by the driver from then on.
+    wait_until(lambda: held_since(scheduler, mark) >= 3, 90, "the three deliveries to be prepared and held",
                guard=scheduler.assert_running)
     assert not reader.poll(), "written before its due time"
     mark = scheduler.mark()

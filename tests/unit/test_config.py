@@ -216,3 +216,14 @@ def test_how_an_option_was_given_changes_neither_equality_nor_describe():
     given = resolve(parse("--app-id", "billing"), environ={})
     assert given == Config(app_id="billing")
     assert "given" not in given.describe()
+
+
+def test_the_state_retention_settings_reach_spark():
+    from kafka_scheduler.engine.session import spark_settings
+    assert spark_settings(resolve(parse(), environ={}))["spark.sql.streaming.minBatchesToRetain"] == "20"
+    assert spark_settings(resolve(parse(), environ={}))["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "10"
+    kept = spark_settings(resolve(parse("--state-batches-kept", "3", "--state-snapshot-every", "4"), environ={}))
+    assert kept["spark.sql.streaming.minBatchesToRetain"] == "3"
+    assert kept["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "4"
+    with pytest.raises(ConfigError, match="--state-batches-kept"):
+        resolve(parse("--state-batches-kept", "0"), environ={})

@@ -272,10 +272,16 @@ def test_routes_answer_with_the_right_status_and_type():
     assert code == 200 and content_type.startswith("text/html") and b"<canvas" in body
     code, _, body = page.answer("/api/status?x=1")
     assert code == 200 and json.loads(body)["pending"] == 12
-    code, _, body = page.answer("/api/schedules")
-    assert code == 400 and "id" in json.loads(body)["error"]
     code, _, body = page.answer("/api/schedules?id=")
-    assert code == 400
+    assert code == 400 and "id" in json.loads(body)["error"]
+    code, _, body = page.answer("/api/schedules?limit=0")
+    assert code == 400 and "limit" in json.loads(body)["error"], "the listing checks its parameters first"
+    code, _, body = page.answer("/api/schedules?page_token=x")
+    assert code == 400 and "page_token" in json.loads(body)["error"]
+    code, _, body = page.answer("/api/schedules?kind=cron&kind=one-shot")
+    assert code == 400 and "once" in json.loads(body)["error"]
+    code, _, body = page.answer("/api/schedules")
+    assert code == 503 and "Spark" in json.loads(body)["error"], "a listing reads the state store"
     code, _, body = page.answer("/api/schedules?id=order-1")
     assert code == 503 and "Spark" in json.loads(body)["error"], "no Spark session attached yet"
     assert json.loads(page.answer("/api/upcoming")[2])["state"] == "waiting"
@@ -294,7 +300,7 @@ def test_the_server_serves_metrics_and_page_over_http():
         with urllib.request.urlopen(base + "/api/status", timeout=10) as response:
             assert json.loads(response.read())["delivered"]["total"] == 5
         with pytest.raises(urllib.error.HTTPError) as missing:
-            urllib.request.urlopen(base + "/api/schedules", timeout=10)
+            urllib.request.urlopen(base + "/api/schedules?id=", timeout=10)
         assert missing.value.code == 400
     finally:
         server.shutdown()

@@ -33,12 +33,13 @@ commands:
   pause     pause the recurring schedule with an id
   resume    resume the recurring schedule with an id
   inspect   pending schedules read from a checkpoint: counts per hour and day, one in full
+  list      pending schedules read from a checkpoint, a page at a time, with filters
   bench     run a benchmark scenario (from a repository checkout)
   chaos     run the crash suite: kill -9 the job and restart the broker, check every delivery
             (from a repository checkout)
 
 `pip install kafka-scheduler` gives the request commands (schedule, replace, cancel, pause, resume) and config;
-run, submit, inspect and demo need the server install: pip install "kafka-scheduler[server]".
+run, submit, inspect, list and demo need the server install: pip install "kafka-scheduler[server]".
 
 Every `run` option can also be set as an environment variable KAFKA_SCHEDULER_<NAME>,
 e.g. KAFKA_SCHEDULER_BOOTSTRAP_SERVERS=host:9092, or in a TOML file (--config FILE);
@@ -60,7 +61,7 @@ class CommandError(Exception):
 
 # The commands that run Spark (bench and chaos drive the job too), and what they import beyond the client's
 # confluent-kafka: the modules of the [server] extra of pyproject.toml (module: distribution).
-SERVER_COMMANDS = ("run", "submit", "inspect", "demo", "bench", "chaos")
+SERVER_COMMANDS = ("run", "submit", "inspect", "list", "demo", "bench", "chaos")
 SERVER_MODULES = {"pyspark": "pyspark", "pandas": "pandas", "pyarrow": "pyarrow", "google.protobuf": "protobuf",
                   "prometheus_client": "prometheus-client", "croniter": "croniter"}
 
@@ -156,6 +157,47 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     print(render_json(found) if args.format == "json" else render_table(found, filters))
+    return 0
+
+
+# ---------------------------------------------------------------- list
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from ..config import Config
+    from ..engine.checkpoint import last_committed_batch
+    from ..engine.session import build_session
+    from ..ops.listing import BadPageToken, StateSource, list_query, list_schedules, render_table
+
+    values = {"due_after": args.due_after, "due_before": args.due_before, "destination": args.destination,
+              "id_prefix": args.id_prefix, "kind": args.kind, "limit": args.limit, "page_token": args.page_token}
+    try:
+        filters, limit, cursor = list_query(values)
+    except BadPageToken as exc:
+        raise CommandError(f"--page-token: {exc}") from None
+    except ValueError as exc:
+        raise CommandError("--" + str(exc).replace("_", "-", 1)) from None
+    checkpoint_dir = args.checkpoint_dir or Config(app_id=args.app_id).checkpoint_dir
+    if not os.path.isdir(checkpoint_dir) and "://" not in checkpoint_dir:
+        raise CommandError(f"no checkpoint at {checkpoint_dir} (--checkpoint-dir)")
+    batch = last_committed_batch(checkpoint_dir)
+    if batch is None:
+        raise CommandError(f"checkpoint {checkpoint_dir} has no committed batch yet: nothing to list")
+    logging.getLogger(__name__).info("list: starting Spark to read %s (batch %d)", checkpoint_dir, batch)
+    spark = build_session(Config(master="local[1]", app_id=args.app_id, checkpoint_dir=checkpoint_dir))
+    try:
+        as_of_ms = int(time.time() * 1000)
+        started = time.monotonic()
+        found = list_schedules(StateSource(spark, checkpoint_dir, batch), filters, limit, cursor, as_of_ms, batch)
+        logging.getLogger(__name__).info("list: page read in %.1fs (%d time buckets; %s)", time.monotonic() - started,
+                                         found.buckets_read, ", ".join(f"{k} {v:.1f}s" for k, v in
+                                                                       found.phases_s.items()))
+    finally:
+        spark.stop()
+    print(json.dumps(found.to_json(), indent=2) if args.format == "json" else render_table(found))
     return 0
 
 
@@ -526,6 +568,33 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
     inspect.add_argument("--format", choices=("table", "json"), default="table", help="output (default table)")
     inspect.set_defaults(handler=cmd_inspect)
 
+    listing = commands.add_parser(
+        "list", help="pending schedules read from a checkpoint, a page at a time",
+        description="List the pending schedules of a checkpoint by due time (then delivery id), one page at a time, "
+                    "read with Spark's state data source whether the job runs or not (the last committed batch; a "
+                    "local Spark session starts, a few seconds): one-shots and recurring schedules (their next "
+                    "firing, with the cron's definition). Each page ends with the token of the next one: give it "
+                    "to --page-token with the same filters. The state may move on between pages: no schedule is "
+                    "listed twice, one pending all along is listed once, one added or replaced meanwhile shows if it "
+                    "falls after the pages already read.",
+        epilog="example: kafka-scheduler list --checkpoint-dir /data/reminders --destination orders "
+               "--due-after 2026-12-24T00:00:00Z --limit 20")
+    listing.add_argument("--checkpoint-dir", metavar="DIR", help="the job's checkpoint (default "
+                                                                 "checkpoints/<app-id>)")
+    listing.add_argument("--app-id", default="kafka-scheduler", metavar="ID",
+                         help="the app whose default checkpoint to read (default kafka-scheduler)")
+    listing.add_argument("--due-after", metavar="TIME", help="only schedules due at or after this ISO-8601 instant")
+    listing.add_argument("--due-before", metavar="TIME", help="only schedules due before this ISO-8601 instant")
+    listing.add_argument("--destination", metavar="TOPIC", help="only schedules delivered to this topic")
+    listing.add_argument("--id-prefix", metavar="TEXT", help="only schedules whose request id starts with TEXT")
+    listing.add_argument("--kind", metavar="KIND", help="only one-shot or only cron (recurring) schedules")
+    listing.add_argument("--limit", default="50", metavar="N", help="schedules per page, 1 to 1000 (default 50)")
+    listing.add_argument("--page-token", metavar="TOKEN", help="the next page: the token the previous page printed "
+                                                               "(with the same filters)")
+    listing.add_argument("--format", choices=("table", "json"), default="table",
+                         help="table, or json for scripts (next_page_token in it) (default table)")
+    listing.set_defaults(handler=cmd_list)
+
     config = commands.add_parser("config", help="show the effective settings",
                                  description="Settings of `run`: config show prints them.")
     config_commands = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True,
@@ -559,8 +628,10 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
     demo.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="default ./checkpoints/<app-id>")
     demo.add_argument("--data-dir", default=".local/broker", metavar="DIR",
                       help="data folder of the broker it starts (default .local/broker)")
-    demo.add_argument("--delay", type=float, default=5.0, metavar="SECONDS",
-                      help="how far ahead the demo message is due (default 5)")
+    # 10 s: the batch that first reads a request starts the state processor's Python workers (about 3 s) and the
+    # one that first writes opens the producer (1 s); due 5 s ahead the message came out 1-2 s late, 10 s ahead on time.
+    demo.add_argument("--delay", type=float, default=10.0, metavar="SECONDS",
+                      help="how far ahead the demo message is due (default 10)")
     demo.add_argument("--once", action="store_true", help="stop everything once the message has arrived")
     demo.set_defaults(handler=cmd_demo)
 

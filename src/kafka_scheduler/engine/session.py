@@ -26,7 +26,11 @@ def spark_settings(config: Config) -> dict[str, str]:
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.streaming.minBatchesToRetain": "20",
+        # Spark deletes a version only once a newer snapshot (one every state_snapshot_every versions) leaves it
+        # more than state_batches_kept behind: the state's disk is bounded in batches, not in time, and a job with
+        # few, heavy batches (crons) reaches its steady size late (docs/measurements.md, crons).
+        "spark.sql.streaming.minBatchesToRetain": str(config.state_batches_kept),
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": str(config.state_snapshot_every),
         # No micro-batch without new input: an idle job then costs next to nothing. Timers fire in the batches
         # the driver's wake-up ticks cause (timed_writer.Wakeups).
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",

@@ -686,7 +686,7 @@ class _Shard:
             gone = due <= now
             if gone.any():
                 leaving.append(frame.loc[gone, ["sid", "delivery_id"]])
-                self._cron_leaving(frame[gone], None if skipped is None else skipped[gone])
+                self._cron_leaving(frame[gone])
             later_due = due[~gone]
             if len(later_due):
                 prepared = later_due <= through_after
@@ -788,20 +788,21 @@ class _Shard:
         return frames
 
     def _skipped(self, frame: pd.DataFrame, emit: pd.Series) -> Optional[pd.Series]:
-        """The firings of skip crons about to be emitted that were missed: due (by now) before the running job started
-        (it was down, or starting, at their instant). Not delivered; the cron goes on from its first firing since the
-        start.
-        A firing late because of a slow batch or a backlog was due while the job ran: it is delivered."""
+        """The firings of skip crons about to be emitted that were missed: due before the running job started (it was
+        down, or starting, at their instant). Not delivered; the cron goes on from its first firing since the start.
+        A firing late because of a slow batch or a backlog was due while the job ran: it is delivered.
+        Not "due by now" too: a batch the job before left unfinished is run again with that job's batch time, which
+        may be earlier than such a firing (then it would be prepared, and written late, when it was missed)."""
         if self.started_ms is None or not emit.any():
             return None
         due = frame["due_ms"]
-        missed = emit & (frame["cron_policy"] == "skip") & (due < self.started_ms) & (due <= self.now_ms)
+        missed = emit & (frame["cron_policy"] == "skip") & (due < self.started_ms)
         if not missed.any():
             return None
         self.skipped += int(missed.sum())
         return missed
 
-    def _cron_leaving(self, rows: pd.DataFrame, skipped: Optional[pd.Series]) -> None:
+    def _cron_leaving(self, rows: pd.DataFrame) -> None:
         """Firings leaving state: those of crons get their next firing (``advance_crons``), after their own instant, or
         after the job's start for a skipped one."""
         is_cron = rows["cron_expr"].notna()
@@ -809,8 +810,11 @@ class _Shard:
             return
         fired = rows[is_cron]
         after = fired["due_ms"].to_numpy(dtype=np.int64)
-        if skipped is not None:
-            after = np.where(skipped[is_cron].to_numpy(), self.started_ms - 1, after)
+        if self.started_ms is not None:
+            # A skip cron's firings due before the running job started were missed, whatever became of the one
+            # leaving (skipped; or prepared in a batch run again with an earlier batch time, and written since).
+            skip = (fired["cron_policy"] == "skip").to_numpy(dtype=bool)
+            after = np.where(skip, np.maximum(after, self.started_ms - 1), after)
         self.cron_gone.append(fired.assign(_after=after))
 
     def advance_crons(self) -> Iterator[pd.DataFrame]:
@@ -1024,6 +1028,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
         version: Optional[Schedule] = None  # the cron as this batch left it (active: due_ms its first firing;
         version_digest = None if initial is None else initial.digest  # paused: due_ms where a replay resumes)
         changed = False
+        replayed_id = None  # a replay due at once: its first firing's id (replayed_firing_id)
 
         def current() -> Schedule:
             """The cron's definition as it stands, its due time the pending firing (active) or the cursor (paused)."""
@@ -1051,7 +1056,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
                     first = crons.first_firing(definition.expr, definition.tz, now, definition.start_ms,
                                                definition.end_ms)
                     activation = request.activation or schedule.delivery_id
-                    changed, version_digest = True, new_digest
+                    changed, version_digest, replayed_id = True, new_digest, None
                     if first is None:  # nothing left to fire (past its end): registered and gone
                         kind, version = "none", None
                     else:
@@ -1067,7 +1072,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
                     if written:  # its pending firing is written: the next one is where a replay would resume
                         following = crons.spec(base.cron.expr, base.cron.tz).next_after(cursor)
                         cursor = FAR_FUTURE_MS if following is None else following
-                    kind, changed = "paused", True
+                    kind, changed, replayed_id = "paused", True, None
                     version = dataclasses.replace(base, due_ms=cursor, delivery_id=activation_of(base.delivery_id))
             elif action is Action.CRON_RESUME:
                 if kind != "paused":
@@ -1083,6 +1088,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
                         kind, written = "active", False
                         version = dataclasses.replace(base, due_ms=first,
                                                       delivery_id=firing_id(request.activation, first))
+                        replayed_id = replayed_firing_id(base.delivery_id, first)
             elif action is Action.CRON_CANCEL:
                 if kind == "none":
                     outcome = Outcome.CRON_CANCEL_NOOP
@@ -1110,7 +1116,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
             index.put(sid, IndexEntry(PAUSED_MS, version.delivery_id, version_digest))
         elif version.due_ms <= now:  # a replay: due at once, and those after it in turn (advance_crons)
             frame = entries_frame([version], [(sid, version_digest)])
-            result.emitted.append(frame)
+            result.emitted.append(frame.assign(delivery_id=[replayed_id or version.delivery_id]))
             shard.cron_gone.append(frame.assign(_after=frame["due_ms"].to_numpy(dtype=np.int64)))
             if initial is not None:
                 index.remove(sid)
@@ -1119,6 +1125,15 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
             schedules.append(version)
             ids.append((sid, version_digest))
             index.put(sid, IndexEntry(version.due_ms, version.delivery_id, version_digest))
+
+
+def replayed_firing_id(paused_activation: str, first_ms: int) -> Optional[str]:
+    """The id of the first firing a replay delivers at once when a cron resumes: the one the pause withdrew, so the
+    id it had in the activation the cron was paused in. A withdrawal reaches the timed writer only at the end of the
+    pausing batch; if that batch was still running at the firing's instant, the writer had written it, and the
+    replay is then a duplicate with the same id (at-least-once), not a second firing with another id. The firings
+    after it carry the resume's activation."""
+    return firing_id(paused_activation, first_ms)
 
 
 def resumed_at(definition: Cron, cursor: int, now_ms: int) -> Optional[int]:

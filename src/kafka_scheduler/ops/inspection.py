@@ -129,7 +129,7 @@ def cron_view(row) -> dict:
     """A cron's definition, for a row with one (else {}): ``kind`` "cron" (or "one-shot"), and for a paused one
     (``paused`` True) ``due`` is where a replay would resume."""
     expr = row.get("cron_expr")
-    if expr is None or (isinstance(expr, float) and pd.isna(expr)):
+    if _optional(expr) is None:
         return {"kind": "one-shot"}
     view = {"kind": "cron", "cron": {"expr": expr, "timezone": _optional(row.get("cron_tz")) or "UTC",
                                      "missed_fire_policy": _optional(row.get("cron_policy")) or "replay"}}
@@ -142,7 +142,10 @@ def cron_view(row) -> dict:
 
 
 def _optional(value):
-    return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
+    """None for a missing cell: None, NaN, or pandas' NA (a nullable integer column's)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value)):
+        return None
+    return value
 
 
 def pending_frames(spark, checkpoint_dir: str, named: bool = True) -> Iterator[pd.DataFrame]:

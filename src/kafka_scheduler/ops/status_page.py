@@ -344,10 +344,16 @@ class StatusPage:
         self.started_s = started_s if started_s is not None else clock()
         self.state = StateReader()
         self.upcoming = UpcomingCache(self.state, clock=clock)
+        self.actions = None  # actions.RequestWriter, once the broker answers (attach_actions)
+        self.shards: Optional[int] = None
         metrics.follow_state_counts(self.upcoming.counted)
 
-    def attach_state(self, spark, checkpoint_dir: str) -> None:
+    def attach_state(self, spark, checkpoint_dir: str, shards: Optional[int] = None) -> None:
+        self.shards = shards
         self.state.attach(spark, checkpoint_dir)
+
+    def attach_actions(self, writer) -> None:
+        self.actions = writer
 
     def detach_state(self) -> None:
         self.state.detach()
@@ -379,3 +385,111 @@ class StatusPage:
         if found is None:
             return 503, {"error": "the job's Spark session is not up (starting or stopping); try again"}
         return 200, {"ids": ids, **found.to_json()}
+
+    # ------------------------------------------------------------ the listing and the buttons (protected routes)
+
+    def _native_inputs(self) -> list[str]:
+        return self.actions.native_inputs if self.actions is not None else []
+
+    def listing(self, query: dict) -> tuple[int, dict]:
+        """``GET /api/schedules`` without id: a page of the listing (listing.py); 400 on a bad parameter or token."""
+        from .listing import BadPageToken, Listing, StateSource, list_query, list_schedules, schedule_view
+
+        values = {}
+        for name, given in query.items():
+            if len(given) > 1:
+                return 400, {"error": f"{name} is given {len(given)} times: give it once"}
+            values[name] = given[0]
+        try:
+            filters, limit, cursor = list_query(values)
+        except BadPageToken as exc:
+            return 400, {"error": f"page_token: {exc}"}
+        except ValueError as exc:
+            return 400, {"error": str(exc)}
+        as_of_ms = int(self.clock() * 1000)
+        native = self._native_inputs()
+        try:
+            found = self.state.run(lambda spark, checkpoint_dir, batch: list_schedules(
+                StateSource(spark, checkpoint_dir, batch), filters, limit, cursor, as_of_ms, batch,
+                view=lambda row: schedule_view(row, as_of_ms, native)),
+                empty=lambda: Listing(as_of_ms, None, filters, limit,
+                                      continued_from_batch=cursor.batch if cursor else None))
+        except TimeoutError as exc:
+            return 503, {"error": f"{exc}; try again"}
+        if found is None:
+            return 503, {"error": "the job's Spark session is not up (starting or stopping); try again"}
+        return 200, found.to_json()
+
+    def act(self, body: dict, client: str) -> tuple[int, dict]:
+        """``POST /api/actions``: write the native request, wait for the batch that reads it, read the schedule again
+        and say what became of it."""
+        from .actions import ACTION_KIND, ActionError, WAIT_S
+
+        if self.actions is None:
+            return 503, {"error": "the job is not connected to Kafka yet; try again"}
+        try:
+            action, request_id, topic = self.actions.check(body.get("action"), body.get("id"),
+                                                           body.get("input_topic"))
+        except ActionError as exc:
+            return 400, {"error": str(exc)}
+        try:
+            written = self.actions.write(action, request_id, topic)
+        except Exception as exc:  # the broker away, the topic gone: nothing was written
+            return 503, {"error": f"{action} not written: {exc}"}
+        log.info("status page: %s id=%s written to %s partition %d offset %d, for %s", action, request_id, topic,
+                 written.partition, written.offset, client)
+        answer = {"request": written.to_json()}
+        if not self.actions.wait_ruled(written, WAIT_S):
+            return 202, {**answer, "outcome": "written", "message": (
+                f"{action} written ({topic} partition {written.partition}, offset {written.offset}); the job has not "
+                f"committed a batch past it within {WAIT_S:.0f} s: it acts when the job reads it (list again later)")}
+        try:
+            batch, rows, paused = self._versions(ACTION_KIND[action], topic, request_id)
+        except TimeoutError as exc:
+            return 202, {**answer, "outcome": "ruled", "message": f"{action} ruled on; reading the state again "
+                                                                  f"failed: {exc}"}
+        shown = body.get("delivery_id")
+        if action == "CRON_PAUSE" and paused:
+            outcome, message = "paused", f"cron {request_id} paused as of batch {batch}"
+        elif action == "CRON_RESUME" and rows:
+            outcome, message = "resumed", f"cron {request_id} resumed as of batch {batch}: next firing {rows[0]['due']}"
+        elif action == "CRON_RESUME" and paused:
+            outcome, message = "still_paused", f"cron {request_id} is still paused as of batch {batch}"
+        elif not rows and not paused:
+            outcome, message = "not_pending", f"id {request_id} has no pending {ACTION_KIND[action]} any more " \
+                                              f"(as of batch {batch})"
+        elif action in ("CANCEL", "CRON_CANCEL"):
+            newer = shown is not None and all(r["delivery_id"] != shown for r in rows)
+            outcome, message = ("replaced", f"id {request_id}: a newer version is pending (a later request replaced "
+                                            f"the one shown)") if newer else \
+                ("still_pending", f"id {request_id} is still pending as of batch {batch}: the request did not take "
+                                  f"it back (delivered first, or replaced since)")
+        else:
+            outcome, message = "ruled", f"{action} ruled on as of batch {batch}"
+        return 200, {**answer, "outcome": outcome, "message": message, "batch": batch, "schedules": rows,
+                     "paused": paused}
+
+    def _versions(self, kind: str, topic: str, request_id: str) -> tuple[Optional[int], list, list]:
+        """The pending rows of the schedule (one-shot or cron) ``request_id`` of ``topic``, read from its shard, and
+        the cron's row if it is paused."""
+        from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
+        from .listing import StateSource, as_paused, find_paused, find_sid, schedule_view, shard_of
+
+        sid = (CRON_SID_PREFIX if kind == "cron" else CLIENT_SID_PREFIX) + topic.encode() + b"/" + request_id.encode()
+        as_of_ms = int(self.clock() * 1000)
+        native = self._native_inputs()
+
+        def read(spark, checkpoint_dir, batch):
+            import pandas as pd
+
+            shard = shard_of(spark, sid, self.shards) if self.shards else None
+            source = StateSource(spark, checkpoint_dir, batch, shard)
+            frame = find_sid(source, sid)
+            paused = find_paused(source, sid) if kind == "cron" else pd.DataFrame()
+            return batch, [schedule_view(row, as_of_ms, native) for _, row in frame.iterrows()], \
+                [schedule_view(as_paused(row), as_of_ms, native) for _, row in paused.iterrows()]
+
+        found = self.state.run(read, empty=lambda: (None, [], []))
+        if found is None:
+            raise TimeoutError("the job's Spark session is not up")
+        return found

@@ -1,0 +1,323 @@
+"""The listing (``kafka-scheduler list``, ``GET /api/schedules`` without id) without Spark: paging by (due time,
+delivery id) over a state that moves on between pages, the filters, the tokens, what a page reads and keeps. The
+real state store: tests/integration/test_listing.py."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from kafka_scheduler.ops import listing
+from kafka_scheduler.ops.listing import (BUCKET_MS, BadPageToken, Cursor, ListFilters, decode_token, encode_token,
+                                         find_paused, find_sid, list_query, list_schedules, render_table, schedule_view, sid_parts)
+
+T0 = 1_800_000_000_000
+
+
+def row(due_ms: int, delivery: str, sid: bytes | None = b"id:requests/x", topic: str = "orders", value=b"v",
+        **extra) -> dict:
+    return {"due_ms": due_ms, "topic": topic, "key": b"k", "value": value, "headers": [{"key": "h", "value": b"1"}],
+            "delivery_id": delivery, "partition": None, "sid": sid, **extra}
+
+
+class FakeState:
+    """A BucketSource over (shard, bucket) -> chunk frames, with struck delivery ids; counts what is read."""
+
+    def __init__(self, rows=(), shards: int = 3, chunk_rows: int = 4):
+        self.chunks: dict[tuple[int, int, int], pd.DataFrame] = {}
+        self.struck: dict[tuple[int, int], set] = {}
+        self.shards, self.chunk_rows = shards, chunk_rows
+        self.rows_shipped = 0
+        self.reads: list[tuple] = []
+        self._count: dict[tuple[int, int], int] = {}
+        self.paused: list[dict] = []  # paused crons: the ``paused`` state variable
+        self.add(rows)
+
+    def add(self, rows) -> None:
+        by_place: dict[tuple[int, int], list] = {}
+        for r in rows:
+            shard = hash(r["sid"] or r["delivery_id"]) % self.shards
+            by_place.setdefault((shard, r["due_ms"] // BUCKET_MS), []).append(r)
+        for (shard, bucket), found in by_place.items():
+            for i in range(0, len(found), self.chunk_rows):
+                n = self._count.get((shard, bucket), 0)
+                self._count[(shard, bucket)] = n + 1
+                self.chunks[(shard, bucket, n)] = pd.DataFrame(found[i:i + self.chunk_rows])
+
+    def strike(self, delivery_id: str) -> None:
+        for (shard, bucket, _), frame in self.chunks.items():
+            if delivery_id in set(frame["delivery_id"]):
+                self.struck.setdefault((shard, bucket), set()).add(delivery_id)
+
+    def pending(self) -> list[dict]:
+        return [r for (shard, bucket, _), frame in self.chunks.items() for r in frame.to_dict("records")
+                if r["delivery_id"] not in self.struck.get((shard, bucket), set())]
+
+    @staticmethod
+    def _in(bucket, low, high):
+        return bucket >= low and (high is None or bucket <= high)
+
+    def buckets(self, low, high, count):
+        self.reads.append(("buckets", low, high, count))
+        rows = sorted(b for _, b, _ in self.chunks if self._in(b, low, high))[:count * listing.CHUNKS_PER_BUCKET]
+        return sorted(set(rows))[:count], len(rows) < count * listing.CHUNKS_PER_BUCKET
+
+    def strikes(self, low, high):
+        return {k: set(v) for k, v in self.struck.items() if self._in(k[1], low, high)}
+
+    def chunks_of(self, low, high):
+        for (shard, bucket, _), frame in sorted(self.chunks.items()):
+            if self._in(bucket, low, high):
+                self.rows_shipped += len(frame)
+                yield shard, bucket, frame.copy()
+
+
+class Source:
+    """The protocol's names over a FakeState."""
+
+    def __init__(self, state: FakeState):
+        self.state = state
+
+    def buckets(self, low, high, count):
+        return self.state.buckets(low, high, count)
+
+    def strikes(self, low, high):
+        return self.state.strikes(low, high)
+
+    def chunks(self, low, high):
+        return self.state.chunks_of(low, high)
+
+    def paused(self):
+        if self.state.paused:
+            yield pd.DataFrame(self.state.paused)
+
+
+def page(state: FakeState, filters=ListFilters(), limit=3, token=None, batch=1):
+    cursor = decode_token(token, filters) if token else None
+    return list_schedules(Source(state), filters, limit, cursor, T0, batch,
+                          view=lambda r: (int(r["due_ms"]), r["delivery_id"]))
+
+
+def every_page(state, filters=ListFilters(), limit=3, between=lambda n: None):
+    shown, token, n = [], None, 0
+    while True:
+        found = page(state, filters, limit, token, batch=n)
+        shown += found.schedules
+        assert len(found.schedules) <= limit
+        token = found.next_token
+        if token is None:
+            return shown
+        between(n)
+        n += 1
+
+
+def test_pages_list_every_schedule_once_by_due_time_then_delivery_id():
+    rows = [row(T0 + (i % 7) * 400, f"requests-0-{i:03d}", sid=f"id:requests/r{i}".encode()) for i in range(40)]
+    state = FakeState(rows)
+    shown = every_page(state, limit=6)
+    assert shown == sorted((r["due_ms"], r["delivery_id"]) for r in rows)
+    assert page(state, limit=40).next_token is None, "no token when nothing follows"
+    assert page(state, limit=39).next_token is not None
+
+
+def test_struck_versions_are_not_listed():
+    state = FakeState([row(T0, "a-0-1"), row(T0, "a-0-2"), row(T0 + 5000, "a-0-3")])
+    state.strike("a-0-2")
+    assert every_page(state, limit=1) == [(T0, "a-0-1"), (T0 + 5000, "a-0-3")]
+
+
+def test_filters_on_due_time_destination_id_prefix_and_kind():
+    rows = [row(T0, "t-0-1", sid=b"id:requests/order-1"), row(T0 + 1, "t-0-2", sid=b"id:requests/mail-1"),
+            row(T0 + 2, "t-0-3", sid=b"cron:requests/order-daily", topic="mails"),
+            row(T0 + 3000, "t-0-4", sid=b"offset:requests/0/4"), row(T0 + 9000, "t-0-5", sid=None)]
+    state = FakeState(rows)
+
+    def ids(**filters):
+        return [d for _, d in every_page(state, ListFilters(**filters), limit=2)]
+
+    assert ids() == ["t-0-1", "t-0-2", "t-0-3", "t-0-4", "t-0-5"]
+    assert ids(due_after_ms=T0 + 1, due_before_ms=T0 + 9000) == ["t-0-2", "t-0-3", "t-0-4"]
+    assert ids(destination="mails") == ["t-0-3"]
+    assert ids(id_prefix="order") == ["t-0-1", "t-0-3"]
+    assert ids(kind="cron") == ["t-0-3"] and ids(kind="one-shot") == ["t-0-1", "t-0-2", "t-0-4", "t-0-5"]
+
+
+def test_a_page_reads_the_first_buckets_only_and_keeps_a_bounded_number_of_rows():
+    # 600 buckets of 50 schedules: a page of 10 reads the first 16 buckets, not the state.
+    rows = [row(T0 + b * BUCKET_MS + i, f"r-0-{b:05d}{i:02d}") for b in range(600) for i in range(50)]
+    state = FakeState(rows, chunk_rows=25)
+    found = page(state, limit=10)
+    assert [d for _, d in found.schedules] == [f"r-0-00000{i:02d}" for i in range(10)]
+    assert state.rows_shipped <= 16 * 50, state.rows_shipped
+    assert [r[0] for r in state.reads] == ["buckets"]
+    # A filter that matches little widens the read round by round (16, 256, then the rest).
+    state.rows_shipped, state.reads = 0, []
+    sparse = page(state, ListFilters(id_prefix="nothing"), limit=10)
+    assert sparse.schedules == [] and sparse.next_token is None
+    assert [r[3] for r in state.reads] == [16, 256] and state.rows_shipped == len(rows)
+
+
+def test_the_first_rows_are_kept_in_bounded_memory():
+    first = listing.FirstRows(5)
+    biggest = 0
+    for n in range(200):
+        first.add(pd.DataFrame({"due_ms": [T0 - n] * 10, "delivery_id": [f"d{n}-{i}" for i in range(10)]}))
+        biggest = max(biggest, first._rows)
+    assert biggest <= 4 * 5 + 1024 + 10
+    assert list(first.frame()["due_ms"]) == [T0 - 199] * 5
+
+
+def test_the_next_page_reads_the_newest_state_after_the_last_key_shown():
+    rows = [row(T0 + i * 1000, f"r-0-{i:02d}", sid=f"id:requests/r{i}".encode()) for i in range(10)]
+    state = FakeState(rows)
+    first = page(state, limit=4, batch=7)
+    assert [d for _, d in first.schedules] == ["r-0-00", "r-0-01", "r-0-02", "r-0-03"]
+    state.strike("r-0-02")  # shown already: nothing to do with the next page
+    state.strike("r-0-05")  # cancelled before it was listed: not shown
+    state.add([row(T0 + 500, "new-0-1"), row(T0 + 5500, "new-0-2")])  # before the cursor: not shown; after: shown
+    second = page(state, limit=4, token=first.next_token, batch=9)
+    assert [d for _, d in second.schedules] == ["r-0-04", "new-0-2", "r-0-06", "r-0-07"]
+    answer = second.to_json()
+    assert answer["continued_from_batch"] == 7 and answer["batch"] == 9 and answer["state_moved_on"]
+    assert not first.to_json()["state_moved_on"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), min_size=0, max_size=60),
+       st.integers(1, 7), st.lists(st.tuples(st.sampled_from(["cancel", "add"]), st.integers(0, 80)), max_size=20),
+       st.data())
+def test_paging_while_state_moves_on_lists_no_schedule_twice_and_every_one_pending_throughout_once(
+        spec, limit, changes, data):
+    rows = [row(T0 + due * 300, f"r-{i}", sid=f"id:requests/r{i}".encode(), topic=f"t{dest}")
+            for i, (due, dest) in enumerate(spec)]
+    state = FakeState(rows, chunk_rows=3)
+    filters = data.draw(st.sampled_from([ListFilters(), ListFilters(destination="t1"),
+                                         ListFilters(due_after_ms=T0 + 3000, due_before_ms=T0 + 9000)]))
+    removed: set = set()
+    pending_throughout = {r["delivery_id"] for r in rows}
+    plan = list(changes)
+
+    def between(n):
+        for _ in range(2):
+            if not plan:
+                return
+            what, at = plan.pop()
+            if what == "cancel" and rows:
+                victim = rows[at % len(rows)]["delivery_id"]
+                state.strike(victim)
+                removed.add(victim)
+            else:
+                state.add([row(T0 + at * 150, f"n-{n}-{at}-{len(plan)}", topic=f"t{at % 4}")])
+
+    shown = every_page(state, filters, limit, between)
+    keys = [d for _, d in shown]
+    assert len(keys) == len(set(keys)), "no schedule listed twice"
+    assert shown == sorted(shown), "in (due time, delivery id) order"
+    wanted = {r["delivery_id"] for r in rows if r["delivery_id"] in pending_throughout - removed
+              and listing.keep(pd.DataFrame([r]), filters, None).shape[0] == 1}
+    assert wanted <= set(keys), "every schedule pending all along and matching is listed"
+
+
+# ---------------------------------------------------------------- tokens and the query
+
+
+def test_a_token_is_opaque_and_refused_when_damaged_or_made_for_other_filters():
+    filters = ListFilters(destination="orders")
+    token = encode_token(Cursor(T0, "requests-0-12", 41, filters.fingerprint()))
+    assert set(token) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    assert decode_token(token, filters) == Cursor(T0, "requests-0-12", 41, filters.fingerprint())
+    with pytest.raises(BadPageToken, match="other filters"):
+        decode_token(token, ListFilters(destination="mails"))
+    for bad in ("", "not a token", token[:-3], "x" * 5000, encode_token(Cursor(T0, "d", 1, "f"))[:-1] + "!",
+                listing.base64.urlsafe_b64encode(json.dumps({"v": 1, "d": "soon", "i": "x", "b": 1,
+                                                             "f": filters.fingerprint()}).encode()).decode(),
+                listing.base64.urlsafe_b64encode(b"[1, 2]").decode()):
+        with pytest.raises(BadPageToken):
+            decode_token(bad, filters)
+
+
+def test_the_query_of_a_page_is_checked_parameter_by_parameter():
+    filters, limit, cursor = list_query({"due_after": "2027-01-15T08:00:00Z", "destination": "orders",
+                                         "kind": "cron", "limit": "7"})
+    assert filters.due_after_ms == 1_800_000_000_000 and filters.kind == "cron" and limit == 7 and cursor is None
+    assert list_query({})[1] == listing.DEFAULT_LIMIT
+    for values, message in (({"limit": "0"}, "limit"), ({"limit": "1001"}, "limit"), ({"limit": "x"}, "limit"),
+                            ({"kind": "weekly"}, "kind"), ({"due_before": "tomorrow"}, "due_before"),
+                            ({"due_after": "2027-01-15T08:00:00"}, "time zone"), ({"dest": "x"}, "unknown"),
+                            ({"page_token": "zzz"}, "page token")):
+        with pytest.raises(ValueError, match=message):
+            list_query(values)
+
+
+# ---------------------------------------------------------------- what a schedule shows
+
+
+def test_a_schedule_shows_its_kind_its_cron_columns_and_the_actions_the_page_offers():
+    assert sid_parts(b"id:requests/a/b") == ("one-shot", "requests", b"a/b")
+    assert sid_parts(b"cron:requests/daily") == ("cron", "requests", b"daily")
+    assert sid_parts(b"offset:requests/0/4") == ("one-shot", "requests", None)
+    assert sid_parts(None) == ("one-shot", None, None)
+    one = schedule_view(pd.Series(row(T0, "requests-0-1", sid=b"id:requests/o-1")), T0 + 1, ["requests"])
+    assert (one["kind"], one["id"], one["due_already"], one["actions"]) == ("one-shot", "o-1", True, ["CANCEL"])
+    assert one["headers"] == [{"key": "h", "value": "1"}] and "cron" not in one
+    cron = schedule_view(pd.Series(row(T0, "requests-0-2", sid=b"cron:requests/daily", cron_expr="0 9 * * *",
+                                       cron_tz="Europe/Paris", cron_policy="skip", cron_start_ms=float("nan"),
+                                       cron_end_ms=T0 + 86_400_000)), T0, ["requests"])
+    assert cron["kind"] == "cron" and cron["actions"] == ["CRON_PAUSE", "CRON_CANCEL"]
+    assert cron["cron"] == {"expr": "0 9 * * *", "timezone": "Europe/Paris", "missed_fire_policy": "skip",
+                            "end_at": "2027-01-16T08:00:00.000Z"}
+    plain = schedule_view(pd.Series(row(T0, "requests-0-5", sid=b"id:requests/o-3", cron_expr=None,
+                                        cron_start_ms=pd.NA)), T0, ["requests"])
+    assert "cron" not in plain, "a one-shot's empty cron columns show nothing"
+    # A chunk's nullable integer columns hold pandas' NA (a job's chunk did, and the page failed on it).
+    unbounded = schedule_view(pd.Series(row(T0, "requests-0-6", sid=b"cron:requests/new-year", cron_expr="0 0 1 1 *",
+                                            cron_tz=None, cron_policy=None, cron_start_ms=pd.NA,
+                                            cron_end_ms=pd.NA)), T0, ["requests"])
+    assert unbounded["cron"] == {"expr": "0 0 1 1 *", "timezone": "UTC", "missed_fire_policy": "replay"}
+    other = schedule_view(pd.Series(row(T0, "karafka-0-1", sid=b"id:karafka/o-2")), T0, ["requests"])
+    assert other["actions"] == [], "not a native input: the page writes native requests only"
+    binary = schedule_view(pd.Series(row(T0, "requests-0-3", sid=b"id:requests/\xff")), T0, ["requests"])
+    assert binary["id"] == "0xff" and binary["actions"] == [], "an id that is not text cannot be sent back as text"
+    assert schedule_view(pd.Series(row(T0, "requests-0-4", sid=None)), T0, ["requests"])["actions"] == []
+
+
+def test_find_sid_reads_the_versions_of_one_schedule():
+    state = FakeState([row(T0, "a-0-1", sid=b"id:requests/x"), row(T0 + 9000, "a-0-2", sid=b"id:requests/y"),
+                       row(T0 + 5000, "a-0-3", sid=b"id:requests/x")])
+    state.strike("a-0-1")
+    assert list(find_sid(Source(state), b"id:requests/x")["delivery_id"]) == ["a-0-3"]
+    assert find_sid(Source(state), b"id:requests/z").empty
+
+
+def test_the_table_ends_with_the_next_page_token():
+    state = FakeState([row(T0 + i, f"r-0-{i}", sid=f"id:requests/r{i}".encode()) for i in range(3)])
+    found = list_schedules(Source(state), ListFilters(), 2, None, T0 + 1, 5,
+                           view=lambda r: schedule_view(r, T0 + 1, ["requests"]))
+    table = render_table(found)
+    assert "as of batch 5" in table and "r0" in table and "(due already)" in table
+    assert table.splitlines()[-1] == f"next page: --page-token {found.next_token}"
+    assert render_table(list_schedules(Source(state), ListFilters(), 5, None, T0, 5)).endswith("no more schedules")
+
+
+def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel():
+    state = FakeState([row(T0 + i, f"requests-0-{i}", sid=f"id:requests/r{i}".encode()) for i in range(3)])
+    state.paused = [row(T0 + 60_000, "requests-0-7", sid=b"cron:requests/daily", topic="mails",
+                        cron_expr="0 9 * * *"),
+                    row(T0 - 5_000, "requests-0-8", sid=b"cron:requests/hourly", cron_expr="0 * * * *")]
+    first = list_schedules(Source(state), ListFilters(), 2, None, T0, 1,
+                           view=lambda r: schedule_view(r, T0, ["requests"]))
+    assert [(s["id"], s["paused"], s["actions"]) for s in first.paused] == [
+        ("hourly", True, ["CRON_RESUME", "CRON_CANCEL"]), ("daily", True, ["CRON_RESUME", "CRON_CANCEL"])]
+    assert first.to_json()["paused"] == first.paused and [s["id"] for s in first.schedules] == ["r0", "r1"]
+    assert "paused crons: 2" in render_table(first)
+    later = list_schedules(Source(state), ListFilters(), 2, decode_token(first.next_token, ListFilters()), T0, 1)
+    assert later.paused == [] and len(later.schedules) == 1, "paused crons show on the first page only"
+    for filters, ids in ((ListFilters(destination="mails"), ["daily"]), (ListFilters(kind="one-shot"), []),
+                         (ListFilters(id_prefix="hour"), ["hourly"]), (ListFilters(due_after_ms=T0), [])):
+        found = list_schedules(Source(state), filters, 5, None, T0, 1, view=lambda r: schedule_view(r, T0, []))
+        assert [s["id"] for s in found.paused] == ids, filters
+    assert list(find_paused(Source(state), b"cron:requests/daily")["delivery_id"]) == ["requests-0-7"]
+    assert find_paused(Source(state), b"cron:requests/weekly").empty
