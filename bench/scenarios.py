@@ -3,7 +3,7 @@ prints its figures and appends a JSON result to bench/results/.
 
     kafka-scheduler bench steady --rate 1000 --duration 60 [--lead 2] [--pending 1000000]
     kafka-scheduler bench soak [--duration 3600] (bench/soak.py)
-    kafka-scheduler bench ingest --count 1000000 [--no-ids | --mix]
+    kafka-scheduler bench ingest --count 1000000 [--no-ids | --mix] [--spread DAYS]
     kafka-scheduler bench herd --count 10000000 [--no-ids] [--lead S]
     kafka-scheduler bench pending --count 10000000
     kafka-scheduler bench restart --count 1000000
@@ -20,7 +20,8 @@ time) p50/p99/max of the others; the already-due ones apart as send-to-delivery 
 ahead (the state's size must not slow a batch down). Where the batches' time went: `[state s, write s]` of the job's
 batch lines, and with KAFKA_SCHEDULER_LOG_LEVEL=DEBUG Spark's durationMs per step (harness.batch_profile).
 
-ingest: --count ADDs with unique ids (default) or none (--no-ids), due a month ahead; or --mix:
+ingest: --count ADDs with unique ids (default) or none (--no-ids), due a month ahead (1 ms apart, or
+spread evenly over --spread days, as reminders are); or --mix:
 of every 20 requests 4 replace and 1 cancels an id sent before and still pending (picked at
 random), the rest add new ids. Accepted/s overall (all requests, first sent to last committed)
 and between the first and last commit; with --mix also the job's logged outcome counts.
@@ -319,13 +320,19 @@ def ingest(env: Environment, args) -> dict:
         raise RuntimeError(f"--no-ids: every {args.dialect} request carries an id (the record key)")
     if args.mix and (args.no_ids or args.dialect != "native"):
         raise RuntimeError("--mix: native requests with ids only (replaces and cancels need the ids)")
+    if args.mix and args.spread:
+        raise RuntimeError("--spread: adds only (--mix picks its own due times)")
     requests = next((t for t, d in inputs.items() if d == args.dialect), None)
     after_batch = last_committed_batch(scheduler.checkpoint) or -1
     counts: Counter = Counter()
-    # As native: due times 1 ms apart (Karafka and ETF1 round them up to whole seconds: the same buckets).
-    figures = _ingest(env, scheduler, destination, args.count, lambda i: far + i, "mix" if args.mix else "ingest",
+    # As native: due times 1 ms apart (Karafka and ETF1 round them up to whole seconds: the same buckets); with
+    # --spread, apart by the spread over the count (over 30 days, 300,000 ids fall ~8.6 s apart: a second each).
+    step_ms = args.spread * 86_400_000 / args.count if args.spread else 1
+    figures = _ingest(env, scheduler, destination, args.count, lambda i: far + int(i * step_ms),
+                      "mix" if args.mix else "ingest",
                       args.time_budget, args.no_ids, requests, args.dialect,
                       send=_mix_sender(destination, far, counts) if args.mix else None)
+    figures["spread_days"] = args.spread
     if args.mix:
         figures.update({"adds": counts["add"], "replaces": counts["replace"], "cancels": counts["cancel"]})
         # The job's own account: a replace or cancel that found nothing to act on shows as a no-op.
@@ -870,6 +877,7 @@ PLAN = [
     ("ingest", {}),
     ("ingest", {"no_ids": True}),
     ("ingest", {"mix": True}),
+    ("ingest", {"spread": 30}),
     ("herd", {}),
     ("restart", {}),
     ("idle", {}),
@@ -909,6 +917,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mix", action="store_true",
                         help="ingest: 20%% replaces and 5%% cancels of ids sent before and still pending, the rest "
                              "adds with new ids (--count is all of them)")
+    parser.add_argument("--spread", type=float, default=0,
+                        help="ingest: due times spread evenly over this many days from a month ahead, as reminders "
+                             "are (default 0: 1 ms apart, a few one-second buckets)")
     parser.add_argument("--dialect", choices=DIALECT_NAMES, default="native",
                         help="ingest: write the requests in this dialect, to a topic of their own")
     parser.add_argument("--with-dialects", action="store_true",

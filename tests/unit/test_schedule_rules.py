@@ -193,6 +193,7 @@ class WheelEngine:
             new.strikes = copy.deepcopy(old.strikes)
             new.armed = copy.deepcopy(old.armed)
             new.paused = {k: v.copy() for k, v in old.paused.items()}
+            new.levels = copy.deepcopy(old.levels)
         return fresh
 
     def fresh(self, lookahead_ms: int, partitions: int) -> "WheelEngine":

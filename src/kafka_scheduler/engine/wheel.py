@@ -74,8 +74,168 @@ NULLABLE_INT_COLUMNS = ("partition", "wb_partition", "max_lateness_ms", "cron_st
 DEFAULT_CRON_MIN_INTERVAL_MS = 5000
 
 
+# Coarse levels: a schedule due far ahead is filed in a bucket of level L >= 1, LEVEL_FANOUT ** L seconds wide, and
+# moves down a level (``_Shard.refine``) one such width before that bucket's start. A bucket costs state calls and
+# an Arrow blob whatever it holds; with one-second buckets only, a batch of dues spread over a month (one per
+# second) paid them per request (~290 requests/s measured). The levels make that a few hundred buckets per batch.
+LEVEL_FANOUT = 64
+COARSE_LEVELS = 4  # 64 s, ~68 min, ~3 days, ~194 days (further dues: buckets of the top level)
+# A second getting this many schedules in one call is a bucket of its own at once, however far ahead: a herd is
+# never rewritten on its way down the levels.
+DENSE_ROWS = 32
+# Coarse bucket keys: above every one-second bucket (|due_ms // BUCKET_MS| < 2**53), level in the low 3 bits.
+COARSE_BASE = 1 << 60
+COARSE_MIN = 1 << 59
+
+
 def bucket_of(due_ms: int) -> int:
     return due_ms // BUCKET_MS
+
+
+def level_width(level: int) -> int:
+    return BUCKET_MS * LEVEL_FANOUT ** level
+
+
+def coarse_key(level: int, index):
+    """The key of the level-``level`` bucket number ``index`` (ints or numpy arrays)."""
+    return COARSE_BASE + index * 8 + level
+
+
+def is_coarse(key: int) -> bool:
+    return key >= COARSE_MIN
+
+
+def level_of(key: int) -> int:
+    return 0 if key < COARSE_MIN else (key - COARSE_BASE) % 8
+
+
+def key_range(key: int) -> tuple[int, int]:
+    """[start, end) in ms of the due times a bucket holds."""
+    if key < COARSE_MIN:
+        return key * BUCKET_MS, (key + 1) * BUCKET_MS
+    level, index = (key - COARSE_BASE) % 8, (key - COARSE_BASE) // 8
+    width = level_width(level)
+    return index * width, (index + 1) * width
+
+
+def key_at(level: int, due_ms):
+    """The key of the bucket of ``level`` holding ``due_ms`` (ints or numpy arrays)."""
+    if level == 0:
+        return due_ms // BUCKET_MS
+    return coarse_key(level, due_ms // level_width(level))
+
+
+@dataclass
+class Levels:
+    """Which buckets of a shard are where (the ``levels`` state value), so that a due time names one bucket:
+
+      * the coarse buckets (keys), pairwise disjoint;
+      * ``fine_mark``: every one-second bucket not listed lies wholly before it (it only grows);
+      * ``listed``: one-second buckets that may lie at or after the mark (dense seconds filed far ahead).
+
+    A schedule due at t is in the coarse bucket holding t if there is one, else in the one-second bucket of t. A
+    coarse bucket is created only where it holds no other bucket (at or after the mark, holding nothing listed, not
+    within a coarse one), and a one-second bucket only where no coarse bucket holds it, so no two buckets overlap.
+    Raising the mark never breaks this: the mark only decides where a *new* coarse bucket may go."""
+
+    fine_mark: int
+    coarse: set
+    listed: set
+    changed: bool = False
+
+    @classmethod
+    def rebuilt(cls, keys: Iterable[int]) -> "Levels":
+        """From the bucket keys in state (a checkpoint written before the levels): one pass over the buckets."""
+        coarse, fine_end = set(), None
+        for key in keys:
+            if is_coarse(key):
+                coarse.add(key)
+            else:
+                fine_end = max(fine_end, (key + 1) * BUCKET_MS) if fine_end is not None else (key + 1) * BUCKET_MS
+        mark = -FAR_FUTURE_MS if fine_end is None else -(-fine_end // level_width(1)) * level_width(1)
+        return cls(mark, coarse, set(), changed=True)
+
+    def locate(self, due_ms: int) -> int:
+        """The key of the bucket that holds a pending schedule due at ``due_ms``."""
+        if self.coarse:
+            for level in range(1, COARSE_LEVELS + 1):
+                key = key_at(level, due_ms)
+                if key in self.coarse:
+                    return key
+        return due_ms // BUCKET_MS
+
+    def raise_mark(self, mark_ms: int) -> None:
+        if mark_ms > self.fine_mark:
+            self.fine_mark = mark_ms
+            self.changed = True
+            below = {key for key in self.listed if (key + 1) * BUCKET_MS <= mark_ms}
+            self.listed -= below
+
+    def place(self, due: np.ndarray, now_ms: int, window_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """Keys of the buckets new schedules (due after now) go to, and which of those buckets are new (none in
+        state: no read needed). See the class docstring for why each choice keeps buckets disjoint."""
+        n = len(due)
+        keys = np.empty(n, dtype=np.int64)
+        new = np.zeros(n, dtype=bool)
+        placed = np.zeros(n, dtype=bool)
+        # Seconds whose level-1 bucket would be refined at once are no use coarse: raising the mark over them also
+        # drops the listing of seconds now behind it.
+        width1 = level_width(1)
+        self.raise_mark(-(-(now_ms + window_ms + width1 + 1) // width1) * width1)
+        if self.coarse:
+            coarse = np.fromiter(self.coarse, dtype=np.int64, count=len(self.coarse))
+            for level in range(1, COARSE_LEVELS + 1):
+                at = key_at(level, due)
+                hit = ~placed & np.isin(at, coarse)
+                keys[hit], placed[hit] = at[hit], True
+        fine = due // BUCKET_MS
+        below = ~placed & (due < self.fine_mark)
+        keys[below], placed[below] = fine[below], True
+        if self.listed:
+            hit = ~placed & np.isin(fine, np.fromiter(self.listed, dtype=np.int64, count=len(self.listed)))
+            keys[hit], placed[hit] = fine[hit], True
+        if placed.all():
+            return keys, new
+        seconds, counts = np.unique(fine[~placed], return_counts=True)
+        dense = ~placed & np.isin(fine, seconds[counts >= DENSE_ROWS])
+        if dense.any():
+            self._list(fine[dense])
+            keys[dense], new[dense], placed[dense] = fine[dense], True, True
+        for level in range(COARSE_LEVELS, 0, -1):
+            if placed.all():
+                break
+            width = level_width(level)
+            index = due // width
+            start = index * width
+            ok = ~placed & (start >= self.fine_mark) & (start - width - window_ms > now_ms)
+            if not ok.any():
+                continue
+            blocked = self._held(level)
+            if blocked:
+                ok &= ~np.isin(index, np.fromiter(blocked, dtype=np.int64, count=len(blocked)))
+            at = coarse_key(level, index[ok])
+            keys[ok], new[ok], placed[ok] = at, True, True
+            self.coarse.update(int(k) for k in np.unique(at))
+            self.changed = True
+        if not placed.all():
+            # A sparse second next to a listed one (no coarse bucket may hold that): listed too.
+            rest = ~placed
+            self._list(fine[rest])
+            keys[rest], new[rest] = fine[rest], True
+        return keys, new
+
+    def _list(self, seconds: np.ndarray) -> None:
+        self.listed.update(int(s) for s in np.unique(seconds))
+        self.changed = True
+
+    def _held(self, level: int) -> set:
+        """Indexes of the level-``level`` buckets that hold a listed second or a coarse bucket of a lower level."""
+        width = level_width(level)
+        held = {key * BUCKET_MS // width for key in self.listed}
+        for key in self.coarse:
+            if level_of(key) < level:
+                held.add(key_range(key)[0] // width)
+        return held
 
 
 def _part(pieces: list, data: Optional[bytes]) -> None:
@@ -216,6 +376,7 @@ class ShardStore(Protocol):
     def delta_put(self, version: int, part: int, changes: list) -> None: ...
     def delta_remove(self, version: int, part: int) -> None: ...
     def bucket_items(self) -> Iterator[tuple[int, BucketInfo]]: ...
+    def bucket_keys(self) -> Iterator[int]: ...
     def chunk_index(self, bucket: int, n: int) -> pd.DataFrame:
         """Columns sid, due_ms, delivery_id, digest of a chunk (what a rebuild of the index reads)."""
     def bucket_get(self, bucket: int) -> Optional[BucketInfo]: ...
@@ -237,6 +398,9 @@ class ShardStore(Protocol):
     def paused_put(self, sid: bytes, entry: pd.DataFrame) -> None: ...
     def paused_remove(self, sid: bytes) -> None: ...
     def paused_items(self) -> Iterator[tuple[bytes, pd.DataFrame]]: ...
+    # Where the buckets are (``Levels``): (fine_mark, coarse keys, listed keys); None before the first write.
+    def levels_get(self) -> Optional[tuple[int, list, list]]: ...
+    def levels_put(self, fine_mark: int, coarse: list, listed: list) -> None: ...
 
 
 def entries_frame(schedules: Iterable[Schedule], ids: Optional[Iterable[tuple]] = None) -> pd.DataFrame:
@@ -390,9 +554,35 @@ class _Shard:
         # One state read when the cache is current. A fire's is lazy: it only forgets (IndexSession.forget), unless
         # it files a cron's next firing: then it is rebuilt from the chunks as this call has left them so far.
         self._index = IndexSession(store, lazy=lazy, overlay=lambda: dict(self.cache))
+        self._levels: Optional[Levels] = None
+        self.refined: set = set()  # coarse buckets this call refined
 
     def index(self) -> IndexSession:
         return self._index
+
+    def levels(self) -> Levels:
+        """Read once per call, when the call locates or files a schedule."""
+        if self._levels is None:
+            stored = self.store.levels_get()
+            if stored is None:
+                self._levels = Levels.rebuilt(self.store.bucket_keys())
+            else:
+                self._levels = Levels(int(stored[0]), set(stored[1]), set(stored[2]))
+        return self._levels
+
+    def locate(self, due_ms: int) -> int:
+        if not COARSE_LEVELS:
+            return bucket_of(due_ms)
+        return self.levels().locate(due_ms)
+
+    def place(self, rows: pd.DataFrame) -> dict:
+        """bucket -> rows: where schedules not due yet are filed. Buckets the levels know to be new are not read."""
+        if not COARSE_LEVELS:  # the one-second layout alone (tests of what happens within a bucket; old state)
+            return {int(key): group for key, group in rows.groupby(rows["due_ms"] // BUCKET_MS, sort=False)}
+        keys, new = self.levels().place(rows["due_ms"].to_numpy(dtype=np.int64), self.now_ms, self.window_ms)
+        for key in np.unique(keys[new]).tolist():
+            self.cache.setdefault(key, None)
+        return {int(key): group for key, group in rows.groupby(keys, sort=False)}
 
     def forget(self, delivered: pd.DataFrame) -> None:
         """Schedules leave state: their ids leave the index (recorded in this call's delta, in bulk). Call it
@@ -411,18 +601,18 @@ class _Shard:
     def written(self, entry: IndexEntry) -> bool:
         """Prepared in this run and due by now: the timed writer has written it (the sink makes sure before the
         batch commits), though the bucket, and so the index, still hold it until a fire retires it."""
-        info = self.get(bucket_of(entry.due_ms))
-        through = None if info is None else info.prepared_through(self.run)
+        info = self.get(self.locate(entry.due_ms))
+        through = None if info is None else info.prepared_through(self.run)  # a coarse bucket is never prepared
         return through is not None and entry.due_ms <= through and entry.due_ms <= self.now_ms
 
     def may_be_held(self, entry: IndexEntry) -> bool:
         """Whether the timed writer may hold this pending version (prepared in this run, not yet due)."""
-        info = self.get(bucket_of(entry.due_ms))
+        info = self.get(self.locate(entry.due_ms))
         through = None if info is None else info.prepared_through(self.run)
         return through is not None and entry.due_ms <= through
 
     def strike(self, entry: IndexEntry) -> None:
-        self.struck.setdefault(bucket_of(entry.due_ms), []).append(entry.delivery_id)
+        self.struck.setdefault(self.locate(entry.due_ms), []).append(entry.delivery_id)
 
     def arm(self, bucket: int, info: BucketInfo, timer_ms: int) -> None:
         info.timer_ms = timer_ms
@@ -445,7 +635,13 @@ class _Shard:
         if info is None:
             info = self.cache[bucket] = BucketInfo(created_seq=self.seq, timer_ms=FAR_FUTURE_MS)
         self.write_chunks(bucket, info, entries)
-        timer_ms = int(entries["due_ms"].min()) - self.window_ms - self.lead_ms(info)
+        if is_coarse(bucket):
+            # Refined one width of its level before it starts: its buckets of the level below are then all
+            # armed ahead of their own instants.
+            level = level_of(bucket)
+            timer_ms = key_range(bucket)[0] - level_width(level) - self.window_ms - self.lead_ms(info)
+        else:
+            timer_ms = int(entries["due_ms"].min()) - self.window_ms - self.lead_ms(info)
         if timer_ms <= self.now_ms:
             return True
         if timer_ms < info.timer_ms:
@@ -535,6 +731,62 @@ class _Shard:
                                                max(now + 1, prepare_at - self.window_ms - lead)) if t is not None))
         self.dirty.add(bucket)
 
+    def refine(self, bucket: int, info: BucketInfo) -> Iterator[pd.DataFrame]:
+        """A coarse bucket one width of its level before its start: its schedules (less those struck) move to the
+        buckets of the level below (a level of seconds: the usual buckets), which take over its place among the
+        levels. Nothing is emitted but what those buckets emit if already due (a late timer). No schedule leaves
+        state, so the index is untouched."""
+        level, (start, end) = level_of(bucket), key_range(bucket)
+        levels = self.levels()
+        struck: set = set(self.struck.pop(bucket, ()))
+        for n, _ in info.strikes:
+            struck.update(self.store.strikes_get(bucket, n))
+            self.store.strikes_remove(bucket, n)
+        levels.coarse.discard(bucket)
+        levels.changed = True
+        self.refined.add(bucket)
+        if level == 1:
+            levels.raise_mark(end)  # its seconds are now ordinary (unlisted) one-second buckets
+        self.cache[bucket] = None
+        self.dirty.discard(bucket)
+        self.store.bucket_remove(bucket)
+        pieces, pieces_bytes = [], 0
+        for n, _ in info.chunks:
+            frame = self.store.chunk_get(bucket, n)
+            self.store.chunk_remove(bucket, n)
+            if struck:
+                frame = frame[~frame["delivery_id"].isin(struck)]
+            if not len(frame):
+                continue
+            pieces.append(frame)
+            pieces_bytes += int(frame["entry_bytes"].sum())
+            if pieces_bytes >= SEAL_BYTES:  # bounded memory: a herd in a coarse bucket moves a few chunks at a time
+                yield from self._move_down(level, pieces)
+                pieces, pieces_bytes = [], 0
+        if pieces:
+            yield from self._move_down(level, pieces)
+
+    def _move_down(self, level: int, pieces: list) -> Iterator[pd.DataFrame]:
+        rows = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0].reset_index(drop=True)
+        yield from self.file_frames(self._children(level, rows))
+
+    def _children(self, level: int, rows: pd.DataFrame) -> dict:
+        """bucket -> rows: the buckets one level below ``level`` that take the rows of a bucket refined; a child
+        refined already by this call (its timer was past) hands its share further down."""
+        keys = key_at(level - 1, rows["due_ms"].to_numpy(dtype=np.int64))
+        frames = {}
+        levels = self.levels()
+        for key, group in rows.groupby(keys, sort=False):
+            key = int(key)
+            if key in self.refined:
+                frames.update(self._children(level - 1, group))
+                continue
+            self.cache.setdefault(key, None)  # nothing else lies within a coarse bucket: not read
+            if level > 1 and key not in levels.coarse:
+                levels.coarse.add(key)
+            frames[key] = group
+        return frames
+
     def _skipped(self, frame: pd.DataFrame, emit: pd.Series) -> Optional[pd.Series]:
         """The firings of skip crons about to be emitted that were missed: due before the running job started (it was
         down, or starting, at their instant). Not delivered; the cron goes on from its first firing since the start.
@@ -595,8 +847,7 @@ class _Shard:
                 for sid, due_ms, delivery_id, version_digest in zip(later["sid"], later["due_ms"],
                                                                    later["delivery_id"], later["digest"]):
                     index.put(bytes(sid), IndexEntry(int(due_ms), delivery_id, bytes(version_digest)))
-                yield from self.file_frames({int(b): group for b, group in
-                                             later.groupby(later["due_ms"] // BUCKET_MS, sort=False)})
+                yield from self.file_frames(self.place(later))
 
     def file_frames(self, frames: dict) -> Iterator[pd.DataFrame]:
         """File schedules not yet due (bucket -> entries); yields what is emitted meanwhile: those within what this
@@ -615,7 +866,10 @@ class _Shard:
             if self.file(bucket, frame):
                 to_ripen.append(bucket)
         for bucket in to_ripen:
-            yield from self.ripen(bucket, self.get(bucket))
+            info = self.get(bucket)
+            if info is None:  # a coarse bucket refined meanwhile (by a refine of this loop): moved on already
+                continue
+            yield from (self.refine if is_coarse(bucket) else self.ripen)(bucket, info)
 
     def rows_by_delivery_id(self, wanted: dict) -> dict:
         """bucket -> delivery ids: the Schedules of those rows (a cron's definition, read when it is paused)."""
@@ -679,6 +933,14 @@ class _Shard:
                 self.store.bucket_put(bucket, self.cache[bucket])
         for timer_ms, buckets in self.armed.items():
             self.store.armed_put(timer_ms, buckets)
+        levels = self._levels
+        if levels is not None and (levels.changed or levels.listed):
+            gone = {key for key in levels.listed if key in self.cache and self.cache[key] is None}
+            if gone:  # emptied in this call: no need to keep them apart any more
+                levels.listed -= gone
+                levels.changed = True
+            if levels.changed:
+                self.store.levels_put(levels.fine_mark, sorted(levels.coarse), sorted(levels.listed))
         self._index.commit()
 
 
@@ -742,7 +1004,7 @@ def cron_digest_of_entry(r) -> bytes:
     return cron_digest(schedule_of_entry(r))
 
 
-def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: dict,
+def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: tuple[list, list],
                    min_interval_ms: int) -> None:
     """The requests of crons, per id in log order (see protocols.md, "Recurring schedules"). A cron's state is its one
     pending firing in the wheel (the index names it), or, paused, its definition in the ``paused`` map (the index
@@ -755,7 +1017,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
     for sid, requests in by_sid.items():
         entry = index.get(sid)
         if entry is not None and entry.due_ms != PAUSED_MS and any(r.action is Action.CRON_PAUSE for r in requests):
-            wanted.setdefault(bucket_of(entry.due_ms), set()).add(entry.delivery_id)
+            wanted.setdefault(shard.locate(entry.due_ms), set()).add(entry.delivery_id)
     rows = shard.rows_by_delivery_id(wanted) if wanted else {}
 
     for sid, requests in by_sid.items():
@@ -859,7 +1121,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
             if initial is not None:
                 index.remove(sid)
         else:
-            schedules, ids = to_file.setdefault(bucket_of(version.due_ms), ([], []))
+            schedules, ids = to_file
             schedules.append(version)
             ids.append((sid, version_digest))
             index.put(sid, IndexEntry(version.due_ms, version.delivery_id, version_digest))
@@ -987,7 +1249,7 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     shard = _Shard(store, store.next_seq(), now_ms, window_ms, run, started_ms=started_ms)
     outcomes, by_topic = result.outcomes, result.by_topic
     due_now: list[Schedule] = []
-    to_file: dict[int, tuple[list[Schedule], list[tuple]]] = {}
+    to_file: tuple[list[Schedule], list[tuple]] = ([], [])  # not due yet: (schedules, (sid, digest) of each)
     index = shard.index()
     fresh = fresh_crons = None
     if has_keyed or has_cron_adds:
@@ -1037,7 +1299,7 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
             if current is not None or written is not None:
                 index.remove(sid)
             continue
-        schedules, ids = to_file.setdefault(bucket_of(pending.due_ms), ([], []))
+        schedules, ids = to_file
         schedules.append(pending)
         if internal:
             ids.append((None, None))
@@ -1047,7 +1309,7 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     if cron_sids:
         _cron_requests(shard, cron_sids, result, to_file, cron_min_interval_ms)
 
-    frames = {bucket: entries_frame(schedules, ids) for bucket, (schedules, ids) in to_file.items()}
+    to_place = [entries_frame(*to_file)] if to_file[0] else []
     if due_now:
         result.emitted.append(entries_frame(due_now))
     bulk, bulk_topics = [], []
@@ -1080,16 +1342,16 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
         if due_mask.any():
             result.emitted.append(rows[due_mask].reset_index(drop=True))
         later = rows[~due_mask]
-        for bucket, group in later.groupby(later["due_ms"] // BUCKET_MS, sort=False):
-            bucket = int(bucket)
-            frames[bucket] = pd.concat([frames[bucket], group]) if bucket in frames else group
+        if len(later):
+            to_place.append(later)
     if fresh_crons is not None and len(fresh_crons):
         filed = _fresh_cron_adds(shard, fresh_crons, result, cron_min_interval_ms)
         if filed is not None:
-            for bucket, group in filed.groupby(filed["due_ms"] // BUCKET_MS, sort=False):
-                bucket = int(bucket)
-                frames[bucket] = pd.concat([frames[bucket], group]) if bucket in frames else group
-    result.emitted.extend(shard.file_frames(frames))
+            to_place.append(filed)
+    if to_place:
+        # All of the call's schedules placed at once: which seconds are dense is judged over all of them.
+        rows = pd.concat(to_place, ignore_index=True) if len(to_place) > 1 else to_place[0]
+        result.emitted.extend(shard.file_frames(shard.place(rows)))
     result.emitted.extend(shard.advance_crons())
     result.emitted = [mark_expired(frame, now_ms) for frame in result.emitted]
     result.skipped = shard.skipped
@@ -1114,7 +1376,7 @@ def fire(store: ShardStore, timer_ms: int, now_ms: int, window_ms: int = 0, run:
         if shard is None:
             shard = _Shard(store, store.next_seq(), now_ms, window_ms, run, lazy=True, started_ms=started_ms)
         shard.cache[bucket] = info
-        for frame in shard.ripen(bucket, info):
+        for frame in (shard.refine if is_coarse(bucket) else shard.ripen)(bucket, info):
             yield mark_expired(frame, now_ms)
     if shard is not None:
         for frame in shard.advance_crons():
@@ -1138,6 +1400,7 @@ class MemoryShardStore:
         self.strikes: dict[tuple[int, int], list] = {}
         self.armed: dict[int, list] = {}
         self.paused: dict[bytes, pd.DataFrame] = {}
+        self.levels: Optional[tuple[int, list, list]] = None
         self.timers = timers if timers is not None else set()
 
     def next_seq(self):
@@ -1161,6 +1424,9 @@ class MemoryShardStore:
 
     def bucket_items(self):
         return [(bucket, info.copy()) for bucket, info in self.buckets.items()]
+
+    def bucket_keys(self):
+        return list(self.buckets)
 
     def chunk_index(self, bucket, n):
         return self.chunks[(bucket, n)][["sid", "due_ms", "delivery_id", "digest"]].copy()
@@ -1223,3 +1489,9 @@ class MemoryShardStore:
 
     def paused_items(self):
         return [(sid, entry.copy()) for sid, entry in self.paused.items()]
+
+    def levels_get(self):
+        return None if self.levels is None else (self.levels[0], list(self.levels[1]), list(self.levels[2]))
+
+    def levels_put(self, fine_mark, coarse, listed):
+        self.levels = (fine_mark, list(coarse), list(listed))
