@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from kafka_scheduler.engine import wheel
 from kafka_scheduler.ops import listing
 from kafka_scheduler.ops.listing import (BUCKET_MS, BadPageToken, Cursor, ListFilters, decode_token, encode_token,
                                          find_paused, find_sid, list_query, list_schedules, render_table, schedule_view, sid_parts)
@@ -23,10 +24,23 @@ def row(due_ms: int, delivery: str, sid: bytes | None = b"id:requests/x", topic:
             "delivery_id": delivery, "partition": None, "sid": sid, **extra}
 
 
+def one_second_buckets(due_ms: int) -> int:
+    return due_ms // BUCKET_MS
+
+
+def coarse_and_one_second_buckets(due_ms: int) -> int:
+    """Bucket keys as the wheel's coarse levels lay them out (disjoint spans): every third ~68-minute span is one
+    level-2 bucket; of the rest, even 64 s spans are level-1 buckets, odd ones one-second buckets."""
+    if due_ms // wheel.level_width(2) % 3 == 2:
+        return wheel.key_at(2, due_ms)
+    return wheel.key_at(1 if due_ms // wheel.level_width(1) % 2 == 0 else 0, due_ms)
+
+
 class FakeState:
     """A BucketSource over (shard, bucket) -> chunk frames, with struck delivery ids; counts what is read."""
 
-    def __init__(self, rows=(), shards: int = 3, chunk_rows: int = 4):
+    def __init__(self, rows=(), shards: int = 3, chunk_rows: int = 4, bucket_of=one_second_buckets):
+        self.bucket_of = bucket_of
         self.chunks: dict[tuple[int, int, int], pd.DataFrame] = {}
         self.struck: dict[tuple[int, int], set] = {}
         self.shards, self.chunk_rows = shards, chunk_rows
@@ -40,7 +54,7 @@ class FakeState:
         by_place: dict[tuple[int, int], list] = {}
         for r in rows:
             shard = hash(r["sid"] or r["delivery_id"]) % self.shards
-            by_place.setdefault((shard, r["due_ms"] // BUCKET_MS), []).append(r)
+            by_place.setdefault((shard, self.bucket_of(r["due_ms"])), []).append(r)
         for (shard, bucket), found in by_place.items():
             for i in range(0, len(found), self.chunk_rows):
                 n = self._count.get((shard, bucket), 0)
@@ -58,11 +72,13 @@ class FakeState:
 
     @staticmethod
     def _in(bucket, low, high):
-        return bucket >= low and (high is None or bucket <= high)
+        first, last = listing.bucket_span_s(bucket)
+        return last >= low and (high is None or first <= high)
 
     def buckets(self, low, high, count):
         self.reads.append(("buckets", low, high, count))
-        rows = sorted(b for _, b, _ in self.chunks if self._in(b, low, high))[:count * listing.CHUNKS_PER_BUCKET]
+        rows = sorted(listing.bucket_span_s(b)[1] for _, b, _ in self.chunks
+                      if self._in(b, low, high))[:count * listing.CHUNKS_PER_BUCKET]
         return sorted(set(rows))[:count], len(rows) < count * listing.CHUNKS_PER_BUCKET
 
     def strikes(self, low, high):
@@ -185,17 +201,33 @@ def test_the_next_page_reads_the_newest_state_after_the_last_key_shown():
     assert not first.to_json()["state_moved_on"]
 
 
+PAGING_SCRIPT = (st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), min_size=0, max_size=60),
+                 st.integers(1, 7), st.lists(st.tuples(st.sampled_from(["cancel", "add"]), st.integers(0, 80)),
+                                             max_size=20), st.data())
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), min_size=0, max_size=60),
-       st.integers(1, 7), st.lists(st.tuples(st.sampled_from(["cancel", "add"]), st.integers(0, 80)), max_size=20),
-       st.data())
+@given(*PAGING_SCRIPT)
 def test_paging_while_state_moves_on_lists_no_schedule_twice_and_every_one_pending_throughout_once(
         spec, limit, changes, data):
-    rows = [row(T0 + due * 300, f"r-{i}", sid=f"id:requests/r{i}".encode(), topic=f"t{dest}")
+    check_paging(spec, limit, changes, data, step_ms=300, bucket_of=one_second_buckets)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(*PAGING_SCRIPT)
+def test_paging_over_coarse_buckets_keeps_the_order_and_the_due_time_filters(spec, limit, changes, data):
+    """Dues ~3.5 minutes to ~2.5 hours apart in level-1, level-2 and one-second buckets (the wheel's coarse levels):
+    bucket keys no longer follow the due times, their spans do."""
+    check_paging(spec, limit, changes, data, step_ms=wheel.level_width(1) * 7 // 2, bucket_of=coarse_and_one_second_buckets)
+
+
+def check_paging(spec, limit, changes, data, step_ms, bucket_of):
+    rows = [row(T0 + due * step_ms, f"r-{i}", sid=f"id:requests/r{i}".encode(), topic=f"t{dest}")
             for i, (due, dest) in enumerate(spec)]
-    state = FakeState(rows, chunk_rows=3)
+    state = FakeState(rows, chunk_rows=3, bucket_of=bucket_of)
     filters = data.draw(st.sampled_from([ListFilters(), ListFilters(destination="t1"),
-                                         ListFilters(due_after_ms=T0 + 3000, due_before_ms=T0 + 9000)]))
+                                         ListFilters(due_after_ms=T0 + 10 * step_ms + 7,
+                                                     due_before_ms=T0 + 30 * step_ms + 11)]))
     removed: set = set()
     pending_throughout = {r["delivery_id"] for r in rows}
     plan = list(changes)
@@ -210,7 +242,7 @@ def test_paging_while_state_moves_on_lists_no_schedule_twice_and_every_one_pendi
                 state.strike(victim)
                 removed.add(victim)
             else:
-                state.add([row(T0 + at * 150, f"n-{n}-{at}-{len(plan)}", topic=f"t{at % 4}")])
+                state.add([row(T0 + at * step_ms // 2, f"n-{n}-{at}-{len(plan)}", topic=f"t{at % 4}")])
 
     shown = every_page(state, filters, limit, between)
     keys = [d for _, d in shown]
@@ -321,3 +353,16 @@ def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel(
         assert [s["id"] for s in found.paused] == ids, filters
     assert list(find_paused(Source(state), b"cron:requests/daily")["delivery_id"]) == ["requests-0-7"]
     assert find_paused(Source(state), b"cron:requests/weekly").empty
+
+
+def test_the_spans_of_bucket_keys_in_spark_sql_are_the_wheels(spark):
+    """The page's bucket ranges are computed by Spark from the state's keys (StateSource): one-second keys and the
+    coarse keys of every level give the spans engine/wheel.py gives them."""
+    keys = [T0 // BUCKET_MS, T0 // BUCKET_MS + 1, 0, -5] + [
+        int(wheel.key_at(level, T0 + offset)) for level in range(1, wheel.COARSE_LEVELS + 1)
+        for offset in (0, 1, wheel.level_width(level) - 1, 5 * wheel.level_width(level) + 3)]
+    first, last = listing._span_sql("bucket")
+    rows = spark.createDataFrame([(k,) for k in keys], "bucket long").selectExpr(
+        "bucket", f"{first} AS first", f"{last} AS last").collect()
+    assert {r["bucket"]: (r["first"], r["last"]) for r in rows} == {k: listing.bucket_span_s(k) for k in keys}
+    assert len({listing.bucket_span_s(k) for k in keys}) == len(set(keys))

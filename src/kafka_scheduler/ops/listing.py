@@ -13,8 +13,9 @@ after the pages already read; one cancelled or delivered meanwhile is not shown 
 state moved on (``continued_from_batch`` differs from ``batch``). A token given with other filters, or damaged, is
 refused (``BadPageToken``: a 400, or exit 2).
 
-**Cost.** The state store is keyed by (shard, time bucket of one second): a page reads the distinct buckets from
-the first wanted one on (a small Spark job that ships bucket numbers only), then the chunks and strikes of the first
+**Cost.** The state store is keyed by (shard, time bucket): a bucket holds one second, or, far ahead, a coarse span
+of 64ᴸ seconds (engine/wheel.py, "Coarse levels"); the spans of a shard's buckets never overlap, so buckets are read
+in the order of the seconds they span. A page reads the distinct buckets from the first wanted one on (a small Spark job that ships bucket numbers only), then the chunks and strikes of the first
 few of them, and widens (16, then 256 buckets, then all the rest) only while fewer than ``limit`` + 1 schedules
 matched. Chunks are decoded one at a time and only the ``limit`` + 1 first schedules are kept, so a page holds a few
 chunks in memory, not the state. Filters on the due time narrow the buckets read; the others (destination, id
@@ -38,10 +39,10 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol
 
 import pandas as pd
 
+from ..engine.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, key_range
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
 from .inspection import _iso, _text, cron_view  # the same instant, bytes and cron forms as inspect shows
 
-BUCKET_MS = 1000  # engine/wheel.py's bucket width (recorded in the checkpoint; it has never changed)
 KINDS = ("one-shot", "cron")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -190,12 +191,28 @@ class FirstRows:
 # ---------------------------------------------------------------- the state, read by bucket range
 
 
+def bucket_span_s(key: int) -> tuple[int, int]:
+    """The first and the last second (both included) of the due times bucket ``key`` holds."""
+    start_ms, end_ms = key_range(key)
+    return start_ms // BUCKET_MS, end_ms // BUCKET_MS - 1
+
+
+def _span_sql(column: str) -> tuple[str, str]:
+    """``bucket_span_s`` of a bucket key column, as two Spark SQL expressions (first second, last second)."""
+    offset = f"({column} - {COARSE_BASE})"
+    width = f"CAST(pow({LEVEL_FANOUT}, pmod({offset}, 8)) AS BIGINT)"
+    return (f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE ({offset} div 8) * {width} END",
+            f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE ({offset} div 8 + 1) * {width} - 1 END")
+
+
 class BucketSource(Protocol):
-    """The wheel's state of one committed batch, read by ranges of buckets (both ends included; None: open)."""
+    """The wheel's state of one committed batch, read by ranges of seconds (both ends included; None: open): the
+    buckets whose span (``bucket_span_s``) meets the range."""
 
     def buckets(self, low: int, high: Optional[int], count: int) -> tuple[list[int], bool]:
-        """The first distinct buckets holding chunks in [low, high], ascending: at most ``count``, found among the
-        first ``count`` * CHUNKS_PER_BUCKET chunks (so perhaps fewer); and whether that is all the range holds."""
+        """The first distinct buckets holding chunks due in [low, high], as the last second of each, ascending: at
+        most ``count``, found among the first ``count`` * CHUNKS_PER_BUCKET chunks (so perhaps fewer); and whether
+        that is all the range holds."""
 
     def strikes(self, low: int, high: Optional[int]) -> dict[tuple[int, int], set]:
         """(shard, bucket) -> delivery ids struck out of the bucket's chunks."""
@@ -233,17 +250,18 @@ class StateSource:
     def _in_range(self, frame, low: int, high: Optional[int]):
         from pyspark.sql import functions as F
 
-        bucket = F.col("user_map_key.bucket")
-        return frame.where(bucket >= low if high is None else bucket.between(low, high))
+        first, last = (F.expr(e) for e in _span_sql("user_map_key.bucket"))
+        return frame.where(last >= low if high is None else (last >= low) & (first <= high))
 
     def buckets(self, low, high, count):
         from pyspark.sql import functions as F
 
         # The first chunks' buckets, one Spark job without a shuffle (a top-N per task), not a distinct and a sort.
         wanted = count * CHUNKS_PER_BUCKET
-        rows = self._in_range(self._state("chunks"), low, high).select(F.col("user_map_key.bucket").alias(
-            "bucket")).orderBy("bucket").limit(wanted).collect()
-        return sorted({row["bucket"] for row in rows})[:count], len(rows) < wanted
+        rows = self._in_range(self._state("chunks"), low, high).select(F.expr(_span_sql("user_map_key.bucket")[1])
+                                                                       .alias("last")).orderBy("last").limit(wanted)
+        rows = rows.collect()
+        return sorted({row["last"] for row in rows})[:count], len(rows) < wanted
 
     def strikes(self, low, high):
         from pyspark.sql import functions as F
