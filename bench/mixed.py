@@ -190,7 +190,7 @@ def mixed(env: Environment, args) -> dict:
         log(f"  the herd was not all delivered within --time-budget {args.time_budget:.0f}s of its instant")
     expected = len(sent) - len(cancelled)
     try:
-        wait_until(lambda: len(reader.poll()) >= expected, ORDINARY_DUE_S + 120, "the ordinary deliveries",
+        wait_until(lambda: reader.poll() >= expected, ORDINARY_DUE_S + 120, "the ordinary deliveries",
                    progress=lambda: f"{len(reader.rows):,} of {expected:,}")
     except TimeoutError as exc:
         log(f"  {exc}: counting what arrived")
