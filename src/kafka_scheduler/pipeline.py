@@ -53,6 +53,7 @@ class Scheduler:
         self.stop_requested = threading.Event()
         self.totals = Totals()
         self.query = None
+        self.jvm_gone = False  # Spark's JVM ended under the job: nothing to stop on it
         self.metrics = SchedulerMetrics(config.input_topics)
         self.page = StatusPage(self.metrics, config.app_id)
         self._started_at = time.monotonic()
@@ -222,7 +223,8 @@ class Scheduler:
             if self.writer is not None:
                 self.writer.close()
             self.page.detach_state()
-            spark.stop()
+            if not self.jvm_gone:
+                spark.stop()
 
     def _start_exactly_once(self, admin) -> TransactionalSender:
         """The transactional writer: fences a previous driver of this app and reads back what it wrote."""
@@ -294,6 +296,7 @@ class Scheduler:
     def _wait(self) -> Optional[int]:
         """Wait until the query ends or a stop is asked for (then stop it gracefully); the exit code if the query
         failed, else None."""
+        from py4j.protocol import Py4JNetworkError
         from pyspark.errors import StreamingQueryException
 
         query = self.query
@@ -304,6 +307,15 @@ class Scheduler:
                     break
         except StreamingQueryException:
             pass  # examined below: a batch refused because of the stop is a clean end
+        except (Py4JNetworkError, ConnectionError):
+            # Out of heap it exits (session.py: ExitOnOutOfMemoryError, its own line above this one), or was killed.
+            self.jvm_gone = True
+            where = self.config.checkpoint_dir
+            committed = last_committed_batch(where) if is_local(where) else None
+            log.error("spark: the JVM ended under the job (out of memory, or killed): the job stopped. Nothing is "
+                      "lost: %s", "the next start resumes after batch %d" % committed if committed is not None
+                      else "the next start resumes from the checkpoint")
+            return 1
         error = query.exception()
         if error is not None and self.sink.refused_batch is None:
             cause = _storage_failure(str(error))

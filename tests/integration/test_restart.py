@@ -94,3 +94,30 @@ def test_a_sigterm_to_every_process_of_the_job_stops_it_as_gracefully_as_one_to_
     records = reader.read_to_end()
     assert Counter(r.key for r in records) == Counter(keys), "each schedule delivered once"
     assert all(r.timestamp_ms >= ms_of(due[r.key]) for r in records), "delivered before its due time"
+
+
+def test_a_jvm_that_ends_under_the_job_stops_it_with_one_line_and_loses_nothing(kafka, scheduler_factory):
+    """Out of heap the JVM exits (session.py: -XX:+ExitOnOutOfMemoryError) instead of leaving a hung query; killed, it
+    ends the same way. The driver then exits 1 with one error line and no traceback, and the next start delivers
+    what was pending."""
+    scheduler = scheduler_factory().start().warm_up()
+    requests = f"{scheduler.app_id}-schedule-requests"
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    due = at(25)
+    kafka.produce(requests, key=b"k", value=b"v", headers=native(topic, due, "pending"), partition=0)
+    scheduler.mark()
+    [jvm] = [pid for pid in process_tree.descendants(scheduler.process.pid)
+             if process_tree.group_of(pid, scheduler.process.pid, process_tree.command_line(pid)) == "jvm"]
+    mark = scheduler.log_size()
+    process_tree.kill_tree(jvm)
+    assert scheduler.wait_ended(60) == 1, scheduler.log()[-3000:]
+    ending = scheduler.log_since(mark)
+    assert "spark: the JVM ended under the job" in ending and "Nothing is lost" in ending, ending
+    assert "Traceback" not in ending and [line for line in ending.splitlines() if "ERROR" in line] == [
+        next(line for line in ending.splitlines() if "the JVM ended" in line)], ending
+
+    scheduler.start()
+    [record] = reader.wait_for(lambda r: r.key == b"k", timeout=120, what="the pending schedule after the restart",
+                               guard=scheduler.assert_running)
+    assert record.timestamp_ms >= ms_of(due)

@@ -218,6 +218,13 @@ def test_how_an_option_was_given_changes_neither_equality_nor_describe():
     assert "given" not in given.describe()
 
 
+def test_a_jvm_of_the_job_out_of_heap_exits_instead_of_hanging():
+    from kafka_scheduler.engine.session import spark_settings
+    settings = spark_settings(resolve(parse(), environ={}))
+    for side in ("driver", "executor"):
+        assert "-XX:+ExitOnOutOfMemoryError" in settings[f"spark.{side}.extraJavaOptions"].split()
+
+
 def test_the_state_retention_settings_reach_spark():
     from kafka_scheduler.engine.session import spark_settings
     assert spark_settings(resolve(parse(), environ={}))["spark.sql.streaming.minBatchesToRetain"] == "20"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -12,6 +13,9 @@ from ..kafka.jars import jar_paths
 from .stop_signals import engine_deaf_to_sigterm
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+EXIT_ON_OUT_OF_MEMORY = "-XX:+ExitOnOutOfMemoryError"
+
+log = logging.getLogger(__name__)
 
 
 def under_spark_submit() -> bool:
@@ -43,8 +47,13 @@ def spark_settings(config: Config) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": config.driver_memory,
         # Avro's limits keep a hostile Sky Avro value from making the JVM allocate gigabytes (dialects/sky_avro.py).
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()}",
-        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()}",
+        # A JVM out of heap exits: Spark's threads die one by one on an OutOfMemoryError and the query hangs with
+        # the process alive (seen: a herd of 1,000,000 with --exactly-once at --driver-memory 1g), where an exit
+        # lets the driver stop with an error and a supervisor start it again.
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()} "
+                                         f"{EXIT_ON_OUT_OF_MEMORY}",
+        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()} "
+                                           f"{EXIT_ON_OUT_OF_MEMORY}",
     }
     if not under_spark_submit():
         settings["spark.master"] = config.master
@@ -70,4 +79,15 @@ def build_session(config: Config):
     for name, value in AVRO_LIMITS.items():
         spark.sparkContext._jvm.java.lang.System.setProperty(name, str(value))
     spark.sparkContext.setLogLevel("WARN")
+    quiet_when_the_jvm_ends(spark)
     return spark
+
+
+def quiet_when_the_jvm_ends(spark) -> None:
+    """When the JVM ends under the driver (out of heap, killed), py4j and PySpark's accumulator server each print a
+    traceback of the broken connection; the job says it in one line instead (pipeline.Scheduler._wait)."""
+    # py4j logs its connection errors through the root logger ("Exception while sending command.", a traceback).
+    logging.getLogger().addFilter(lambda record: f"{os.sep}py4j{os.sep}" not in record.pathname)
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda _request, _address: log.debug("accumulator server: %s", sys.exc_info()[1])
