@@ -218,7 +218,8 @@ def test_paging_while_state_moves_on_lists_no_schedule_twice_and_every_one_pendi
 def test_paging_over_coarse_buckets_keeps_the_order_and_the_due_time_filters(spec, limit, changes, data):
     """Dues ~3.5 minutes to ~2.5 hours apart in level-1, level-2 and one-second buckets (the wheel's coarse levels):
     bucket keys no longer follow the due times, their spans do."""
-    check_paging(spec, limit, changes, data, step_ms=wheel.level_width(1) * 7 // 2, bucket_of=coarse_and_one_second_buckets)
+    check_paging(spec, limit, changes, data, step_ms=wheel.level_width(1) * 7 // 2,
+                 bucket_of=coarse_and_one_second_buckets)
 
 
 def check_paging(spec, limit, changes, data, step_ms, bucket_of):
