@@ -17,9 +17,9 @@ refused (``BadPageToken``: a 400, or exit 2).
 of 64ᴸ seconds (engine/wheel.py, "Coarse levels"); the spans of a shard's buckets never overlap, so buckets are read
 in the order of the seconds they span. A page reads the distinct buckets from the first wanted one on (a small Spark
 job that ships bucket numbers only), then the chunks and strikes of the first few of them, and widens (16, then 256
-buckets, then all the rest) only while fewer than ``limit`` + 1 schedules matched. Chunks are decoded one at a time and only the ``limit`` + 1 first schedules are kept, so a page holds a few
-chunks in memory, not the state. Filters on the due time narrow the buckets read; the others (destination, id
-prefix, kind) are applied to each chunk.
+buckets, then all the rest) only while fewer than ``limit`` + 1 schedules matched. Chunks are decoded one at a time
+and only the ``limit`` + 1 first schedules are kept, so a page holds a few chunks in memory, not the state. Filters
+on the due time narrow the buckets read; the others (destination, id prefix, kind) are applied to each chunk.
 
 **Kinds.** A schedule id (``sid``) of ``cron:`` names a recurring schedule: its row is the cron's next firing, and its
 ``cron_*`` columns (the cron's definition, written by the cron engine) are shown under ``cron`` as ``inspect`` shows them. Anything else is a
