@@ -86,6 +86,7 @@ DENSE_ROWS = 32
 # Coarse bucket keys: above every one-second bucket (|due_ms // BUCKET_MS| < 2**53), level in the low 3 bits.
 COARSE_BASE = 1 << 60
 COARSE_MIN = 1 << 59
+LEVEL_SLOTS = 8  # key = COARSE_BASE + index * LEVEL_SLOTS + level
 
 
 def bucket_of(due_ms: int) -> int:
@@ -98,7 +99,7 @@ def level_width(level: int) -> int:
 
 def coarse_key(level: int, index):
     """The key of the level-``level`` bucket number ``index`` (ints or numpy arrays)."""
-    return COARSE_BASE + index * 8 + level
+    return COARSE_BASE + index * LEVEL_SLOTS + level
 
 
 def is_coarse(key: int) -> bool:
@@ -106,14 +107,14 @@ def is_coarse(key: int) -> bool:
 
 
 def level_of(key: int) -> int:
-    return 0 if key < COARSE_MIN else (key - COARSE_BASE) % 8
+    return 0 if key < COARSE_MIN else (key - COARSE_BASE) % LEVEL_SLOTS
 
 
 def key_range(key: int) -> tuple[int, int]:
     """[start, end) in ms of the due times a bucket holds."""
     if key < COARSE_MIN:
         return key * BUCKET_MS, (key + 1) * BUCKET_MS
-    level, index = (key - COARSE_BASE) % 8, (key - COARSE_BASE) // 8
+    level, index = level_of(key), (key - COARSE_BASE) // LEVEL_SLOTS
     width = level_width(level)
     return index * width, (index + 1) * width
 

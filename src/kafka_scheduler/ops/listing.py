@@ -39,7 +39,7 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol
 
 import pandas as pd
 
-from ..engine.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, key_range
+from ..engine.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
 from .inspection import _iso, _text, cron_view  # the same instant, bytes and cron forms as inspect shows
 
@@ -200,9 +200,10 @@ def bucket_span_s(key: int) -> tuple[int, int]:
 def _span_sql(column: str) -> tuple[str, str]:
     """``bucket_span_s`` of a bucket key column, as two Spark SQL expressions (first second, last second)."""
     offset = f"({column} - {COARSE_BASE})"
-    width = f"CAST(pow({LEVEL_FANOUT}, pmod({offset}, 8)) AS BIGINT)"
-    return (f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE ({offset} div 8) * {width} END",
-            f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE ({offset} div 8 + 1) * {width} - 1 END")
+    width = f"CAST(pow({LEVEL_FANOUT}, pmod({offset}, {LEVEL_SLOTS})) AS BIGINT)"
+    index = f"({offset} div {LEVEL_SLOTS})"
+    return (f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE {index} * {width} END",
+            f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE ({index} + 1) * {width} - 1 END")
 
 
 class BucketSource(Protocol):
