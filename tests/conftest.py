@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ os.environ.setdefault("KAFKA_SCHEDULER_METRICS_PORT", "0")
 # suite whose two workers compete for 2 cores. spark-class reads SPARK_LAUNCHER_OPTS for its launcher JVM and
 # SPARK_SUBMIT_OPTS for the driver's; jobs the tests start inherit both. Production runs keep the JVM's defaults.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+TEST_JVM_OPTIONS_SET_HERE = "SPARK_SUBMIT_OPTS" not in os.environ
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 os.environ.setdefault("SPARK_LAUNCHER_OPTS", TEST_JVM_OPTIONS)
 
@@ -71,6 +73,26 @@ def xdist_group(item, spark_files: set) -> str | None:
                                                                                           "class"):
             return file_key(item)
     return None
+
+
+def pytest_configure(config):
+    """The Spark driver JVMs start on a class archive (tests/jvm_archive.py: a quarter less CPU per job). Built
+    here, before the workers start (they inherit the options), when the run may start jobs and none is there yet."""
+    if hasattr(config, "workerinput") or not TEST_JVM_OPTIONS_SET_HERE:
+        return
+    from tests import jvm_archive
+    archive = jvm_archive.ensure(TEST_JVM_OPTIONS, build=may_start_jobs(config))
+    if archive is not None:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{TEST_JVM_OPTIONS} {jvm_archive.options(archive)}"
+
+
+def may_start_jobs(config) -> bool:
+    """Whether the run includes integration tests: unit-only runs use an archive that is there but build none."""
+    if "not integration" in (config.getoption("markexpr", "") or ""):
+        return False
+    paths = [Path(a.split("::")[0]).resolve() for a in config.args] or [Path.cwd()]
+    unit = Path(__file__).parent / "unit"
+    return any(not path.is_relative_to(unit) for path in paths)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks (`make test`: --dist loadgroup)
