@@ -380,16 +380,26 @@ def _trust_any_nonce(cache, token):
     return cache.nonce is not None and token.base <= cache.version <= token.version
 
 
-def _stored_index_ignoring_strikes(store):
-    entries = {}
-    for bucket, info in store.bucket_items():
-        for n, _ in info.chunks:
-            rows = store.chunk_index(bucket, n)
-            for sid_, due_ms, delivery_id, digest in zip(rows["sid"], rows["due_ms"], rows["delivery_id"],
-                                                         rows["digest"]):
-                if sid_ is not None:
-                    entries[bytes(sid_)] = index_cache.IndexEntry(int(due_ms), delivery_id, bytes(digest))
-    return entries
+class _WithoutStrikes:
+    """A store whose strike lists read empty."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def strikes_get(self, bucket, n):
+        return []
+
+
+ORIGINAL_STORED_INDEX = index_cache.stored_index
+
+
+def _stored_index_ignoring_strikes(store, *args, **kwargs):
+    # Wraps the rule rather than copying it: a copy stopped matching its signature (the overlay) and went red with
+    # a TypeError, whatever the tests checked.
+    return ORIGINAL_STORED_INDEX(_WithoutStrikes(store), *args, **kwargs)
 
 
 def _forget_nothing(self, delivered):
