@@ -39,6 +39,8 @@ from kafka_scheduler.protocol import SOURCE_OFFSET
 from kafka_scheduler.engine.schedule import Action, Cron, Outcome, Request, Schedule, WriteBack, firing_id, is_cron
 from kafka_scheduler.engine.wheel_processor import log_order
 
+from .model_examples import scaled
+
 
 def sched(due: int, value: Optional[bytes] = b"v", version: str = "t-0-0", topic: str = "out",
           key: Optional[bytes] = b"k", headers=(("h", b"1"),)) -> Schedule:
@@ -707,21 +709,26 @@ def check_script(script, engine_class) -> None:
         now += advance
 
 
-PROPERTY_EXAMPLES = 1000
+# Examples per run (model_examples.py): the derandomized mutant tests below fail by example 290 at most ("digest
+# ignores the value"; 16-770 over seeds 0-9, mean 181), times 3.
+PROPERTY_EXAMPLES = 900
 
 
 @pytest.mark.parametrize("engine_class", ENGINES, ids=ENGINE_IDS)
-@settings(max_examples=PROPERTY_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(PROPERTY_EXAMPLES), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=scripts)
 def test_rules_match_the_reference_model(engine_class, script):
     check_script(script, engine_class)
 
 
+# The cron mutants fail by example 393 at most ("digest ignores the max lateness"; 154-1,318 over seeds 0-5):
+# three times that is above 500, which stays (a plain run catches that mutant about every other time).
 CRON_PROPERTY_EXAMPLES = 500
 
 
 @pytest.mark.parametrize("engine_class", ENGINES, ids=ENGINE_IDS)
-@settings(max_examples=CRON_PROPERTY_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(CRON_PROPERTY_EXAMPLES), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(script=cron_scripts)
 def test_cron_rules_match_the_reference_model(engine_class, script):
     """Add, replace, pause, resume (replay and skip), cancel, bounds, expiry, restarts (and jumps of the clock while

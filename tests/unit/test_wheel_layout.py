@@ -19,6 +19,7 @@ from kafka_scheduler.engine import index_cache, wheel
 from kafka_scheduler.engine.index_cache import IndexCache
 from kafka_scheduler.engine.schedule import Action, Outcome, Request, Schedule
 
+from .model_examples import scaled
 from .test_schedule_rules import WheelEngine, check_script, cron_scripts, scripts
 
 DUE = 3_600_000  # one bucket, far ahead
@@ -140,8 +141,8 @@ def test_a_slice_goes_over_the_limit_by_at_most_its_last_row(values):
         assert sum(sizes[:-1]) < 1024
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(max_examples=scaled(200), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                           HealthCheck.function_scoped_fixture])
 @given(script=scripts)
 def test_rules_still_match_the_reference_with_tiny_chunks_and_strike_lists(monkeypatch, script):
     """Splitting, sealing and merging at every turn changes nothing the protocol can see."""
@@ -231,6 +232,10 @@ class WorkersEngine(WheelEngine):
 
 plans = st.lists(st.sampled_from(WORKER_MOVES), min_size=1, max_size=25)
 TINY_LOG = {"KEEP_VERSIONS": 1, "KEEP_CHANGES_FLOOR": 0, "DELTA_PART": 1}
+# Examples per run (model_examples.py): the cache mutants' derandomized runs fail by example 267 at most ("the
+# nonce is ignored"): three times that is above 300, which stays (over seeds 0-9 that mutant took 130-750
+# examples, and more than 1,000 twice: a plain run catches it about every other time).
+WORKER_MEMORY_EXAMPLES = 300
 
 
 def check_with_workers(script, plan, monkeypatch, log_settings):
@@ -240,8 +245,8 @@ def check_with_workers(script, plan, monkeypatch, log_settings):
 
 
 @pytest.mark.parametrize("log_settings", [{}, TINY_LOG], ids=["delta-log", "trimmed-log"])
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(max_examples=scaled(WORKER_MEMORY_EXAMPLES), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(script=scripts, plan=plans)
 def test_rules_match_the_reference_whatever_happens_to_worker_memory(monkeypatch, log_settings, script, plan):
     """Restarts between arbitrary batches, a task moving between workers, attempts thrown away: the
@@ -250,8 +255,8 @@ def test_rules_match_the_reference_whatever_happens_to_worker_memory(monkeypatch
 
 
 @pytest.mark.parametrize("log_settings", [{}, TINY_LOG], ids=["delta-log", "trimmed-log"])
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(max_examples=scaled(150), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                           HealthCheck.function_scoped_fixture])
 @given(script=cron_scripts, plan=plans)
 def test_cron_rules_match_the_reference_whatever_happens_to_worker_memory(monkeypatch, log_settings, script, plan):
     """The same with crons: a fire on a fresh worker that files a cron's next firing rebuilds the index from the
@@ -375,16 +380,26 @@ def _trust_any_nonce(cache, token):
     return cache.nonce is not None and token.base <= cache.version <= token.version
 
 
-def _stored_index_ignoring_strikes(store):
-    entries = {}
-    for bucket, info in store.bucket_items():
-        for n, _ in info.chunks:
-            rows = store.chunk_index(bucket, n)
-            for sid_, due_ms, delivery_id, digest in zip(rows["sid"], rows["due_ms"], rows["delivery_id"],
-                                                         rows["digest"]):
-                if sid_ is not None:
-                    entries[bytes(sid_)] = index_cache.IndexEntry(int(due_ms), delivery_id, bytes(digest))
-    return entries
+class _WithoutStrikes:
+    """A store whose strike lists read empty."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def strikes_get(self, bucket, n):
+        return []
+
+
+ORIGINAL_STORED_INDEX = index_cache.stored_index
+
+
+def _stored_index_ignoring_strikes(store, *args, **kwargs):
+    # Wraps the rule rather than copying it: a copy stopped matching its signature (the overlay) and went red with
+    # a TypeError, whatever the tests checked.
+    return ORIGINAL_STORED_INDEX(_WithoutStrikes(store), *args, **kwargs)
 
 
 def _forget_nothing(self, delivered):
@@ -403,8 +418,8 @@ CACHE_MUTANTS = {
 def test_the_worker_memory_tests_find_each_broken_cache_rule(mutant, monkeypatch):
     (owner, name, replacement), log_settings = CACHE_MUTANTS[mutant]
 
-    @settings(max_examples=300, phases=[Phase.generate], derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=WORKER_MEMORY_EXAMPLES, phases=[Phase.generate], derandomize=True, database=None,
+              deadline=None, suppress_health_check=list(HealthCheck))
     @given(script=scripts, plan=plans)
     def model_test(script, plan):
         check_with_workers(script, plan, monkeypatch, log_settings)
