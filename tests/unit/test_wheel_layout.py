@@ -425,7 +425,7 @@ def test_the_worker_memory_tests_find_each_broken_cache_rule(mutant, monkeypatch
         check_with_workers(script, plan, monkeypatch, log_settings)
 
     monkeypatch.setattr(owner, name, replacement)
-    with pytest.raises(Exception):
+    with pytest.raises(AssertionError):
         model_test()
 
 

@@ -293,7 +293,7 @@ def test_the_level_tests_find_each_broken_rule(mutant, monkeypatch, tiny_levels)
         check_script(script, engine_with(("same",)))
 
     monkeypatch.setattr(owner, name, replacement)
-    with pytest.raises(Exception):
+    with pytest.raises(AssertionError):
         model_test()
 
 
