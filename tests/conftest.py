@@ -77,7 +77,7 @@ def xdist_group(item, spark_files: set) -> str | None:
 
 
 def pytest_configure(config):
-    """The Spark driver JVMs start on a class archive (tests/jvm_archive.py: a quarter less CPU per job). Built
+    """The Spark driver JVMs start on a class archive (tests/jvm_archive.py: a third less JVM CPU per job). Built
     here, before the workers start (they inherit the options), when the run may start jobs and none is there yet."""
     if hasattr(config, "workerinput") or not TEST_JVM_OPTIONS_SET_HERE:
         return

@@ -1,10 +1,11 @@
 """A class-data-sharing archive of the Spark driver JVM for the test suite (JDK 17's dynamic AppCDS).
 
-The suite is bound by CPU, not by waiting: two workers keep both cores busy, and three quarters of that CPU goes to
-the Spark JVMs the tests start (some sixty jobs, the unit tests' session), mostly to load and link the same ~20,000
-classes again each time. A JVM started on an archive of them maps the classes instead: measured on this machine,
-one job's JVM took 4.6-5.2 s of CPU to a running query instead of 8.1-8.8 s, and 17-18 s instead of 22.5-25 s of
-CPU from start to its first deliveries and a graceful stop (docs/testing.md).
+Three quarters of the CPU the suite uses goes to the Spark JVMs of the jobs it starts (some sixty jobs, the unit
+tests' session), much of it to load and link the same ~18,000 classes each time. A JVM started on an archive of
+them maps the classes instead: measured on this machine (bench/job_start_cpu.py), one job's JVM took 4.4 s of CPU
+to a running query instead of 9.1 s, and 15.9 s instead of 23.6 s from start to its first deliveries and a
+graceful stop. On 2 workers the suite mostly waits, so its time did not change (29 min 50 s); the CPU saved
+matters once more workers share the 2 cores (docs/testing.md).
 
 The archive is written by one job that runs the usual path once (a broker of its own, a few schedules delivered,
 SIGTERM): the JVM dumps every class it loaded when it exits (``-XX:ArchiveClassesAtExit``). It is kept in the
