@@ -18,22 +18,17 @@ import statistics
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from tempfile import TemporaryDirectory
-
-from confluent_kafka import Producer
 
 from bench.harness import write_result
 from kafka_scheduler.harness import process_tree
 from kafka_scheduler.harness.job_process import FIRST_BATCH_LINE, RUNNING_LINE, JobProcess
-from kafka_scheduler.harness.topic_reader import TopicReader
 from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 from tests import jvm_archive
 from tests.conftest import TEST_JVM_OPTIONS
 
-SCHEDULES = 20
 
 
 class TreeCpu(threading.Thread):
@@ -76,17 +71,7 @@ def one_run(broker: LocalBroker, work: Path, submit_options: str) -> dict:
     sampler.start()
     job.wait_for_line(RUNNING_LINE, 180, "the query to run")
     running = (round(time.monotonic() - started, 1), sampler.by_kind())
-    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
-    due = (datetime.now(timezone.utc) + timedelta(seconds=5)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    for i in range(SCHEDULES):
-        producer.produce(f"{app_id}-schedule-requests", key=f"k{i}".encode(), value=b"v",
-                         headers=[("x-scheduler-deliver-to", destination.encode()),
-                                  ("x-scheduler-deliver-at", due.encode()),
-                                  ("x-scheduler-request-id", f"k{i}".encode())])
-    producer.flush(30)
-    reader = TopicReader(broker.bootstrap_servers, [destination])
-    reader.wait_for(lambda record: True, count=SCHEDULES, timeout=180, what="deliveries")
-    reader.close()
+    jvm_archive.deliver_a_few(broker.bootstrap_servers, f"{app_id}-schedule-requests", destination, lead_s=5.0)
     delivered = (round(time.monotonic() - started, 1), sampler.by_kind())
     job.stop()
     time.sleep(1.0)  # the sampler's last look at the processes as they end
@@ -126,7 +111,8 @@ def main() -> None:
             "jvm_cpu_total_median": statistics.median(r["total_cpu"]["jvm"] for r in results),
             "python_cpu_total_median": statistics.median(r["total_cpu"]["python"] for r in results)}
         print(f"{name}: {figures[name]}")
-    path = write_result("job-start-cpu", {"runs": args.runs, "schedules": SCHEDULES, "variants": variants},
+    path = write_result("job-start-cpu",
+                        {"runs": args.runs, "schedules": jvm_archive.SCHEDULES, "variants": variants},
                         figures, details={"runs": runs})
     print(f"written to {path}")
 

@@ -99,7 +99,7 @@ def _build(archive: Path, jvm_options: str) -> None:
             jvms = [pid for pid in process_tree.descendants(job.process.pid)
                     if process_tree.command_line(pid).split(" ")[0].endswith("java")]
             try:
-                _deliver_a_few(broker.bootstrap_servers, f"{app_id}-schedule-requests", destination)
+                deliver_a_few(broker.bootstrap_servers, f"{app_id}-schedule-requests", destination, lead_s=2.0)
             finally:
                 job.stop()
             # The JVM writes the archive as it exits, which may be after the job's Python process has ended.
@@ -111,9 +111,10 @@ def _build(archive: Path, jvm_options: str) -> None:
     os.replace(partial, archive)
 
 
-def _deliver_a_few(bootstrap: str, requests: str, destination: str) -> None:
+def deliver_a_few(bootstrap: str, requests: str, destination: str, lead_s: float) -> None:
+    """SCHEDULES native requests due ``lead_s`` from now, to ``destination``; returns once all arrived."""
     from confluent_kafka import Producer
-    due = (datetime.now(timezone.utc) + timedelta(seconds=2)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    due = (datetime.now(timezone.utc) + timedelta(seconds=lead_s)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(SCHEDULES):
         producer.produce(requests, key=f"k{i}".encode(), value=b"v",

@@ -24,6 +24,7 @@ def under_spark_submit() -> bool:
 
 
 def spark_settings(config: Config) -> dict[str, str]:
+    java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()} {EXIT_ON_OUT_OF_MEMORY}"
     settings = {
         "spark.app.name": f"kafka-scheduler:{config.app_id}",
         "spark.sql.shuffle.partitions": str(config.partitions),
@@ -50,10 +51,8 @@ def spark_settings(config: Config) -> dict[str, str]:
         # A JVM out of heap exits: Spark's threads die one by one on an OutOfMemoryError and the query hangs with
         # the process alive (seen: a herd of 1,000,000 with --exactly-once at --driver-memory 1g), where an exit
         # lets the driver stop with an error and a supervisor start it again.
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()} "
-                                         f"{EXIT_ON_OUT_OF_MEMORY}",
-        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()} "
-                                           f"{EXIT_ON_OUT_OF_MEMORY}",
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": java_options,
     }
     if not under_spark_submit():
         settings["spark.master"] = config.master
