@@ -114,7 +114,8 @@ def _build(archive: Path, jvm_options: str) -> None:
 def deliver_a_few(bootstrap: str, requests: str, destination: str, lead_s: float) -> None:
     """SCHEDULES native requests due ``lead_s`` from now, to ``destination``; returns once all arrived."""
     from confluent_kafka import Producer
-    due = (datetime.now(timezone.utc) + timedelta(seconds=lead_s)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    due = datetime.now(timezone.utc) + timedelta(seconds=lead_s)
+    due = due.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(SCHEDULES):
         producer.produce(requests, key=f"k{i}".encode(), value=b"v",
