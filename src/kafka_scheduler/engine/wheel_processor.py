@@ -9,8 +9,9 @@ makes a constant few state calls for it, whatever the number of requests with id
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import pandas as pd
@@ -18,8 +19,8 @@ import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import ArrayType, BinaryType, BooleanType, IntegerType, LongType, StringType, StructField, \
-    StructType
+from pyspark.sql.types import ArrayType, BinaryType, BooleanType, DataType, IntegerType, LongType, StringType, \
+    StructField, StructType
 
 from ..dialects.common import KIND_REJECT
 from ..protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
@@ -439,14 +440,79 @@ def _withdraw_rows(delivery_ids: list) -> pd.DataFrame:
     return _records(KIND_WITHDRAW, [None] * len(delivery_ids), [d.encode() for d in delivery_ids], None, None, None)
 
 
+# Spark converts each frame a handler yields to Arrow on its own, at a fixed cost (~2 ms on this machine) that
+# dwarfs the rows of a usual handler call (a timer row, the batch time, the index size, a few deliveries): a call's
+# small frames go out merged, up to this many rows at a time.
+MERGED_ROWS = 10_000
+
+
+def merged(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """``frames`` in as few frames as ``MERGED_ROWS`` allows; a large one (a slice of a herd) passes at once, so a
+    call that emits millions holds no more of them than before."""
+    held: list[pd.DataFrame] = []
+    rows = 0
+    for frame in frames:
+        if len(frame) > MERGED_ROWS:
+            yield frame
+            continue
+        held.append(frame)
+        rows += len(frame)
+        if rows >= MERGED_ROWS:
+            yield _concat(held)
+            held, rows = [], 0
+    if held:
+        yield _concat(held)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    if len(frames) == 1:
+        return frames[0]
+    with warnings.catch_warnings():
+        # pandas warns that a column all null in some frames may get another dtype in a later release: the Arrow
+        # conversion casts every column to OUTPUT_SCHEMA, whatever dtype pandas picks.
+        warnings.simplefilter("ignore", FutureWarning)
+        return pd.concat(frames, ignore_index=True)
+
+
+# The state variables, as WheelProcessor attributes: (state name, value schema) for a value state, (state name, key
+# schema, value schema) for a map state, in DDL.
+STATE_VARIABLES = {
+    "seq": ("seq", "seq long"),
+    "index_token": ("index_token",
+                    "version long, base long, nonces array<long>, sizes array<long>, entries long"),
+    "deltas": ("index_deltas", "version long, part int", "data binary"),
+    "buckets": ("buckets", "bucket long",
+                "created_seq long, timer_ms long, next_n int, chunks array<struct<n:long,bytes:long>>, "
+                "strikes array<struct<n:long,count:long>>, fires array<struct<seq:long,rule_ms:long>>, "
+                "prep_run string, prep_through long"),
+    "chunks": ("chunks", "bucket long, n int", "data binary"),
+    "strikes": ("strikes", "bucket long, n int", "delivery_ids array<string>"),
+    "armed": ("armed", "timer_ms long", "buckets array<long>"),
+    # Paused crons: the definition (a one-row chunk blob), keyed by the cron's sid (added with issue 19).
+    "paused": ("paused", "sid binary", "data binary"),
+    # Where the buckets are among the levels (wheel.Levels): one value per shard, read once per call that files or
+    # locates a schedule. A checkpoint without it gets it from its bucket keys (added for spread dues).
+    "levels": ("levels", "fine_mark long, coarse array<long>, listed array<long>"),
+}
+
+
+def parsed_state_schemas() -> dict:
+    """DDL -> StructType of every state schema, parsed on the driver once. Given DDL, a task's init asks the JVM to
+    parse each schema (a round trip and a parse per schema, in every task of every batch)."""
+    return {ddl: DataType.fromDDL(ddl) for _, *schemas in STATE_VARIABLES.values() for ddl in schemas}
+
+
 class WheelProcessor(StatefulProcessor):
     """``window_ms``: schedules due up to this far after the batch time are prepared (emitted for the
     driver's timed writer, kept in state until retired); ``run`` names the driver process whose writer
     holds what this run prepares (wheel.BucketInfo's prepare mark); ``started_ms``: when it started (a skip cron's
-    firing due before was missed); ``rejections_topic``: where CRON_ADDs the rules refuse go."""
+    firing due before was missed); ``rejections_topic``: where CRON_ADDs the rules refuse go; ``parsed_schemas``:
+    ``parsed_state_schemas()``, made on the driver (without it, each task's init has the JVM parse each DDL)."""
 
     def __init__(self, window_ms: int = 0, run: str = "", started_ms: Optional[int] = None,
-                 cron_min_interval_ms: int = DEFAULT_CRON_MIN_INTERVAL_MS, rejections_topic: str = ""):
+                 cron_min_interval_ms: int = DEFAULT_CRON_MIN_INTERVAL_MS, rejections_topic: str = "",
+                 parsed_schemas: Optional[dict] = None):
+        self.parsed_schemas = parsed_schemas or {}
         self.window_ms = window_ms
         self.run = run
         self.started_ms = started_ms
@@ -455,27 +521,20 @@ class WheelProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.seq = handle.getValueState("seq", "seq long")
-        self.index_token = handle.getValueState(
-            "index_token", "version long, base long, nonces array<long>, sizes array<long>, entries long")
-        self.deltas = handle.getMapState("index_deltas", "version long, part int", "data binary")
-        self.buckets = handle.getMapState(
-            "buckets", "bucket long",
-            "created_seq long, timer_ms long, next_n int, chunks array<struct<n:long,bytes:long>>, "
-            "strikes array<struct<n:long,count:long>>, fires array<struct<seq:long,rule_ms:long>>, "
-            "prep_run string, prep_through long")
-        self.chunks = handle.getMapState("chunks", "bucket long, n int", "data binary")
-        self.strikes = handle.getMapState("strikes", "bucket long, n int", "delivery_ids array<string>")
-        self.armed = handle.getMapState("armed", "timer_ms long", "buckets array<long>")
-        # Paused crons: the definition (a one-row chunk blob), keyed by the cron's sid (added with issue 19).
-        self.paused = handle.getMapState("paused", "sid binary", "data binary")
-        # Where the buckets are among the levels (wheel.Levels): one value per shard, read once per call that files or
-        # locates a schedule. A checkpoint without it gets it from its bucket keys (added for spread dues).
-        self.levels = handle.getValueState("levels", "fine_mark long, coarse array<long>, listed array<long>")
+        for attribute, (name, *schemas) in STATE_VARIABLES.items():
+            schemas = [self.parsed_schemas.get(ddl, ddl) for ddl in schemas]
+            setattr(self, attribute, handle.getValueState(name, *schemas) if len(schemas) == 1
+                    else handle.getMapState(name, *schemas))
         self.store = MapStateShardStore(self)
         self.new_timers: list[int] = []
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        yield from merged(self._input_frames(key, rows, timerValues))
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
+        yield from merged(self._timer_frames(key, timerValues, expiredTimerInfo))
+
+    def _input_frames(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
         self.new_timers = []
         frames = [f for f in rows if len(f)]
         if not frames:
@@ -535,7 +594,7 @@ class WheelProcessor(StatefulProcessor):
                         + Counter({SKIPPED_FIRINGS: result.skipped}))
         yield from self._reports(shard, now_ms)
 
-    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
+    def _timer_frames(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         self.new_timers = []
         shard = int(key[0])
         self.store.use_shard(shard)
