@@ -239,8 +239,8 @@ class RecordSink:
 
     @cached_property
     def _writer_columns(self) -> list:
-        return ["delivery_id", "due_ms", "kind", "topic", "partition", "key", "value", "headers",
-                self._held.alias("held"), "max_lateness_ms"]
+        return _columns(["delivery_id", "due_ms", "kind", "topic", "partition", "key", "value", "headers",
+                         self._held.alias("held"), "max_lateness_ms"])
 
     def _refusals(self, per_topic: Counter, largest: dict[str, int], partitioned: dict[str, int]) -> "Refusals":
         """What the destinations of this batch's deliveries would refuse, from the broker's metadata (cached)."""
@@ -337,13 +337,17 @@ class RecordSink:
             dead += row_count
         records = records.withColumns(self._fitted_rejections(refusals.rejection_limit))
         deliveries = records.filter(self._is_delivery)
-        parts = [records.select(*RECORD_COLUMNS)]
+        parts = [records.select(*self._record_columns)]
         # A write-back follows its delivery, and also a delivery that became a dead letter: either way the
         # version is finished, and a rebuild from the source topic must not try it again.
         parts.append(records.filter(self._has_write_back).select(*self._write_back_columns))
         copied = deliveries if self.config.history else deliveries.filter(F.col("history"))
         parts.append(copied.select(*self._history_columns))
         return reduce(DataFrame.unionByName, parts), dead
+
+    @cached_property
+    def _record_columns(self) -> list[Column]:
+        return _columns(RECORD_COLUMNS)
 
     @cached_property
     def _record_kinds(self) -> Column:
@@ -373,18 +377,18 @@ class RecordSink:
 
     @cached_property
     def _write_back_columns(self) -> list:
-        return [F.lit(KIND_WRITE_BACK).alias("kind"), F.col("wb_topic").alias("topic"),
-                F.col("wb_partition").alias("partition"), F.col("wb_key").alias("key"),
-                F.lit(None).cast("binary").alias("value"), F.col("wb_headers").alias("headers"), "due_ms", "prepared",
-                "delivery_id", F.lit(None).cast("long").alias("max_lateness_ms")]
+        return _columns([F.lit(KIND_WRITE_BACK).alias("kind"), F.col("wb_topic").alias("topic"),
+                         F.col("wb_partition").alias("partition"), F.col("wb_key").alias("key"),
+                         F.lit(None).cast("binary").alias("value"), F.col("wb_headers").alias("headers"), "due_ms",
+                         "prepared", "delivery_id", F.lit(None).cast("long").alias("max_lateness_ms")])
 
     @cached_property
     def _history_columns(self) -> list:
-        return [F.lit(KIND_HISTORY).alias("kind"), F.lit(self.config.history_topic).alias("topic"),
-                F.lit(None).cast("int").alias("partition"), "key", "value",
-                F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
-                                            header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
-                "due_ms", "prepared", "delivery_id", "max_lateness_ms"]
+        return _columns([F.lit(KIND_HISTORY).alias("kind"), F.lit(self.config.history_topic).alias("topic"),
+                         F.lit(None).cast("int").alias("partition"), "key", "value",
+                         F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
+                                                     header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
+                         "due_ms", "prepared", "delivery_id", "max_lateness_ms"])
 
     def _expired_as_rejections(self, records: DataFrame) -> DataFrame:
         """Deliveries the state marked expired (due + max lateness before the batch's time) become rejections: the
@@ -521,6 +525,11 @@ def record_limit(destination: Destination) -> tuple[int, str]:
     if destination.max_message_bytes is not None and destination.max_message_bytes < PRODUCER_MAX_BYTES:
         return destination.max_message_bytes, f"max.message.bytes {destination.max_message_bytes}"
     return PRODUCER_MAX_BYTES, f"the scheduler writes records of at most {PRODUCER_MAX_BYTES} bytes"
+
+
+def _columns(columns: list) -> list[Column]:
+    """Names as Columns: a name given to select is looked up as a JVM function call at every use."""
+    return [F.col(c) if isinstance(c, str) else c for c in columns]
 
 
 # A delivery id's source request: topic, partition, offset (a cron firing's id ends with "@<instant>").
