@@ -1,0 +1,108 @@
+"""What the state processor hands Spark: a handler call's frames merged (wheel_processor.merged), as Spark's Python
+worker converts them to Arrow, and the state schemas parsed on the driver (wheel_processor.parsed_state_schemas)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pandas as pd
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql.conversion import PandasToArrowConversion
+from pyspark.sql.types import LongType, StructField, StructType
+
+from kafka_scheduler.engine import wheel
+from kafka_scheduler.engine.schedule import Schedule
+from kafka_scheduler.engine.wheel_processor import MERGED_ROWS, OUTPUT_SCHEMA, STATE_VARIABLES, \
+    WheelProcessor, _batch_time_row, _outcomes, _timer_rows, _withdraw_rows, deliveries_frame, merged, \
+    parsed_state_schemas
+
+NOW = 1_900_000_000_000
+
+
+def deliveries(n: int, start: int = 0, partitioned: bool = False) -> pd.DataFrame:
+    """``n`` delivery rows; ``partitioned``: with an explicit partition (the Int32 columns of other dialects)."""
+    entries = wheel.entries_frame([Schedule(NOW + i, "out", b"k%d" % i, b"v", (("h", b"1"),), f"in-0-{start + i}",
+                                            partition=i % 3 if partitioned else None)
+                                   for i in range(n)], [(None, None)] * n)
+    return deliveries_frame(entries, NOW - 1)
+
+
+def spark_arrow(frame: pd.DataFrame) -> pa.RecordBatch:
+    """As the Python worker of transformWithStateInPandas converts a frame a handler yields (pyspark worker.py)."""
+    return PandasToArrowConversion.convert([frame], StructType([StructField("_0", OUTPUT_SCHEMA)]), timezone="UTC",
+                                           safecheck=True, arrow_cast=True, assign_cols_by_name=True,
+                                           int_to_decimal_coercion_enabled=False)
+
+
+def a_call(sizes: list[int]) -> list[pd.DataFrame]:
+    """The frames of one handler call: deliveries of the given sizes (a handler yields none empty) between the
+    small rows a call reports, an empty outcome frame among them (a call with nothing to count yields one)."""
+    frames = [_timer_rows([NOW + 1000]), _outcomes(Counter())]
+    for i, n in enumerate(sizes):
+        frames.append(deliveries(n, start=sum(sizes[:i]), partitioned=i % 2 == 1))
+    frames += [_withdraw_rows(["in-0-x"]), _outcomes(Counter({"scheduled": 3})), _batch_time_row(NOW)]
+    return frames
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from([1, 7, MERGED_ROWS // 2, MERGED_ROWS + 1]), max_size=4))
+def test_merged_frames_carry_every_row_in_as_few_frames_as_the_limit_allows(sizes):
+    frames = a_call(sizes)
+    out = list(merged(iter(frames)))
+    assert spark_rows(out) == spark_rows(frames)  # the same rows reach Spark, whatever dtypes pandas picked
+    large = sum(1 for f in frames if len(f) > MERGED_ROWS)
+    small_rows = sum(len(f) for f in frames if len(f) <= MERGED_ROWS)
+    assert len(out) <= large + 1 + small_rows // MERGED_ROWS
+
+
+def spark_rows(frames: list[pd.DataFrame]) -> list:
+    rows = [row["_0"] for frame in frames for row in spark_arrow(frame).to_pylist()]
+    return sorted(rows, key=repr)
+
+
+def test_a_large_frame_passes_before_the_call_goes_on():
+    """A herd's slices stream: merged hands a large frame on without waiting for the frames after it."""
+    produced = []
+
+    def call():
+        produced.append("small")
+        yield _batch_time_row(NOW)
+        produced.append("large")
+        yield deliveries(MERGED_ROWS + 1)
+        produced.append("after")
+        yield _batch_time_row(NOW)
+
+    first = next(merged(call()))
+    assert len(first) == MERGED_ROWS + 1 and produced == ["small", "large"]
+
+
+def test_a_call_of_small_frames_yields_one_frame_and_a_call_of_one_yields_it():
+    assert len(list(merged(iter(a_call([1, 7]))))) == 1
+    alone = _batch_time_row(NOW)
+    assert [len(f) for f in merged(iter([alone]))] == [1]
+    assert [len(f) for f in merged(iter([deliveries(MERGED_ROWS), alone]))] == [MERGED_ROWS, 1]
+
+
+class RecordingHandle:
+    def __init__(self):
+        self.schemas = {}
+
+    def getValueState(self, name, schema):
+        self.schemas[name] = (schema,)
+
+    def getMapState(self, name, key_schema, value_schema):
+        self.schemas[name] = (key_schema, value_schema)
+
+
+def test_the_processor_asks_for_each_state_variable_with_its_parsed_schema(spark):
+    parsed = parsed_state_schemas()
+    processor = WheelProcessor(parsed_schemas=parsed)
+    handle = RecordingHandle()
+    processor.init(handle)
+    assert set(handle.schemas) == {name for name, *_ in STATE_VARIABLES.values()}
+    for name, *ddl in STATE_VARIABLES.values():
+        assert handle.schemas[name] == tuple(parsed[d] for d in ddl)
+        assert all(isinstance(s, StructType) for s in handle.schemas[name])
+    assert parsed["seq long"] == StructType([StructField("seq", LongType())])
