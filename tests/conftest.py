@@ -12,7 +12,8 @@ os.environ.setdefault("KAFKA_SCHEDULER_METRICS_PORT", "0")
 # Spark start (12 s -> 6 s) and took a third off three job files (181 s -> 123 s of CPU; docs/testing.md), on a
 # suite whose two workers compete for 2 cores. spark-class reads SPARK_LAUNCHER_OPTS for its launcher JVM and
 # SPARK_SUBMIT_OPTS for the driver's; jobs the tests start inherit both. Production runs keep the JVM's defaults.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+TEST_JVM_OPTIONS = f"{C1_ONLY} -XX:+UseSerialGC"
 TEST_JVM_OPTIONS_SET_HERE = "SPARK_SUBMIT_OPTS" not in os.environ
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 os.environ.setdefault("SPARK_LAUNCHER_OPTS", TEST_JVM_OPTIONS)

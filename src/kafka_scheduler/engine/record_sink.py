@@ -258,10 +258,11 @@ class RecordSink:
         return refusals
 
     # The batch's expressions are built once: each function of pyspark.sql.functions is a round trip to the JVM, and a
-    # batch's record plan takes some two hundred of them (measured: ~0.2 s of a batch on this machine).
+    # batch's record plan takes some two hundred of them (measured: ~0.3 s of a batch on this machine,
+    # docs/measurements.md).
     @cached_property
     def _summary_columns(self) -> list[Column]:
-        prepared = F.coalesce(F.col("prepared"), F.lit(False))
+        prepared = self._held
         return [
             F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"),
             F.min(F.when(~prepared, F.col("due_ms"))).alias("earliest_due"),
