@@ -187,6 +187,8 @@ class Scheduler:
         self.metrics.follow_next_wakeup(lambda: self.wakeups.next_instant)
         self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
                                writer=self.writer, wakeups=self.wakeups)
+        if self.sink.herds is not None:
+            self.sink.herds.on_written = self.metrics.record_herd_written
         catching_up = reads_all_first(config)
         lag = None
         try:
@@ -220,6 +222,7 @@ class Scheduler:
             if lag is not None:
                 lag.close()
             self.wakeups.close()
+            self.sink.close()  # its herd writer runs Spark jobs: before the session stops
             if self.writer is not None:
                 self.writer.close()
             self.page.detach_state()

@@ -88,3 +88,41 @@ def test_a_kill_9_while_deliveries_are_held_loses_none_of_them(kafka, warm, tmp_
     assert {r.key: r.header("x-scheduler-delivery-id") for r in records} == delivery_ids
     assert all(r.timestamp_ms >= ms_of(dues[r.key]) for r in records), "delivered before its due time"
     assert code == 0
+
+
+@pytest.mark.parametrize("mode", [(), ("--exactly-once",)], ids=["at-least-once", "exactly-once"])
+def test_a_herd_beyond_max_held_goes_out_at_its_instant_while_the_batches_go_on(kafka, scheduler_factory, mode):
+    """More deliveries prepared at once than --max-held (a herd) go to the herd writer, which writes them at their
+    instant outside the batches (with --exactly-once through the ledger's transactions): requests read meanwhile
+    are applied. A cancel of a herd member wins, and an ordinary schedule due before the herd's instant goes out
+    before it. (Written by the batch that prepared it, the herd held the job until its instant: the batch's line
+    came after it, and both came too late.)"""
+    scheduler = scheduler_factory(app_id="herd", extra_args=("--lookahead", "40s", "--max-held", "20", *mode)) \
+        .start().warm_up()
+    requests = f"{scheduler.app_id}-schedule-requests"
+    topic = kafka.topic()
+    reader = kafka.reader(topic, committed=bool(mode))
+    mark = scheduler.mark()
+    due = at(50)
+    herd = [f"h{i}".encode() for i in range(200)]
+    cancelled = herd[::20]
+    kafka.produce_many(requests, [dict(key=k, value=b"herd", headers=native(topic, due, k.decode()), partition=0)
+                                  for k in herd])
+    # Prepared 40 s before the instant, about 10 s from now, and handed on by a batch that ends at once.
+    wait_until(lambda: held_since(scheduler, mark) >= len(herd), 40, "the herd to be prepared and handed on",
+               guard=scheduler.assert_running)
+    assert not reader.poll(), "written before its due time"
+    kafka.produce_many(requests, [dict(headers=native(request_id=k.decode(), action="CANCEL"), partition=0)
+                                  for k in cancelled]
+                       + [dict(key=b"ordinary", value=b"o", headers=native(topic, at(5), "ordinary"), partition=0)])
+    ordinary = reader.wait_for(lambda r: r.key == b"ordinary", timeout=60, what="the ordinary delivery",
+                               guard=scheduler.assert_running)
+    assert ordinary[-1].timestamp_ms < ms_of(due), "the herd held the job until its instant"
+    reader.wait_for(lambda r: r.key in herd, count=len(herd) - len(cancelled), timeout=120, what="the herd",
+                    guard=scheduler.assert_running)
+    scheduler.mark()  # later batches have committed: anything still to come would be written by now
+    records = [r for r in reader.read_to_end() if r.key in herd]
+    assert Counter(r.key for r in records) == Counter({k: 1 for k in herd if k not in cancelled}), \
+        sorted(Counter(r.key for r in records).items())
+    assert all(r.timestamp_ms >= ms_of(due) for r in records), "delivered before its due time"
+    assert scheduler.stop() == 0

@@ -105,6 +105,9 @@ def capturing_sink(writer=None):
             if rows:
                 self.saves.append((int(time.time() * 1000), rows))
 
+        def _spark_write(self, records):  # the herd writer's writes
+            self._save(records)
+
     return CapturingSink()
 
 
@@ -131,16 +134,26 @@ def test_sink_hands_every_record_to_the_timed_writer_when_it_has_room(spark):
         ("t-0-3", "deliver", b"later", 1, True), ("t-0-4", "deliver", b"later-too", None, True)]
 
 
-def test_sink_beyond_the_writers_room_holds_deliveries_itself_and_never_writes_one_early(spark):
-    writer = FakeWriter(room=3)  # four prepared records: no room for them all
+def test_beyond_the_writers_room_small_slices_go_to_it_and_the_herd_to_the_herd_writer_which_never_writes_early(
+        spark):
+    now = int(time.time() * 1000)
+    rows = held_rows(now) + [("history", "app-schedule-history", b"later", b"v", [], now + 700, None, True, "t-0-3",
+                              None)]
+    writer = FakeWriter(room=2)  # five prepared records: the slice of "soon" (2) fits, that of "later" (3) does not
     sink = capturing_sink(writer)
-    held = sink._write(spark.createDataFrame(held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4, 1)
-    assert held == 3 and writer.rows == []
+    held = sink._write(spark.createDataFrame(rows, RECORDS_SCHEMA), 5, 1)
+    assert held == 3
+    assert sorted((r["key"], r["kind"], r["held"]) for r in writer.rows) == [
+        (b"soon", "deliver", True), (b"soon", "history", True)]
+    # What is due now went out with the batch; the herd goes out at its time, from the herd writer.
+    assert Counter(row["key"] for _, batch in sink.saves for row in batch) == Counter({b"overdue": 1, b"bad": 1})
+    assert sink.herds.wait_written(now + 700, timeout=30)
     written = Counter(row["key"] for _, batch in sink.saves for row in batch)
-    assert written == Counter({b"overdue": 1, b"soon": 2, b"later": 1, b"later-too": 1, b"bad": 1})
+    assert written == Counter({b"overdue": 1, b"bad": 1, b"later": 2, b"later-too": 1})
     for saved_at, batch in sink.saves:
         for row in batch:
             assert row["due_ms"] is None or row["due_ms"] <= saved_at, f"{row['key']} written before its due time"
+    sink.close()
 
 
 def test_sink_without_a_writer_writes_once(spark):
@@ -183,8 +196,7 @@ def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_late
             ("deliver", "out", b"in-time", b"v", [], now - 5000, None, False, "requests-0-3", 60_000),
             ("deliver", "out", b"no-limit", b"v", [], now - 5000, None, False, "requests-0-4", None)]
     records = spark.createDataFrame(rows, RECORDS_SCHEMA)
-    sink._expiry_deadline = now - 4000
-    out = {(r["kind"], r["key"]): r for r in sink._expire(records).collect()}
+    out = {(r["kind"], r["key"]): r for r in sink._expire(records, now - 4000, sink._summary).collect()}
     assert set(out) == {("reject", b"late"), ("deliver", b"in-time"), ("deliver", b"no-limit")}
     late = out[("reject", b"late")]
     assert late["topic"] == sink.config.rejections_topic and late["partition"] is None
@@ -197,8 +209,7 @@ def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_late
         b"requests", b"1", b"9"]
     assert (sink._summary.expired, sink._summary.delivered) == (1, 2)
     # Nothing late: no transformation, no extra Spark job.
-    sink._expiry_deadline = now + 60_000
-    assert sink._expire(records) is records
+    assert sink._expire(records, now + 60_000, sink._summary) is records
 
 
 def test_rows_the_state_marked_expired_become_rejections(spark):

@@ -180,15 +180,19 @@ def test_each_delivery_written_counts_once_with_its_lateness():
     assert v("kafka_scheduler_delivery_lateness_seconds_bucket", {"le": "2.5"}) == 4
 
 
-def test_deliveries_a_batch_wrote_itself_are_counted_from_its_summary():
+def test_deliveries_a_batch_wrote_itself_are_counted_from_its_summary_and_a_herd_as_the_herd_writer_writes_it():
     metrics = SchedulerMetrics({})
-    metrics.record_batch(summary_with({}, delivered=5, held=2, written_by_batch=5, earliest_due_ms=9_000,
+    metrics.record_batch(summary_with({}, delivered=5, held=2, written_by_batch=3, earliest_due_ms=9_000,
                                       written_at_ms=9_400))
     v = metrics.value
-    assert v("kafka_scheduler_delivered_total") == 5
-    # The three written at once, at the batch's largest lateness; the two held went out in slices at their time.
+    # The three written at once, at the batch's largest lateness; the two held were handed to the herd writer.
+    assert v("kafka_scheduler_delivered_total") == 3
     assert v("kafka_scheduler_delivery_lateness_seconds_count") == 3
     assert v("kafka_scheduler_delivery_lateness_seconds_sum") == pytest.approx(1.2)
+    metrics.record_herd_written(2, lateness_ms=40)
+    assert v("kafka_scheduler_delivered_total") == 5
+    assert v("kafka_scheduler_delivery_lateness_seconds_count") == 5
+    assert v("kafka_scheduler_delivery_lateness_seconds_sum") == pytest.approx(1.28)
 
 
 def test_input_lag_from_the_last_progress_and_latest_offsets():

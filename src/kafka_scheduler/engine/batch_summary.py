@@ -47,7 +47,8 @@ class BatchSummary:
     # (outcome, input topic, reason class or "") -> n: the outcomes again, with the labels the metrics use
     labelled: Counter = field(default_factory=Counter)
     at_once: Counter = field(default_factory=Counter)  # input topic -> schedules delivered at once (due when read)
-    written_by_batch: int = 0  # deliveries the batch wrote through Spark's Kafka sink (not the timed writer)
+    # deliveries the batch wrote itself through Spark's Kafka sink (not the timed writer, nor a herd it handed on)
+    written_by_batch: int = 0
     batch_time_ms: Optional[int] = None  # the processing time of the state's rules (None: no shard ran)
     expired: int = 0  # deliveries later than their max lateness: rejected as expired instead (by the batch)
     skipped: int = 0  # firings of skip crons missed while the job was down

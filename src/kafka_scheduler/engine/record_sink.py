@@ -27,6 +27,7 @@ from ..protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOUR
 from .batch_summary import BatchSummary
 from ..dialects.common import KIND_REJECT
 from .wheel_processor import KIND_DELIVER, KIND_EXPIRED, KIND_OUTCOME
+from .herd_writer import HOLD_SLICE_MS, HerdWriter
 from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups
 from ..kafka.topics import Destination, TopicDirectory
 from .wheel_processor import KIND_TIMER, KIND_WITHDRAW
@@ -64,8 +65,8 @@ RECORD_COLUMNS = ["kind", "topic", "partition", "key", "value", "headers", "due_
 # Clock slack when exactly-once forgets ledger keys of schedules a committed batch retired.
 LEDGER_TRIM_MARGIN_MS = 1000
 
-# With a lookahead, held deliveries go out in slices this wide, each once its last due time has passed.
-HOLD_SLICE_MS = 50
+# Withdrawn delivery ids up to this many leave a herd's slice through an IN list; more, through an anti-join.
+WITHDRAWN_IN_LIST = 1000
 
 
 class StopRequested(Exception):
@@ -82,6 +83,12 @@ class RecordSink:
         self.on_batch = on_batch
         self.writer = writer
         self.wakeups = wakeups
+        # What a batch prepares beyond the writer's room (a herd) is written by this thread, outside the batches.
+        self.herds = HerdWriter(self._write_herd_slice, release=self._release_herd, on_retry=self._look_up_again) \
+            if writer is not None else None
+        self._herd_deadlines: dict[int, dict] = {}  # per herd handed (by id), per slice: its earliest expiry
+        self._expiry_deadline: Optional[int] = None  # the earliest due + max lateness of what the batch writes
+        self._summary: Optional[BatchSummary] = None  # the batch's, while it writes
         self.refused_batch: Optional[int] = None  # set when a stop made it refuse a batch
         # A graceful stop with a timed writer (begin_stop): the writer writes nothing due after stop_at_ms, and the
         # first batch whose rules ran at or after it (final_batch) writes what is due by its time, retires it all
@@ -101,6 +108,7 @@ class RecordSink:
             return False
         self.stop_at_ms = int(time.time() * 1000)
         self.writer.write_through(self.stop_at_ms)
+        self.herds.write_through(self.stop_at_ms)
         if self.wakeups is not None:
             self.wakeups.report()
         return True
@@ -126,8 +134,11 @@ class RecordSink:
                 started_ms if stop_at_ms is None else min(started_ms, stop_at_ms)
             if final:
                 self.writer.write_through(written_by_ms)
+                self.herds.write_through(written_by_ms)
             if withdrawn and self.writer is not None:
                 summary.withdrawn = self.writer.withdraw(withdrawn)
+                if self.herds.withdraw(withdrawn):
+                    summary.withdrawn = len(withdrawn)  # each was held by one writer or the other
             if timers and self.wakeups is not None:
                 self.wakeups.add(timers)
             if summary.delivered or summary.outcomes.get("rejected") or summary.expired:
@@ -142,16 +153,19 @@ class RecordSink:
                                 "writing the batch once more", batch_id, " ".join(str(exc).split())[:300])
                     self.topics.invalidate()
                     self._deliver(batch, summary, per_topic, largest, partitioned, final)
-            if self.writer is not None and not self.writer.wait_written(written_by_ms):
+            if self.writer is not None:
                 # The batch retires prepared schedules due by its time from state: it must not commit before
-                # the writer wrote them. A writer this far behind is broken; failing the batch keeps them.
-                raise RuntimeError(str(self.writer.failure) if self.writer.failure is not None else
-                                   "the timed writer did not write the deliveries due before this batch in time")
+                # the writers wrote them. A writer this far behind is broken; failing the batch keeps them.
+                for name, writer in (("timed writer", self.writer), ("herd writer", self.herds)):
+                    if not writer.wait_written(written_by_ms):
+                        raise RuntimeError(str(writer.failure) if writer.failure is not None else
+                                           f"the {name} did not write the deliveries due before this batch in time")
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
             summary.delivered -= summary.dead_lettered
             if self._spark_wrote:
-                summary.written_by_batch = summary.delivered
+                # Beside a herd (all of held), which the herd writer writes and counts.
+                summary.written_by_batch = summary.delivered - summary.held
         finally:
             batch.unpersist()
         self.batch_ends_ms = [*self.batch_ends_ms[-1:], int(time.time() * 1000)]
@@ -180,6 +194,11 @@ class RecordSink:
                                    max(1, immediate + summary.written_back) if immediate
                                    or refusals.any or partitioned else 0)
 
+    def close(self) -> None:
+        """Before the Spark session stops: the herd writer writes nothing more (the state keeps what it held)."""
+        if self.herds is not None:
+            self.herds.close()
+
     def _trim_ledger(self) -> None:
         """With exactly-once: the batch before this one committed, and it was planned after the one before it
         returned, so it fired every timer due by then: what was due by then left state and cannot be emitted
@@ -189,22 +208,28 @@ class RecordSink:
             sender.trim(self.batch_ends_ms[0] - LEDGER_TRIM_MARGIN_MS)
 
     def _save(self, records: DataFrame) -> None:
+        """Write a batch's ``records`` now (what is expired by now counted in the batch's summary)."""
         if self.config.exactly_once:
-            # Spark's Kafka sink is not transactional: the driver writes these too, in the ledger's transactions
-            # (its writer rejects what is written later than its max lateness).
-            self.writer.write_now(records.select("delivery_id", "due_ms", "kind", "topic", "partition", "key",
-                                                 "value", "headers", F.lit(False).alias("held"),
-                                                 "max_lateness_ms").toLocalIterator())
+            self._write_through_ledger(records)
             return
-        records = self._expire(records)
         self._spark_wrote = True
+        self._spark_write(self._expire(records, self._expiry_deadline, self._summary))
+
+    def _write_through_ledger(self, records: DataFrame) -> None:
+        # Spark's Kafka sink is not transactional: the driver writes these too, in the ledger's transactions
+        # (its writer rejects what is written later than its max lateness).
+        self.writer.write_now(records.select("delivery_id", "due_ms", "kind", "topic", "partition", "key",
+                                             "value", "headers", F.lit(False).alias("held"),
+                                             "max_lateness_ms").toLocalIterator())
+
+    def _spark_write(self, records: DataFrame) -> None:
         records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
             .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS) \
             .options(**spark_kafka_options(self.config)).save()
 
     def _write(self, records: DataFrame, prepared_records: int, immediate: int = 1) -> int:
         """What is due now at once; prepared deliveries (and their write-backs and copies, which carry their
-        due time) to the timed writer, or, beyond the room it has, in slices, each at its due time. Returns
+        due time) to the timed writer, or, beyond the room it has, to the herd writer (herd_writer.py). Returns
         how many deliveries were held until their due time.
 
         When the writer has room for everything (the usual batch), everything goes to it in one Spark job,
@@ -221,17 +246,73 @@ class RecordSink:
             return 0
         if immediate:
             self._save(records.filter(~held))
+        # Per slice of due time: the smallest slices (ordinary deliveries prepared beside a herd) to the timed writer
+        # while it has room, the rest (the herd) to the herd writer, which writes a slice with a Spark job.
+        rows = sorted(records.filter(held).groupBy(self._slice_of.alias("slice")).agg(
+            F.count(F.lit(1)).alias("records"),
+            F.sum(F.when(F.col("kind") == KIND_DELIVER, 1).otherwise(0)).alias("deliveries"),
+            F.min(F.col("due_ms") + F.col("max_lateness_ms")).alias("deadline")).collect(),
+            key=lambda row: row["records"])
+        room, small = self.writer.room(), []
+        for row in rows:
+            if row["records"] > room:
+                break
+            small.append(row)
+            room -= row["records"]
+        held_count = 0
+        if small:
+            numbers = [row["slice"] for row in small]
+            self.writer.hold(records.filter(held & self._slice_of.isin(numbers)).select(*self._writer_columns)
+                             .collect())
+            held_count += sum(row["deliveries"] for row in small)
+        big = rows[len(small):]
+        if big:
+            # Kept in Spark, cut from the micro-batch's plan (a local checkpoint: the batch's data can go, and a
+            # lost block fails the write rather than running the stateful step again).
+            started = time.monotonic()
+            herd = records.filter(held & self._slice_of.isin([row["slice"] for row in big])) \
+                .localCheckpoint(eager=True)
+            self._herd_deadlines[id(herd)] = {row["slice"]: row["deadline"] for row in big}
+            held_count += self.herds.hand(herd, sorted((row["slice"], row["deliveries"]) for row in big))
+            log.info("herd writer: %d deliveries in %d slice(s) handed on, kept in Spark in %.1fs",
+                     sum(row["deliveries"] for row in big), len(big), time.monotonic() - started)
+        return held_count
 
-        slice_of = F.ceil(F.col("due_ms") / F.lit(HOLD_SLICE_MS)).cast("long")
-        rows = records.filter(held).groupBy(slice_of.alias("slice")).agg(
-            F.sum(F.when(F.col("kind") == KIND_DELIVER, 1).otherwise(0)).alias("deliveries")).collect()
-        for number in sorted(row["slice"] for row in rows):
-            end_ms = number * HOLD_SLICE_MS
-            pause = end_ms / 1000 - time.time()
-            if pause > 0:
-                time.sleep(pause)
-            self._save(records.filter(held & (slice_of == number)))
-        return sum(row["deliveries"] for row in rows)
+    @cached_property
+    def _slice_of(self) -> Column:
+        return F.ceil(F.col("due_ms") / F.lit(HOLD_SLICE_MS)).cast("long")
+
+    def _write_herd_slice(self, herd: DataFrame, numbers: list, withdrawn: frozenset, after: Optional[int],
+                          through: Optional[int]) -> None:
+        """The herd writer's ``write``: slices of a herd, less the withdrawn delivery ids, only what is due after
+        ``after`` and by ``through`` where given."""
+        records = herd.filter(self._slice_of == numbers[0]) if len(numbers) == 1 else \
+            herd.filter(self._slice_of.isin(numbers))
+        if after is not None:
+            records = records.filter(F.col("due_ms") > F.lit(after))
+        if through is not None:
+            records = records.filter(F.col("due_ms") <= F.lit(through))
+        if withdrawn:
+            if len(withdrawn) <= WITHDRAWN_IN_LIST:
+                records = records.filter(~F.col("delivery_id").isin(sorted(withdrawn)))
+            else:
+                ids = herd.sparkSession.createDataFrame([(i,) for i in withdrawn], "delivery_id string")
+                records = records.join(F.broadcast(ids), "delivery_id", "left_anti")
+        if self.config.exactly_once:
+            self._write_through_ledger(records)
+        else:
+            # Its expired deliveries are rejections, as in a batch; they count in no batch's summary.
+            deadlines = [self._herd_deadlines[id(herd)].get(n) for n in numbers]
+            self._spark_write(self._expire(records, min((d for d in deadlines if d is not None), default=None), None))
+
+    def _look_up_again(self) -> None:
+        """Before a failed herd write is tried again: a destination may have been deleted or denied since."""
+        self.topics.invalidate()
+
+    def _release_herd(self, herd: DataFrame) -> None:
+        """The herd writer's ``release``: every slice of ``herd`` is written."""
+        self._herd_deadlines.pop(id(herd), None)
+        _release_checkpoint(herd)
 
     @cached_property
     def _held(self) -> Column:
@@ -410,11 +491,11 @@ class RecordSink:
             "prepared": F.when(expired, F.lit(False)).otherwise(F.col("prepared")),
         }
 
-    def _expire(self, records: DataFrame) -> DataFrame:
+    def _expire(self, records: DataFrame, deadline: Optional[int], summary: Optional[BatchSummary]) -> DataFrame:
         """Just before Spark writes ``records`` (``_records``'s rows): a delivery that would go out later than its due
         time plus its max lateness is written as a rejection instead (``expired``), its history copy dropped. Only
-        when the batch has such a delivery (its earliest deadline passed): then one more Spark job counts them."""
-        deadline = getattr(self, "_expiry_deadline", None)
+        when ``deadline`` (the earliest due time plus max lateness among them) has passed: then one more Spark job
+        counts them, into ``summary`` if given."""
         now_ms = int(time.time() * 1000)
         if deadline is None or now_ms <= deadline:
             return records
@@ -423,7 +504,6 @@ class RecordSink:
         count = records.filter(late_delivery).count()
         if not count:
             return records
-        summary = getattr(self, "_summary", None)
         if summary is not None:
             summary.expired += count
             summary.delivered -= count
@@ -562,3 +642,12 @@ def payload_bytes() -> Column:
 def framed_bytes_column(payload: Column) -> Column:
     """``framed_bytes`` in Spark (header framing is already in ``payload_bytes``)."""
     return payload + F.lit(RECORD_FRAMING_BYTES) + F.floor(payload / F.lit(8192)).cast("long")
+
+
+def _release_checkpoint(herd: DataFrame) -> None:
+    """Free the blocks of a herd's local checkpoint once it is written. PySpark has no call for it: through the
+    plan's RDD; should that fail, Spark's context cleaner frees them once the RDD is unreachable."""
+    try:
+        herd._jdf.queryExecution().analyzed().rdd().unpersist(False)
+    except Exception as exc:  # noqa: BLE001 - an optimisation; the cleaner is the fallback
+        log.debug("herd writer: a written herd's checkpoint is left to Spark's cleaner (%s)", exc)

@@ -54,8 +54,11 @@ BUCKET_MS = 1000
 # How fast a shard's fire reads, filters and emits a bucket's chunks, conservatively: a bucket is prepared this much
 # earlier per byte it holds. Measured with the 10M herd with ids on 2 cores: 4 shards of ~250 MB of chunks each,
 # emitted in 86 s by one batch (about 3 MB/s per shard: the shards share the cores); a 1M herd's batch read its
-# 4 x 25 MB in 10.1 s (2.5 MB/s per shard) in a later run.
-PREPARE_BYTES_PER_S = 2_000_000
+# 4 x 25 MB in 10.1 s (2.5 MB/s per shard) in a later run. With ordinary traffic alongside (bench mixed, 2026-11-28)
+# the batch preparing a 1M herd took 12.7 s for the state and ~11 s more to keep the herd in Spark for the herd writer
+# (1 MB/s per shard): the lead is planned at that rate. A longer lead costs nothing but memory now that the batches
+# go on while a prepared herd waits for its instant.
+PREPARE_BYTES_PER_S = 1_000_000
 FAR_FUTURE_MS = 2**62
 # A chunk (or strike list) at least half this big is final: never merged again. Bounds every
 # state value the layout writes (one schedule bigger than this is a chunk of its own).
@@ -269,9 +272,9 @@ def _native_digest(due_ms: int, topic: str, key: Optional[bytes], value: Optiona
 
 def aligned_lead_ms(lead_ms: int) -> int:
     """A lead of a second or more, rounded up to a power of two seconds. The shards of a herd hold about the same
-    bytes; with leads a few ms apart their buckets would fire in different batches, and the first batch, writing
-    its shard's part of the herd at the instant (beyond ``--max-held``), would hold the job until then: the other
-    shards would only start preparing theirs at the instant (a 10M herd: a quarter on time, the rest 80 s late)."""
+    bytes; with leads a few ms apart their buckets would fire in different batches, and a batch preparing a shard's
+    part of a herd takes seconds: the other shards would start theirs later (when the batch that prepared a herd
+    also wrote it, at the instant: a 10M herd a quarter on time, the rest 80 s late)."""
     if lead_ms < 1000:
         return lead_ms
     return 1000 << (-(-lead_ms // 1000) - 1).bit_length()

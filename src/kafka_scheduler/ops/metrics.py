@@ -126,13 +126,12 @@ class SchedulerMetrics:
         self._expired(summary.expired, at_s)
         self.skipped_firings.inc(summary.skipped)
         if summary.written_by_batch:
-            # Written by the batch itself (no timed writer, or beyond --max-held): held slices go out at their due
-            # time; the others are observed at the batch's largest lateness, the only figure the batch has.
+            # Written by the batch itself with Spark (no timed writer, or beside a herd): observed at the batch's
+            # largest lateness, the only figure the batch has.
             self.delivered.inc(summary.written_by_batch)
-            at_once = summary.written_by_batch - summary.held
-            if at_once > 0 and summary.earliest_due_ms is not None:
+            if summary.earliest_due_ms is not None:
                 self._observe_lateness(max(0, summary.written_at_ms - summary.earliest_due_ms) / 1000,
-                                       min(at_once, 10_000))
+                                       min(summary.written_by_batch, 10_000))
         with self._lock:
             self._index_entries.update(summary.index_entries)
             if self._index_entries:
@@ -149,6 +148,12 @@ class SchedulerMetrics:
             self._observe_lateness(max(0, late) / 1000, n)
         self._dead_lettered(refused, time.time())
         self._expired(expired, time.time())
+
+    def record_herd_written(self, deliveries: int, lateness_ms: int) -> None:
+        """The herd writer wrote a slice of ``deliveries`` (as handed), the last ``lateness_ms`` after its due time:
+        observed at that lateness, like a batch's own writes."""
+        self.delivered.inc(deliveries)
+        self._observe_lateness(max(0, lateness_ms) / 1000, min(deliveries, 10_000))
 
     def _expired(self, n: int, at_s: float) -> None:
         self.expired.inc(n)
