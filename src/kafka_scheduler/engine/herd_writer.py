@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from .timed_writer import RETRY_PAUSE_S, _now_ms, _wait_until_due
+from .timed_writer import RETRY_PAUSE_S, DueQueue, _now_ms, _wait_until_due
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class _Herd:
     slices_left: int
 
 
-class HerdWriter:
+class HerdWriter(DueQueue):
     """Writes handed herds slice by slice at their due instants.
 
     ``write(records, numbers, withdrawn, after, through)`` writes slices ``numbers`` of a herd's records (one, or
@@ -73,22 +73,20 @@ class HerdWriter:
     cuts a slice); ``release(records)`` is called once every slice of a herd is written; ``on_retry`` before a
     failed slice is tried again (the sink looks up its destinations afresh)."""
 
-    def __init__(self, write: Callable[[Any, list, frozenset, Optional[int], Optional[int]], None], release: Callable[[Any], None] = lambda _: None,
-                 on_retry: Callable[[], None] = lambda: None, retry_pause_s: float = RETRY_PAUSE_S):
+    def __init__(self, write: Callable[[Any, list, frozenset, Optional[int], Optional[int]], None],
+                 release: Callable[[Any], None] = lambda _: None, on_retry: Callable[[], None] = lambda: None,
+                 retry_pause_s: float = RETRY_PAUSE_S):
+        super().__init__()
         self._write_slice = write
         # Called after each slice with its deliveries (as handed) and how long after its end the write finished.
         self.on_written: Optional[Callable[[int, int], None]] = None
         self._release = release
         self._on_retry = on_retry
         self._retry_pause_s = retry_pause_s
-        self.failure: Optional[BaseException] = None
         self._heap: list[_Slice] = []
         self._herds: dict[int, _Herd] = {}  # by id(records)
         self._withdrawn: set = set()
-        self._cond = threading.Condition()
         self._closed = False
-        self._writing: Optional[int] = None  # the earliest due time of the slice being written
-        self._through: Optional[int] = None  # a graceful stop: nothing due after this is written
         self._seq = 0
         self.written = 0  # deliveries, as handed (less none withdrawn: the write's count is Spark's)
         self._thread = threading.Thread(target=self._run, name="herd-writer", daemon=True)
@@ -124,29 +122,9 @@ class HerdWriter:
                 return True
             return False
 
-    def wait_written(self, up_to_ms: int, timeout: float = 300.0) -> bool:
-        """Until every slice that may hold a delivery due by ``up_to_ms`` is written: a batch that retires prepared
-        schedules from state must not commit before that."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                if self.failure is not None:
-                    return False
-                pending = self._heap and self._heap[0].first_due_ms <= up_to_ms
-                busy = self._writing is not None and self._writing <= up_to_ms
-                if not pending and not busy:
-                    return True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.05))
-
-    def write_through(self, up_to_ms: int) -> None:
-        """A graceful stop: from now on write no slice that may hold a delivery due after ``up_to_ms`` (the next run
-        emits it again). Called again with a later instant, it writes up to that one."""
-        with self._cond:
-            self._through = up_to_ms if self._through is None else max(self._through, up_to_ms)
-            self._cond.notify_all()
+    def _earliest_queued(self) -> Optional[int]:
+        """A slice is waited for from the first due time it may hold (a stop may have cut it there)."""
+        return self._heap[0].first_due_ms if self._heap else None
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop: a slice being written is finished, the rest is dropped (the state keeps it)."""
@@ -189,7 +167,7 @@ class HerdWriter:
                 if taken is None:
                     return
                 first, last = taken[0], taken[-1]
-                self._writing = first.first_due_ms
+                self._writing = first.first_due_ms  # what may be due earliest among them
                 withdrawn = frozenset(self._withdrawn)
                 # Cut at a stop's instant within the slice: the rest stays (the next run emits it again).
                 through = self._through if self._through is not None and self._through < slice_end_ms(last.number) \

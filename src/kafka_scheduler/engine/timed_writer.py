@@ -73,6 +73,48 @@ def _wait_until_due(cond: threading.Condition, closed: Callable[[], bool], next_
     return None
 
 
+class DueQueue:
+    """What the timed writer and the herd writer (herd_writer.py) share: work queued by due time under one lock and
+    written by a thread of their own, a graceful stop's bound, and batches that wait for what is due by their time.
+    A subclass names the earliest due time still queued (``_earliest_queued``) and sets ``_writing`` while it
+    writes, ``failure`` when it cannot go on."""
+
+    def __init__(self):
+        self.failure: Optional[BaseException] = None  # set when the writer cannot go on: batches then fail
+        self._cond = threading.Condition()
+        self._writing: Optional[int] = None  # while writing: the due time it is compared with a batch's time by
+        self._through: Optional[int] = None  # while a graceful stop is under way: nothing due after this is written
+
+    def _earliest_queued(self) -> Optional[int]:
+        """Called with the lock held: the earliest due time still queued, if any."""
+        raise NotImplementedError
+
+    def wait_written(self, up_to_ms: int, timeout: float = 300.0) -> bool:
+        """Until everything queued or being written that may be due by ``up_to_ms`` is written and acknowledged: a
+        batch that retires prepared schedules from state must not commit before that."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self.failure is not None:
+                    return False
+                queued = self._earliest_queued()
+                pending = queued is not None and queued <= up_to_ms
+                busy = self._writing is not None and self._writing <= up_to_ms
+                if not pending and not busy:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+
+    def write_through(self, up_to_ms: int) -> None:
+        """From now on write nothing due after ``up_to_ms`` (a graceful stop: what the next run emits again must
+        not have been written). Called again with a later instant, it writes what is due up to that one."""
+        with self._cond:
+            self._through = up_to_ms if self._through is None else max(self._through, up_to_ms)
+            self._cond.notify_all()
+
+
 @dataclass(order=True)
 class Held:
     due_ms: int
@@ -88,25 +130,22 @@ class Held:
         return self.max_lateness_ms is not None and self.due_ms > 0 and now_ms - self.due_ms > self.max_lateness_ms
 
 
-class TimedWriter:
+class TimedWriter(DueQueue):
     """Holds prepared deliveries and writes each at its due instant."""
 
     def __init__(self, bootstrap_servers: str, max_held: int = 20_000, producer: Optional[Producer] = None,
                  rejections_topic: Optional[str] = None, sender: Optional["TransactionalSender"] = None,
                  client_options: Optional[dict] = None):
+        super().__init__()
         self.max_held = max_held
         self.rejections_topic = rejections_topic
         # With exactly-once, every write goes through the sender's transactions (exactly_once.py).
         self.sender = sender
         self._producer = producer or (None if sender else
                                       Producer(producer_config(bootstrap_servers, **(client_options or {}))))
-        self.failure: Optional[BaseException] = None  # set when the writer cannot go on (fenced): batches then fail
         self._heap: list[Held] = []
         self._held: dict[str, Held] = {}
-        self._cond = threading.Condition()
         self._closed = False
-        self._writing: Optional[int] = None  # due time of the slice being written, if any
-        self._through: Optional[int] = None  # while a graceful stop is under way: nothing due after this is written
         self._anonymous = 0
         self.written = 0
         self.withdrawn = 0
@@ -172,29 +211,8 @@ class TimedWriter:
         self.withdrawn += dropped
         return dropped
 
-    def wait_written(self, up_to_ms: int, timeout: float = 300.0) -> bool:
-        """Until every held delivery due by ``up_to_ms`` is written and acknowledged: a batch that retires
-        prepared schedules from state must not commit before that."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                if self.failure is not None:
-                    return False
-                pending = self._heap and self._heap[0].due_ms <= up_to_ms
-                busy = self._writing is not None and self._writing <= up_to_ms
-                if not pending and not busy:
-                    return True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.05))
-
-    def write_through(self, up_to_ms: int) -> None:
-        """From now on write nothing due after ``up_to_ms`` (a graceful stop: what the next run emits again must
-        not have been written). Called again with a later instant, it writes what is due up to that one."""
-        with self._cond:
-            self._through = up_to_ms if self._through is None else max(self._through, up_to_ms)
-            self._cond.notify_all()
+    def _earliest_queued(self) -> Optional[int]:
+        return self._heap[0].due_ms if self._heap else None  # the latest of a write in flight is in _writing
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop writing; what is still held is dropped (the state keeps it: the next run emits it again)."""
