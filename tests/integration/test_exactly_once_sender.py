@@ -30,9 +30,13 @@ def app(kafka, broker):
     ledger = f"{app_id}-schedule-ledger"
     ensure_topics(admin_client(broker.bootstrap_servers), [ledger, topic + "-history"], 1)
 
-    def sender() -> TransactionalSender:
-        made = TransactionalSender(producer_config(broker.bootstrap_servers), app_id, ledger)
-        made.start()
+    def sender(member: str = "") -> TransactionalSender:
+        """The driver's sender, or with ``member`` an executor's herd task's (which reads no ledger back)."""
+        made = TransactionalSender(producer_config(broker.bootstrap_servers), app_id, ledger, member=member)
+        if member:
+            made.start_writing()
+        else:
+            made.start()
         return made
 
     return topic, ledger, sender
@@ -112,3 +116,27 @@ def test_refused_records_become_rejections_once_and_the_rest_of_their_transactio
         assert writer.sender.aborted >= 1
     finally:
         writer.close()
+
+
+def test_what_a_herd_task_commits_the_driver_reads_back_leaves_out_and_keeps_through_a_trim(kafka, app):
+    topic, ledger, sender = app
+    driver = sender()
+    driver.send(items(topic, range(3), due_ms=1_000))
+    task = sender(member="herd-0")
+    assert task.send(items(topic, range(10, 15), due_ms=5_000)) == []
+    task.close()
+    driver.send(items(topic, range(20, 22), due_ms=2_000))  # a ledger record after the task's, due earlier
+    herd_keys = sorted(f"req-0-{i}\t{topic}" for i in range(10, 15)) + [f"req-0-10\t{topic}-history"]
+    assert driver.written_keys(4_999, 6_000) == []
+    driver.catch_up()
+    assert sorted(driver.written_keys(4_999, 6_000)) == sorted(herd_keys)
+    assert driver.send(items(topic, range(10, 15), due_ms=5_000)) == [] and driver.skipped == 6
+    # Trimmed through 3000, only the first record may go: the task's (due up to 5014) lies before the last one.
+    assert driver.trim(3_000) == 7
+    ledger_start = lambda: kafka.reader(ledger).consumer.get_watermark_offsets(  # noqa: E731
+        TopicPartition(ledger, 0), timeout=10)[0]
+    wait_until(lambda: ledger_start() > 0, 30, "the first ledger record deleted")
+    successor = sender()
+    assert sorted(successor.written_keys(4_999, 6_000)) == sorted(herd_keys), "the task's ledger record was kept"
+    delivered = kafka.reader(topic, committed=True).read_to_end()
+    assert sorted(r.key for r in delivered) == sorted(f"k{i}".encode() for i in [*range(3), *range(10, 15), 20, 21])

@@ -10,6 +10,11 @@ back (read_committed) after ``init_transactions`` has fenced the previous driver
 open; a record whose key is there is not written again. A consumer reading with
 ``isolation.level=read_committed`` therefore sees each record once.
 
+A herd (what a batch prepares beyond the timed writer's room) is written by the executors, each task in its own
+transactions under a transactional id of its own (``transactional_id(app, "herd-<partition>")``), with the same
+ledger entries; the driver then reads the ledger's new records (``catch_up``), so that a retry or a trim knows
+what they committed.
+
 The ledger only has to remember records their schedule could still be emitted for: once a committed batch
 has fired every timer due by a time, schedules due by then have left state. ``trim`` forgets those keys and
 deletes the ledger records that hold only such keys.
@@ -17,12 +22,12 @@ deletes the ledger records that hold only such keys.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
 import threading
 import time
-from collections import deque
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -38,9 +43,16 @@ RETRY_PAUSE_S = 0.5
 ABORTED = KafkaError(KafkaError._FAIL, "its transaction was aborted")
 
 
-def transactional_id(app_id: str) -> str:
-    """One per app: a new driver fences the one before it, whose open transaction is aborted."""
-    return f"kafka-scheduler-{app_id}"
+def transactional_id(app_id: str, member: str = "") -> str:
+    """One per app for the driver: a new driver fences the one before it, whose open transaction is aborted. A
+    ``member`` (an executor's herd task) has one of its own; a task's retry fences the attempt before it."""
+    return f"kafka-scheduler-{app_id}" + (f"-{member}" if member else "")
+
+
+class LedgerKeyed(NamedTuple):
+    """What the sender needs of a record's schedule (the timed writer's ``Held`` has the same fields)."""
+    delivery_id: str
+    due_ms: int
 
 
 def ledger_key(delivery_id: str, topic: str) -> str:
@@ -56,16 +68,19 @@ class TransactionalSender:
     time)."""
 
     def __init__(self, producer_settings: dict, app_id: str, ledger_topic: str,
-                 consumer_settings: Optional[dict] = None):
+                 consumer_settings: Optional[dict] = None, member: str = ""):
         self.ledger_topic = ledger_topic
-        self._producer = Producer({**producer_settings, "transactional.id": transactional_id(app_id),
+        self.producer_settings = producer_settings
+        self._producer = Producer({**producer_settings, "transactional.id": transactional_id(app_id, member),
                                    "transaction.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 5})
         self._consumer_settings = consumer_settings or {"bootstrap.servers": producer_settings["bootstrap.servers"]}
         self._admin = AdminClient(self._consumer_settings)
         self._lock = threading.Lock()
         self._written: dict[str, int] = {}  # ledger key -> due_ms of its schedule
         self._by_due: list[tuple[int, str]] = []
-        self._ledger_ends: deque[tuple[int, int]] = deque()  # (offset after a ledger record, its latest due_ms)
+        # (offset after a ledger record, its latest due_ms), in offset order: a trim deletes every record before one.
+        self._ledger_ends: list[tuple[int, int]] = []
+        self._position: Optional[int] = None  # the ledger read up to here (catch_up)
         self.skipped = 0  # records not written because the ledger has them (a re-run after a crash)
         self.transactions = 0
         self.aborted = 0
@@ -74,15 +89,26 @@ class TransactionalSender:
     def start(self, timeout: float = LEDGER_LOAD_TIMEOUT_S) -> int:
         """Fence the previous driver and read the ledger back; returns how many keys it holds."""
         self._producer.init_transactions(timeout)
+        return self.catch_up(timeout)
+
+    def start_writing(self, timeout: float = LEDGER_LOAD_TIMEOUT_S) -> None:
+        """An executor's herd task: fence the attempt before it; it reads nothing back (the driver tells it what to
+        leave out)."""
+        self._producer.init_transactions(timeout)
+
+    def catch_up(self, timeout: float = LEDGER_LOAD_TIMEOUT_S) -> int:
+        """Read the ledger from where this sender last read it to its end (read_committed): the keys and records
+        other writers of this app committed (the executors' herd tasks; at start, the previous drivers). Returns
+        how many keys it holds. Not under the sender's lock: a transaction of its own open meanwhile must commit."""
         consumer = Consumer({**self._consumer_settings, "group.id": "kafka-scheduler-ledger",
                              "enable.auto.commit": False, "isolation.level": "read_committed",
                              "enable.partition.eof": True, "log_level": 3})
         try:
             partition = TopicPartition(self.ledger_topic, 0)
             low, high = consumer.get_watermark_offsets(partition, timeout=30)
-            consumer.assign([TopicPartition(self.ledger_topic, 0, low)])
+            position = low if self._position is None else max(low, self._position)
+            consumer.assign([TopicPartition(self.ledger_topic, 0, position)])
             deadline = time.monotonic() + timeout
-            position = low
             while position < high:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"exactly-once: could not read the ledger {self.ledger_topic} to its end "
@@ -90,15 +116,30 @@ class TransactionalSender:
                 message = consumer.poll(0.5)
                 if message is not None and message.error() is None:
                     entries = _ledger_entries(message.value())
-                    self._remember(entries)
-                    self._ledger_ends.append((message.offset() + 1, max((d for _, d in entries), default=0)))
+                    with self._lock:
+                        self._remember(entries)
+                        self._note_ledger_record(message.offset() + 1, max((d for _, d in entries), default=0))
                 # Aborted records and transaction markers are skipped by the consumer; its position moves past them.
                 [current] = consumer.position([partition])
                 if current.offset >= 0:
                     position = current.offset
         finally:
             consumer.close()
+        self._position = position
         return len(self._written)
+
+    def _note_ledger_record(self, end: int, latest: int) -> None:
+        ends = self._ledger_ends
+        at = bisect.bisect_left(ends, (end, -1))
+        if at == len(ends) or ends[at][0] != end:
+            ends.insert(at, (end, latest))
+
+    def written_keys(self, after_ms: Optional[int], through_ms: Optional[int]) -> list[str]:
+        """Ledger keys held of schedules due after ``after_ms`` and by ``through_ms`` (None: no bound)."""
+        low = -1 if after_ms is None else after_ms
+        high = float("inf") if through_ms is None else through_ms
+        with self._lock:
+            return [key for key, due_ms in self._written.items() if low < due_ms <= high]
 
     def _remember(self, entries: Iterable[tuple[str, int]]) -> None:
         """Ledger keys (with their schedules' due times) written: never written again until trimmed."""
@@ -150,7 +191,8 @@ class TransactionalSender:
         if self._commit():
             self.transactions += 1
             self._remember(entries)
-            self._ledger_ends.extend(ledger_offsets)
+            for end, latest in ledger_offsets:
+                self._note_ledger_record(end, latest)
             return refused
         self.aborted += 1
         known = {id(r) for _, r, _ in failed}
@@ -224,9 +266,11 @@ class TransactionalSender:
                 _, key = heapq.heappop(self._by_due)
                 if self._written.pop(key, None) is not None:
                     forgotten += 1
-            end = None
-            while self._ledger_ends and self._ledger_ends[0][1] <= through_ms:
-                end = self._ledger_ends.popleft()[0]
+            trimmed = 0
+            while trimmed < len(self._ledger_ends) and self._ledger_ends[trimmed][1] <= through_ms:
+                trimmed += 1
+            end = self._ledger_ends[trimmed - 1][0] if trimmed else None
+            del self._ledger_ends[:trimmed]
         if end is not None:
             # Not waited for: a ledger record left a little longer costs a few bytes at the next start.
             self._admin.delete_records([TopicPartition(self.ledger_topic, 0, end)])
@@ -238,6 +282,58 @@ class TransactionalSender:
 
     def close(self, timeout: float = 10.0) -> None:
         self._producer.flush(timeout)
+
+
+# What each task of a herd's write reports (RecordSink._write_herd_transactions): a failure fails the write.
+HERD_TASK_RESULT = "partition int, written long, failure string"
+
+
+def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str):
+    """The ``mapInArrow`` function with which the executors write a herd: each task its partition's records, in
+    transactions of at most MAX_RECORDS_PER_TXN records with their ledger entries, under the transactional id of
+    its partition. Stops at the first record or transaction that fails and reports it: the driver tries the write
+    again, less what the ledger then holds."""
+
+    def write(batches):
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
+        sender = TransactionalSender(producer_settings, app_id, ledger_topic, member=f"herd-{partition}")
+        sender.start_writing()
+        written, failure, items = 0, None, []
+
+        def send() -> Optional[str]:
+            nonlocal written
+            failures = sender.send(items)
+            written += len(items) - len(failures)
+            items.clear()
+            if not failures:
+                return None
+            _, record, error = failures[0]
+            return f"{record[0]}: {error.str() if isinstance(error, KafkaError) else error}"
+
+        try:
+            for batch in batches:
+                for row in batch.to_pylist():
+                    headers = [(h["key"], h["value"]) for h in row["headers"] or ()]
+                    items.append((LedgerKeyed(row["delivery_id"], row["due_ms"] or 0),
+                                  (row["topic"], row["partition"], row["key"], row["value"], headers)))
+                    if len(items) >= MAX_RECORDS_PER_TXN:
+                        failure = send()
+                        if failure:
+                            break
+                if failure:
+                    break
+            if items and not failure:
+                failure = send()
+        finally:
+            sender.close()
+        yield pa.RecordBatch.from_pylist([{"partition": partition, "written": written, "failure": failure}],
+                                         schema=pa.schema([("partition", pa.int32()), ("written", pa.int64()),
+                                                           ("failure", pa.string())]))
+
+    return write
 
 
 def produce_record(producer: Producer, record: tuple, on_delivery) -> Optional[KafkaError]:

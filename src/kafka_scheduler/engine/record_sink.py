@@ -27,7 +27,8 @@ from ..protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOUR
 from .batch_summary import BatchSummary
 from ..dialects.common import KIND_REJECT
 from .wheel_processor import KIND_DELIVER, KIND_EXPIRED, KIND_OUTCOME
-from .herd_writer import HOLD_SLICE_MS, HerdWriter
+from .exactly_once import HERD_TASK_RESULT, write_herd_partition
+from .herd_writer import HOLD_SLICE_MS, HerdWriter, slice_end_ms, slice_start_ms
 from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups
 from ..kafka.topics import Destination, TopicDirectory
 from .wheel_processor import KIND_TIMER, KIND_WITHDRAW
@@ -298,12 +299,37 @@ class RecordSink:
             else:
                 ids = herd.sparkSession.createDataFrame([(i,) for i in withdrawn], "delivery_id string")
                 records = records.join(F.broadcast(ids), "delivery_id", "left_anti")
+        # Its expired deliveries are rejections, as in a batch; they count in no batch's summary.
+        deadlines = [self._herd_deadlines[id(herd)].get(n) for n in numbers]
+        records = self._expire(records, min((d for d in deadlines if d is not None), default=None), None)
         if self.config.exactly_once:
-            self._write_through_ledger(records)
+            low = slice_start_ms(min(numbers)) - 1 if after is None else after
+            high = slice_end_ms(max(numbers)) if through is None else through
+            self._write_herd_transactions(records, low, high)
         else:
-            # Its expired deliveries are rejections, as in a batch; they count in no batch's summary.
-            deadlines = [self._herd_deadlines[id(herd)].get(n) for n in numbers]
-            self._spark_write(self._expire(records, min((d for d in deadlines if d is not None), default=None), None))
+            self._spark_write(records)
+
+    def _write_herd_transactions(self, records: DataFrame, after: int, through: int) -> None:
+        """Exactly-once: each task writes its part of the herd in transactions of its own with their ledger
+        entries (exactly_once.write_herd_partition); nothing goes through the driver. What the ledger already holds
+        (an earlier attempt's committed transactions, a previous run's) is left out; afterwards the driver reads
+        what the tasks committed into the ledger, so that a retry leaves it out and a trim keeps it."""
+        sender = self.writer.sender
+        sender.catch_up()
+        written = sender.written_keys(after, through)
+        if written:
+            keys = records.sparkSession.createDataFrame([(k,) for k in written], "ledger_key string")
+            records = records.join(F.broadcast(keys), F.concat_ws("\t", "delivery_id", "topic") == keys["ledger_key"],
+                                   "left_anti")
+        task = write_herd_partition(sender.producer_settings, self.config.app_id, self.config.ledger_topic)
+        try:
+            results = records.select("delivery_id", "due_ms", "topic", "partition", "key", "value", "headers") \
+                .mapInArrow(task, HERD_TASK_RESULT).collect()
+        finally:
+            sender.catch_up()
+        failures = [row["failure"] for row in results if row["failure"]]
+        if failures:
+            raise RuntimeError(f"{len(failures)} task(s) of the herd's write failed, the first: {failures[0]}")
 
     def _look_up_again(self) -> None:
         """Before a failed herd write is tried again: a destination may have been deleted or denied since."""
