@@ -14,12 +14,14 @@ import urllib.request
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from kafka_scheduler.engine.batch_summary import BatchSummary
 from kafka_scheduler.ops.metrics import SchedulerMetrics
 from kafka_scheduler.ops.recent import LatenessWindow, RecentRejections
 from kafka_scheduler.ops.http_server import Routes, start_server
 from kafka_scheduler.ops.status_page import (DAY_MS, HOUR_MS, LATE_P99_S, STALL_AFTER_S, PendingCounts, StatusPage,
+                                             counts_json, merged_counts,
                                              UpcomingCache, count_pending, health, page_html, snapshot, status_json,
                                              upcoming_json)
 
@@ -159,6 +161,17 @@ def test_upcoming_counts_per_hour_and_day_from_the_current_hour_and_day():
     assert [d["count"] for d in days[:3]] == [3, 0, 2] and answer["after_days"] == 1
     assert answer["total"] == 6 and answer["due_not_retired"] == 1
     assert counts.earliest_due_ms == answer["earliest_due_ms"] == as_of + HOUR_MS  # the overdue one is not pending
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(-3 * DAY_MS, 40 * DAY_MS), max_size=6), max_size=5), st.integers(0, 4))
+def test_counts_made_per_partition_and_merged_are_the_counts_of_the_whole(offsets, cut):
+    """The executors count each partition's frames (counts_json) and the driver merges them (merged_counts)."""
+    as_of = 1_800_000_000_000 + 123
+    frames = [pd.DataFrame({"due_ms": [as_of + o for o in chunk]}, dtype="int64") for chunk in offsets]
+    whole = count_pending(frames, as_of)
+    parts = [counts_json(count_pending(frames[:cut], as_of)), counts_json(count_pending(frames[cut:], as_of))]
+    assert merged_counts(parts) == whole
 
 
 class FakeState:

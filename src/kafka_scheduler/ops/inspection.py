@@ -18,7 +18,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterator, Optional
+from functools import partial
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pandas as pd
@@ -175,6 +176,39 @@ def pending_frames(spark, checkpoint_dir: str, named: bool = True) -> Iterator[p
         frame = frame.assign(id=[_request_id(s) for s in frame["sid"]],
                              input_topic=[_input_topic(d) for d in frame["delivery_id"]])
         yield frame
+
+
+def fold_pending(spark, checkpoint_dir: str, fold: Callable[[Iterator[pd.DataFrame]], str]) -> list[str]:
+    """``fold`` run on the executors over each partition's pending schedules (frames as ``pending_frames(named=
+    False)`` yields them); its results. A count reads every chunk of the state: brought to the driver
+    (``toLocalIterator`` holds a whole partition in the driver's heap at a time) it ran the job's 1 GB heap out
+    under a soak's load, which a few numbers per partition do not."""
+    from pyspark.sql import functions as F
+
+    def state(name: str):
+        return spark.read.format("statestore").option("stateVarName", name).load(checkpoint_dir)
+
+    struck = state("strikes").select(F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
+                                     F.col("user_map_value.delivery_ids").alias("ids")) \
+        .groupBy("shard", "bucket").agg(F.flatten(F.collect_list("ids")).alias("struck"))
+    chunks = state("chunks").select(F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
+                                    F.col("user_map_value.data").alias("data"))
+    rows = chunks.join(struck, ["shard", "bucket"], "left").select("data", "struck") \
+        .mapInPandas(partial(_fold_partition, fold), "result string").collect()
+    return [row["result"] for row in rows]
+
+
+def _fold_partition(fold: Callable[[Iterator[pd.DataFrame]], str], batches: Iterator[pd.DataFrame]):
+    def frames() -> Iterator[pd.DataFrame]:
+        for batch in batches:
+            for data, struck in zip(batch["data"], batch["struck"]):
+                frame = from_blob(data)
+                if struck is not None and len(struck):
+                    frame = frame[~frame["delivery_id"].isin(list(struck))]
+                if len(frame):
+                    yield frame
+
+    yield pd.DataFrame({"result": [fold(frames())]})
 
 
 def paused_frames(spark, checkpoint_dir: str) -> Iterator[pd.DataFrame]:

@@ -11,13 +11,14 @@ read, so a job nobody watches reads nothing and a watched one spends at most ~5%
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib import resources
 from typing import Callable, Iterable, Optional
 
@@ -193,6 +194,32 @@ def count_pending(frames: Iterable, as_of_ms: int) -> PendingCounts:
     return counts
 
 
+def counts_json(counts: PendingCounts) -> str:
+    """A partition's counts, as its executor task returns them (``_count_state``)."""
+    return json.dumps({"total": counts.total, "overdue": counts.overdue, "per_hour": list(counts.per_hour.items()),
+                       "per_day": list(counts.per_day.items()), "earliest_due_ms": counts.earliest_due_ms,
+                       "crons": counts.crons, "firings_estimated_from_ms": counts.firings_estimated_from_ms})
+
+
+def merged_counts(parts: Iterable[str]) -> PendingCounts:
+    """The counts of every partition (``counts_json``) as one."""
+    counts = PendingCounts()
+    for part in map(json.loads, parts):
+        counts.total += part["total"]
+        counts.overdue += part["overdue"]
+        counts.per_hour.update(dict(part["per_hour"]))
+        counts.per_day.update(dict(part["per_day"]))
+        counts.crons += part["crons"]
+        for name in ("earliest_due_ms", "firings_estimated_from_ms"):
+            value, known = part[name], getattr(counts, name)
+            setattr(counts, name, known if value is None else value if known is None else min(value, known))
+    return counts
+
+
+def _count_partition(as_of_ms: int, frames: Iterable) -> str:
+    return counts_json(count_pending(frames, as_of_ms))
+
+
 def upcoming_json(counts: PendingCounts, as_of_ms: int, batch: Optional[int]) -> dict:
     """48 hourly and 30 daily buckets from the current hour and day (UTC), zeros included, and what lies beyond."""
     first_hour = as_of_ms // HOUR_MS * HOUR_MS
@@ -263,9 +290,11 @@ class StateReader:
 
 
 def _count_state(spark, checkpoint_dir: str, as_of_ms: int) -> PendingCounts:
-    from .inspection import pending_frames
+    """Counted by the executors, partition by partition (inspection.fold_pending): the chunks stay out of the
+    driver's heap."""
+    from .inspection import fold_pending
 
-    return count_pending(pending_frames(spark, checkpoint_dir, named=False), as_of_ms)
+    return merged_counts(fold_pending(spark, checkpoint_dir, partial(_count_partition, as_of_ms)))
 
 
 class UpcomingCache:
