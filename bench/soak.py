@@ -40,6 +40,7 @@ import math
 import os
 import random
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -51,6 +52,7 @@ import numpy as np
 from confluent_kafka import Producer
 
 from kafka_scheduler.harness import process_tree
+from kafka_scheduler.harness.job_process import JobNotRunning
 from kafka_scheduler.harness.topic_reader import TopicReader
 from kafka_scheduler.kafka.local_broker import free_port
 
@@ -291,6 +293,30 @@ def process_memory(root: int) -> dict:
     return {**groups, "workers": len(workers), "largest_worker": max(workers, default=0)}
 
 
+# G1 reports its heap in one line ("garbage-first heap total ..K, used ..K"), the serial collector (the test suite's
+# JVMs) per generation ("def new generation", "tenured generation").
+_HEAP_LINE = re.compile(r"(?:heap|generation)\s+total (\d+)K, used (\d+)K")
+
+
+def jvm_heap(root: int) -> dict:
+    """The job's JVM heap (``jcmd GC.heap_info`` of its JVM's own JDK): in use (garbage included: the lows of a
+    window are what stays) and committed, in bytes; empty when it cannot be read. The RSS alone does not tell a
+    heap filling up (the run of 2026-11-28 ended out of heap at 1 GB with its RSS near flat)."""
+    for pid in process_tree.descendants(root):
+        try:
+            if process_tree.group_of(pid, root, process_tree.command_line(pid)) != "jvm":
+                continue
+            jcmd = Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd")
+            out = subprocess.run([str(jcmd), str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        parts = _HEAP_LINE.findall(out.stdout)
+        if parts:
+            return {"jvm_heap_committed": sum(int(total) for total, _ in parts) * 1024,
+                    "jvm_heap_used": sum(int(used) for _, used in parts) * 1024}
+    return {}
+
+
 def tree_bytes(path: Path) -> int:
     """Bytes of the files under ``path``; files that vanish while it is walked (a batch cleaning up) are skipped."""
     total = 0
@@ -328,7 +354,7 @@ class Sampler(threading.Thread):
                 self.samples.append({"t": round(time.time() - self.t0, 1), "job_running": False})
                 continue
             sample = {"t": round(time.time() - self.t0, 1), "job_running": True,
-                      **process_memory(self.scheduler.process.pid),
+                      **process_memory(self.scheduler.process.pid), **jvm_heap(self.scheduler.process.pid),
                       "checkpoint_bytes": tree_bytes(self.scheduler.checkpoint)}
             body, seconds, error = scrape(f"http://127.0.0.1:{self.port}/metrics")
             sample["metrics_s"], sample["metrics_error"] = round(seconds, 3), error
@@ -429,11 +455,12 @@ def sample_windows(samples: list[dict], windows: list[tuple[float, float]]) -> l
     for start, end in windows:
         inside = [s for s in samples if start <= s["t"] < end and s.get("job_running")]
         row: dict = {"samples": len(inside)}
-        for name in (*process_tree.GROUPS[:3], "checkpoint_bytes", "largest_worker"):
+        for name in (*process_tree.GROUPS[:3], "checkpoint_bytes", "largest_worker", "jvm_heap_used"):
             values = [s[name] for s in inside if name in s]
             mib = 2**20
             row[f"{name}_mean_mib"] = round(sum(values) / len(values) / mib, 1) if values else None
             row[f"{name}_max_mib"] = round(max(values) / mib, 1) if values else None
+            row[f"{name}_min_mib"] = round(min(values) / mib, 1) if values else None
         row["workers_max"] = max((s.get("workers", 0) for s in inside), default=None)
         row["scrapes"] = 2 * len(inside)
         row["scrape_failures"] = sum(bool(s.get("metrics_error")) + bool(s.get("status_error")) for s in inside)
@@ -585,8 +612,14 @@ def soak(env: Environment, args) -> dict:
     wait_until(lambda: time.time() >= t0, 5, "T0", interval=0.01)
     end = t0 + args.duration
     next_report = t0 + max(args.window, 60)
+    ended: Optional[str] = None  # why the job stopped under the load: the figures then cover the time until then
     while (now := time.time()) < end:
-        scheduler.assert_running()
+        try:
+            scheduler.assert_running()
+        except JobNotRunning as exc:
+            ended = " ".join(str(exc).split("--- log tail")[0].split())[:500]
+            log(f"soak: the job ended at {now - t0:.0f}s: {ended}; the figures cover the time until then")
+            break
         while herd_sends and t0 + herd_sends[0][0] <= now:
             _, herd = herd_sends.pop(0)
             log(f"  sending herd {herd} ({args.herd_count:,}, due at {herd_instants[herd]:.0f}s)")
@@ -628,13 +661,36 @@ def soak(env: Environment, args) -> dict:
                 f"{sum(sample.get(g, 0) for g in process_tree.GROUPS[:3]) / 2**20:,.0f} MiB, checkpoint "
                 f"{sample.get('checkpoint_bytes', 0) / 2**20:,.1f} MiB, health {sample.get('health')}")
         time.sleep(0.005)
-    log(f"soak: load done ({ledger.sent:,} schedules, {len(ledger.follow_where):,} replaces and cancels); waiting "
-        f"{args.grace:.0f}s for the last window's schedules")
+    if ended is None:
+        log(f"soak: load done ({ledger.sent:,} schedules, {len(ledger.follow_where):,} replaces and cancels); "
+            f"waiting {args.grace:.0f}s for the last window's schedules")
     requests.flush()
     for thread in herd_threads:
         thread.join(300)
     if requests.failed:
         raise RuntimeError(f"{requests.failed} requests were not acknowledged by the broker")
+    if ended is not None:
+        figures = _ended_figures(ended, time.time() - t0, ledger, reader, sampler, watcher, scheduler, t0, args,
+                                 herd_instants)
+    else:
+        figures = _settled_figures(env, requests_topic, ledger, reader, sampler, watcher, scheduler, t0, end, args,
+                                   herd_instants)
+    for w in figures["details"]["windows"]:
+        log(f"  window {w['index']} [{w['start_s']:.0f}-{w['end_s']:.0f}s): due {w['due']:,}, p50 "
+            f"{w['lateness_p50_s']}s p99 {w['lateness_p99_s']}s max {w['lateness_max_s']}s, early {w['early']}, "
+            f"lost {w['lost']}, stale {w['stale_delivered']}, cancelled {w['cancelled_delivered']}; JVM "
+            f"{w['jvm_mean_mib']} MiB, driver {w['python_driver_mean_mib']} MiB, workers "
+            f"{w['python_workers_mean_mib']} MiB, checkpoint {w['checkpoint_bytes_mean_mib']} MiB; batch max "
+            f"{w['batch_max_s']}s" + (f"; herd {w['herds']}" if w["herds"] else ""))
+    for h in figures["details"]["herd_figures"]:
+        log(f"  herd at {h['instant_s']:.0f}s: {h['delivered']:,} of {h['sent']:,}, first "
+            f"{h.get('first_after_instant_s')}s, last {h.get('last_after_instant_s')}s, early {h['early']}")
+    return figures
+
+
+def _settled_figures(env: Environment, requests_topic: str, ledger: Ledger, reader: "Deliveries", sampler: Sampler,
+                     watcher, scheduler, t0: float, end: float, args, herd_instants: list[float]) -> dict:
+    """After the load: the grace, then the job settles, then the figures of the whole run."""
     wait_until(lambda: scheduler.assert_running() or time.time() >= end + args.grace, args.grace + 5,
                "the grace after the last window", interval=0.5)
     # A job behind its due times is still delivering: until it has committed every request and nothing came for
@@ -652,6 +708,12 @@ def soak(env: Environment, args) -> dict:
         wait_until(settled, args.settle, "the job to commit every request and deliver what is due", interval=1.0)
     except TimeoutError as exc:
         log(f"  {exc}: what has not arrived by now counts as lost")
+    return _figures(ledger, reader, sampler, watcher, scheduler, t0, args.duration, args, herd_instants)
+
+
+def _figures(ledger: Ledger, reader: "Deliveries", sampler: Sampler, watcher, scheduler, t0: float, duration: float,
+             args, herd_instants: list[float]) -> dict:
+    """Stop reading and sampling, then the figures of the first ``duration`` seconds."""
     checked_ms = int(time.time() * 1000)
     reader.finish()
     sampler.stopping.set()
@@ -663,19 +725,18 @@ def soak(env: Environment, args) -> dict:
             ledger.follow_committed[row] = committed
     job_log = scheduler.follower.snapshot() if scheduler.follower else []
     scheduler.stop()
+    return summarize(ledger, sampler.samples, job_log, t0, duration, args.window, args.warm_up, args.grace,
+                     checked_ms, [i for i in herd_instants if i < duration], args.herd_count)
 
-    figures = summarize(ledger, sampler.samples, job_log, t0, args.duration, args.window, args.warm_up, args.grace,
-                        checked_ms, herd_instants, args.herd_count)
-    for w in figures["details"]["windows"]:
-        log(f"  window {w['index']} [{w['start_s']:.0f}-{w['end_s']:.0f}s): due {w['due']:,}, p50 "
-            f"{w['lateness_p50_s']}s p99 {w['lateness_p99_s']}s max {w['lateness_max_s']}s, early {w['early']}, "
-            f"lost {w['lost']}, stale {w['stale_delivered']}, cancelled {w['cancelled_delivered']}; JVM "
-            f"{w['jvm_mean_mib']} MiB, driver {w['python_driver_mean_mib']} MiB, workers "
-            f"{w['python_workers_mean_mib']} MiB, checkpoint {w['checkpoint_bytes_mean_mib']} MiB; batch max "
-            f"{w['batch_max_s']}s" + (f"; herd {w['herds']}" if w["herds"] else ""))
-    for h in figures["details"]["herd_figures"]:
-        log(f"  herd at {h['instant_s']:.0f}s: {h['delivered']:,} of {h['sent']:,}, first "
-            f"{h.get('first_after_instant_s')}s, last {h.get('last_after_instant_s')}s, early {h['early']}")
+
+def _ended_figures(ended: str, ended_s: float, ledger: Ledger, reader: "Deliveries", sampler: Sampler, watcher,
+                   scheduler, t0: float, args, herd_instants: list[float]) -> dict:
+    """The job stopped under the load: the figures of the windows that ended a grace before it did (what was due
+    later may have been lost with it), the samples until then, and why it stopped. Always missed."""
+    covered = max(0.0, ended_s - args.grace)
+    figures = _figures(ledger, reader, sampler, watcher, scheduler, t0, covered, args, herd_instants)
+    figures.update(verdict="missed", job_ended_at_s=round(ended_s, 1), job_ended=ended, covered_s=round(covered, 1))
+    log(f"soak: figures of the first {covered:.0f}s (the job ended at {ended_s:.0f}s)")
     return figures
 
 
@@ -707,6 +768,10 @@ def chart(result_path: Path) -> Path:
         memory.plot(t, [s.get(group, 0) / 2**20 for s in running], color=colour, alpha=0.25, linewidth=0.8)
         memory.step(edges, [w[f"{group}_mean_mib"] or 0 for w in windows] + [windows[-1][f"{group}_mean_mib"] or 0],
                     where="post", color=colour, linewidth=2, label=f"{labels[group]}, mean per window")
+    heap = [(s["t"] / 60, s["jvm_heap_used"] / 2**20) for s in running if "jvm_heap_used" in s]
+    if heap:
+        memory.plot([h[0] for h in heap], [h[1] for h in heap], color="tab:blue", linestyle=":", linewidth=1,
+                    label="JVM heap in use (garbage included)")
     memory.set_ylabel("resident memory (MiB)")
     memory.legend(loc="best", fontsize=8)
     memory.set_ylim(bottom=0)

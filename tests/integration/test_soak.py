@@ -36,5 +36,6 @@ def test_a_short_soak_writes_its_figures_and_chart(broker, tmp_path, monkeypatch
     assert len(windows) == 4
     for window in windows:
         assert window["samples"] >= 2 and window["jvm_mean_mib"] > 100, window
+        assert 10 < window["jvm_heap_used_min_mib"] <= window["jvm_heap_used_max_mib"] < window["jvm_mean_mib"], window
         assert window["python_driver_mean_mib"] > 20 and window["checkpoint_bytes_mean_mib"] > 0, window
     assert record["parameters"]["duration"] == 40 and record["details"]["flat"]["jvm"] is not None
