@@ -288,11 +288,16 @@ class TransactionalSender:
 HERD_TASK_RESULT = "partition int, written long, failure string"
 
 
+# A herd task's first transaction is this small, and each next one four times the last (up to MAX_RECORDS_PER_TXN): a
+# consumer reading read_committed sees a transaction's records only at its commit, so the first ones come sooner.
+FIRST_HERD_TXN_RECORDS = 1_000
+
+
 def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str):
     """The ``mapInArrow`` function with which the executors write a herd: each task its partition's records, in
-    transactions of at most MAX_RECORDS_PER_TXN records with their ledger entries, under the transactional id of
-    its partition. Stops at the first record or transaction that fails and reports it: the driver tries the write
-    again, less what the ledger then holds."""
+    transactions of FIRST_HERD_TXN_RECORDS growing to MAX_RECORDS_PER_TXN records with their ledger entries, under
+    the transactional id of its partition. Stops at the first record or transaction that fails and reports it: the
+    driver tries the write again, less what the ledger then holds."""
 
     def write(batches):
         import pyarrow as pa
@@ -301,32 +306,21 @@ def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str
         partition = TaskContext.get().partitionId()
         sender = TransactionalSender(producer_settings, app_id, ledger_topic, member=f"herd-{partition}")
         sender.start_writing()
-        written, failure, items = 0, None, []
-
-        def send() -> Optional[str]:
-            nonlocal written
-            failures = sender.send(items)
-            written += len(items) - len(failures)
-            items.clear()
-            if not failures:
-                return None
-            _, record, error = failures[0]
-            return f"{record[0]}: {error.str() if isinstance(error, KafkaError) else error}"
-
+        written, failure, size = 0, None, FIRST_HERD_TXN_RECORDS
+        items: list = []
         try:
             for batch in batches:
-                for row in batch.to_pylist():
-                    headers = [(h["key"], h["value"]) for h in row["headers"] or ()]
-                    items.append((LedgerKeyed(row["delivery_id"], row["due_ms"] or 0),
-                                  (row["topic"], row["partition"], row["key"], row["value"], headers)))
-                    if len(items) >= MAX_RECORDS_PER_TXN:
-                        failure = send()
-                        if failure:
-                            break
+                items += _herd_items(batch)
+                while len(items) >= size and not failure:
+                    failure = _send_herd_items(sender, items[:size])
+                    written += 0 if failure else size
+                    del items[:size]
+                    size = min(MAX_RECORDS_PER_TXN, 4 * size)
                 if failure:
                     break
             if items and not failure:
-                failure = send()
+                failure = _send_herd_items(sender, items)
+                written += 0 if failure else len(items)
         finally:
             sender.close()
         yield pa.RecordBatch.from_pylist([{"partition": partition, "written": written, "failure": failure}],
@@ -334,6 +328,29 @@ def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str
                                                            ("failure", pa.string())]))
 
     return write
+
+
+def _herd_items(batch) -> list:
+    """A herd's Arrow rows as the sender's (LedgerKeyed, record) pairs; column by column (a row at a time costs a
+    Python object per cell more)."""
+    column = batch.column
+    headers = column("headers")
+    offsets = headers.offsets.to_pylist()
+    pairs = list(zip(headers.values.field("key").to_pylist(), headers.values.field("value").to_pylist()))
+    return [(LedgerKeyed(delivery_id, due_ms or 0), (topic, partition, key, value, pairs[start:end]))
+            for delivery_id, due_ms, topic, partition, key, value, start, end in zip(
+                column("delivery_id").to_pylist(), column("due_ms").to_pylist(), column("topic").to_pylist(),
+                column("partition").to_pylist(), column("key").to_pylist(), column("value").to_pylist(), offsets,
+                offsets[1:])]
+
+
+def _send_herd_items(sender: TransactionalSender, items: list) -> Optional[str]:
+    """Send in one transaction; what went wrong with its first failed record, or None."""
+    failures = sender.send(items)
+    if not failures:
+        return None
+    _, record, error = failures[0]
+    return f"{record[0]}: {error.str() if isinstance(error, KafkaError) else error}"
 
 
 def produce_record(producer: Producer, record: tuple, on_delivery) -> Optional[KafkaError]:
