@@ -519,7 +519,7 @@ def verdicts(windows: list[dict], herds: list[dict], flat: dict) -> dict:
             f"{k} +{v}%" for k, v in grown.items()) if grown else "not enough samples after the warm-up"),
         "herds_early_or_lost": herd_wrong,
         "scrape_failures": scrape_failures,
-        "met": not late and not wrong and not grown and all(flat.values()) and not herd_wrong
+        "met": bool(windows) and not late and not wrong and not grown and all(flat.values()) and not herd_wrong
                and not scrape_failures,
     }
 
@@ -669,12 +669,16 @@ def soak(env: Environment, args) -> dict:
         thread.join(300)
     if requests.failed:
         raise RuntimeError(f"{requests.failed} requests were not acknowledged by the broker")
+    if ended is None:
+        try:
+            figures = _settled_figures(env, requests_topic, ledger, reader, sampler, watcher, scheduler, t0, end,
+                                       args, herd_instants)
+        except JobNotRunning as exc:
+            ended = " ".join(str(exc).split("--- log tail")[0].split())[:500]
+            log(f"soak: the job ended at {time.time() - t0:.0f}s, after the load: {ended}")
     if ended is not None:
-        figures = _ended_figures(ended, time.time() - t0, ledger, reader, sampler, watcher, scheduler, t0, args,
-                                 herd_instants)
-    else:
-        figures = _settled_figures(env, requests_topic, ledger, reader, sampler, watcher, scheduler, t0, end, args,
-                                   herd_instants)
+        figures = _ended_figures(ended, min(time.time() - t0, args.duration + args.grace), ledger, reader, sampler,
+                                 watcher, scheduler, t0, args, herd_instants)
     for w in figures["details"]["windows"]:
         log(f"  window {w['index']} [{w['start_s']:.0f}-{w['end_s']:.0f}s): due {w['due']:,}, p50 "
             f"{w['lateness_p50_s']}s p99 {w['lateness_p99_s']}s max {w['lateness_max_s']}s, early {w['early']}, "
@@ -766,8 +770,10 @@ def chart(result_path: Path) -> Path:
     labels = {"jvm": "JVM", "python_driver": "Python driver", "python_workers": "Python workers (all)"}
     for group, colour in zip(labels, ("tab:blue", "tab:orange", "tab:green")):
         memory.plot(t, [s.get(group, 0) / 2**20 for s in running], color=colour, alpha=0.25, linewidth=0.8)
-        memory.step(edges, [w[f"{group}_mean_mib"] or 0 for w in windows] + [windows[-1][f"{group}_mean_mib"] or 0],
-                    where="post", color=colour, linewidth=2, label=f"{labels[group]}, mean per window")
+        if windows:
+            memory.step(edges, [w[f"{group}_mean_mib"] or 0 for w in windows]
+                        + [windows[-1][f"{group}_mean_mib"] or 0], where="post", color=colour, linewidth=2,
+                        label=f"{labels[group]}, mean per window")
     heap = [(s["t"] / 60, s["jvm_heap_used"] / 2**20) for s in running if "jvm_heap_used" in s]
     if heap:
         memory.plot([h[0] for h in heap], [h[1] for h in heap], color="tab:blue", linestyle=":", linewidth=1,
@@ -778,7 +784,8 @@ def chart(result_path: Path) -> Path:
     checkpoint.plot(t, [s.get("checkpoint_bytes", 0) / 2**20 for s in running], color="tab:purple", alpha=0.3,
                     linewidth=0.8, label="every sample")
     checkpoint.step(edges, [w["checkpoint_bytes_mean_mib"] or 0 for w in windows]
-                    + [windows[-1]["checkpoint_bytes_mean_mib"] or 0], where="post", color="tab:purple",
+                    + [windows[-1]["checkpoint_bytes_mean_mib"] or 0 for _ in windows[-1:]], where="post",
+                    color="tab:purple",
                     linewidth=2, label="mean per window")
     checkpoint.set_ylabel("checkpoint size (MiB)")
     checkpoint.legend(loc="best", fontsize=8)

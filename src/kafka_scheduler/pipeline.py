@@ -24,7 +24,7 @@ from .config import Config, ConfigError, kafka_settings, masked
 from .engine.batch_summary import BatchSummary, Totals
 from .engine.checkpoint import LocalFiles, checkpoint_files, committed_offsets, is_local, last_committed_batch, \
     local_path, settle_state_settings, start_new_generation
-from .engine.exactly_once import TransactionalSender, transactional_id
+from .engine.exactly_once import TransactionalSender, herd_member, transactional_id
 from .engine.query import build_stream, reads_all_first
 from .engine.record_sink import RecordSink
 from .engine.session import build_session, under_spark_submit
@@ -237,6 +237,8 @@ class Scheduler:
         sender = TransactionalSender(producer_config(config.bootstrap_servers, **kafka_settings(config)), config.app_id,
                                      config.ledger_topic, consumer_settings=kafka_settings(config))
         started = time.monotonic()
+        # A previous driver's herd tasks may have left transactions open (they would hold back the ledger's read).
+        sender.fence_members(herd_member(p) for p in range(config.partitions))
         keys = sender.start()
         log.info("exactly-once: transactional id %s; the ledger %s holds %d record(s) written and not yet retired "
                  "(read in %.1fs)", transactional_id(config.app_id), config.ledger_topic, keys,

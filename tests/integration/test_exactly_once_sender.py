@@ -122,17 +122,21 @@ def test_what_a_herd_task_commits_the_driver_reads_back_leaves_out_and_keeps_thr
     topic, ledger, sender = app
     driver = sender()
     driver.send(items(topic, range(3), due_ms=1_000))
+    driver.foreign_writes_begin()
     task = sender(member="herd-0")
     assert task.send(items(topic, range(10, 15), due_ms=5_000)) == []
     task.close()
     driver.send(items(topic, range(20, 22), due_ms=2_000))  # a ledger record after the task's, due earlier
     herd_keys = sorted(f"req-0-{i}\t{topic}" for i in range(10, 15)) + [f"req-0-10\t{topic}-history"]
     assert driver.written_keys(4_999, 6_000) == []
-    driver.catch_up()
+    # While herd tasks may write, a trim deletes nothing the driver has not read (the task's record lies between).
+    driver.trim(3_000)
+    assert len(driver._ledger_ends) == 2, "no ledger record deleted past what was read"
+    driver.catch_up(settled=True)
     assert sorted(driver.written_keys(4_999, 6_000)) == sorted(herd_keys)
     assert driver.send(items(topic, range(10, 15), due_ms=5_000)) == [] and driver.skipped == 6
     # Trimmed through 3000, only the first record may go: the task's (due up to 5014) lies before the last one.
-    assert driver.trim(3_000) == 7
+    assert driver.trim(3_000) == 7, "the keys read back again are forgotten again"
     ledger_start = lambda: kafka.reader(ledger).consumer.get_watermark_offsets(  # noqa: E731
         TopicPartition(ledger, 0), timeout=10)[0]
     wait_until(lambda: ledger_start() > 0, 30, "the first ledger record deleted")
@@ -140,3 +144,19 @@ def test_what_a_herd_task_commits_the_driver_reads_back_leaves_out_and_keeps_thr
     assert sorted(successor.written_keys(4_999, 6_000)) == sorted(herd_keys), "the task's ledger record was kept"
     delivered = kafka.reader(topic, committed=True).read_to_end()
     assert sorted(r.key for r in delivered) == sorted(f"k{i}".encode() for i in [*range(3), *range(10, 15), 20, 21])
+
+
+def test_fencing_a_herd_task_aborts_what_it_left_open(kafka, app):
+    topic, ledger, sender = app
+    driver = sender()
+    task = sender(member="herd-1")
+    task._producer.begin_transaction()
+    task._producer.produce(topic, key=b"left-open", value=b"v")
+    task._producer.flush(10)
+    driver.fence_members(["herd-1"])
+    assert driver.send(items(topic, range(2))) == []
+    driver.catch_up(timeout=30)  # not held back by the open transaction: it was aborted
+    with pytest.raises(KafkaException):
+        task._producer.commit_transaction(10)
+    committed = kafka.reader(topic, committed=True).read_to_end()
+    assert sorted(r.key for r in committed) == [b"k0", b"k1"], "the task's open transaction is not visible"

@@ -126,3 +126,16 @@ def test_the_chart_is_drawn_from_the_result_file(tmp_path):
     assert png == tmp_path / "20261127T000000Z-soak.png"
     with Image.open(png) as image:
         assert image.format == "PNG" and image.size[0] > 800
+
+
+def test_a_soak_whose_job_ended_at_once_still_has_its_file_and_chart(tmp_path):
+    """The job ended within the grace of the start: no window is covered, the samples are still drawn."""
+    figures = summarize(made_ledger(), samples(30, 1, 0.0), [], T0, duration=0.0, window=10, warm_up=5, grace=30,
+                        checked_ms=ms(100), herd_instants=[], herd_count=3)
+    details = figures.pop("details")
+    assert details["windows"] == [] and figures["verdict"] == "missed"
+    path = tmp_path / "20261127T000000Z-soak.json"
+    path.write_text(json.dumps({"scenario": "soak", "finished_at": "20261127T000000Z", "git_commit": "abc",
+                                "figures": figures, "details": details}))
+    with Image.open(chart(path)) as image:
+        assert image.format == "PNG"

@@ -46,7 +46,12 @@ ABORTED = KafkaError(KafkaError._FAIL, "its transaction was aborted")
 def transactional_id(app_id: str, member: str = "") -> str:
     """One per app for the driver: a new driver fences the one before it, whose open transaction is aborted. A
     ``member`` (an executor's herd task) has one of its own; a task's retry fences the attempt before it."""
-    return f"kafka-scheduler-{app_id}" + (f"-{member}" if member else "")
+    return f"kafka-scheduler-{app_id}" + (f"/{member}" if member else "")  # no app id holds a "/"
+
+
+def herd_member(partition: int) -> str:
+    """The transactional id's member of the herd task that writes ``partition`` (``transactional_id``)."""
+    return f"herd-{partition}"
 
 
 class LedgerKeyed(NamedTuple):
@@ -71,10 +76,14 @@ class TransactionalSender:
                  consumer_settings: Optional[dict] = None, member: str = ""):
         self.ledger_topic = ledger_topic
         self.producer_settings = producer_settings
+        self._app_id = app_id
         self._producer = Producer({**producer_settings, "transactional.id": transactional_id(app_id, member),
                                    "transaction.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 5})
         self._consumer_settings = consumer_settings or {"bootstrap.servers": producer_settings["bootstrap.servers"]}
-        self._admin = AdminClient(self._consumer_settings)
+        self._admin: Optional[AdminClient] = None  # made at the first trim (a herd task never trims)
+        # Herd tasks may have committed ledger records this sender has not read yet: a trim deletes nothing past
+        # what it has read (a delete removes every record before its offset, known or not).
+        self._foreign_writes = False
         self._lock = threading.Lock()
         self._written: dict[str, int] = {}  # ledger key -> due_ms of its schedule
         self._by_due: list[tuple[int, str]] = []
@@ -96,15 +105,18 @@ class TransactionalSender:
         leave out)."""
         self._producer.init_transactions(timeout)
 
-    def catch_up(self, timeout: float = LEDGER_LOAD_TIMEOUT_S) -> int:
+    def catch_up(self, timeout: float = LEDGER_LOAD_TIMEOUT_S, settled: bool = False) -> int:
         """Read the ledger from where this sender last read it to its end (read_committed): the keys and records
         other writers of this app committed (the executors' herd tasks; at start, the previous drivers). Returns
-        how many keys it holds. Not under the sender's lock: a transaction of its own open meanwhile must commit."""
+        how many keys it holds. Not under the sender's lock: a transaction of its own open meanwhile must commit.
+        ``settled``: no herd task writes any more (their job ended, or they were fenced)."""
+        # earliest: a trim's delete moving the start past this position must not send the consumer to the end.
         consumer = Consumer({**self._consumer_settings, "group.id": "kafka-scheduler-ledger",
                              "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "enable.partition.eof": True, "log_level": 3})
+                             "auto.offset.reset": "earliest", "enable.partition.eof": True, "log_level": 3})
         try:
             partition = TopicPartition(self.ledger_topic, 0)
+            # read_committed: the high offset is the last stable one (an open transaction's records wait).
             low, high = consumer.get_watermark_offsets(partition, timeout=30)
             position = low if self._position is None else max(low, self._position)
             consumer.assign([TopicPartition(self.ledger_topic, 0, position)])
@@ -125,8 +137,25 @@ class TransactionalSender:
                     position = current.offset
         finally:
             consumer.close()
-        self._position = position
+        with self._lock:
+            self._position = max(position, self._position or 0)
+            if settled:
+                self._foreign_writes = False
         return len(self._written)
+
+    def foreign_writes_begin(self) -> None:
+        """Herd tasks are about to write: until a ``catch_up(settled=True)`` the trim stays behind what was read."""
+        with self._lock:
+            self._foreign_writes = True
+
+    def fence_members(self, members: Iterable[str], timeout: float = 30.0) -> None:
+        """Abort what herd tasks (``member`` ids) left open, and fence them: a task killed or failed half way holds
+        its transaction open until the transaction timeout, and read_committed readers (this one's catch_up too)
+        stop before it."""
+        for member in members:
+            producer = Producer({**self.producer_settings, "transactional.id": transactional_id(self._app_id, member)})
+            producer.init_transactions(timeout)
+            producer.flush(timeout)
 
     def _note_ledger_record(self, end: int, latest: int) -> None:
         ends = self._ledger_ends
@@ -266,15 +295,26 @@ class TransactionalSender:
                 _, key = heapq.heappop(self._by_due)
                 if self._written.pop(key, None) is not None:
                     forgotten += 1
+            read = self._position if self._foreign_writes else None
             trimmed = 0
-            while trimmed < len(self._ledger_ends) and self._ledger_ends[trimmed][1] <= through_ms:
+            while trimmed < len(self._ledger_ends) and self._ledger_ends[trimmed][1] <= through_ms \
+                    and (read is None or self._ledger_ends[trimmed][0] <= read):
                 trimmed += 1
             end = self._ledger_ends[trimmed - 1][0] if trimmed else None
             del self._ledger_ends[:trimmed]
         if end is not None:
             # Not waited for: a ledger record left a little longer costs a few bytes at the next start.
+            if self._admin is None:
+                self._admin = AdminClient(self._consumer_settings)
             self._admin.delete_records([TopicPartition(self.ledger_topic, 0, end)])
         return forgotten
+
+    def abort_open(self) -> None:
+        """A herd task failing half way: abort the transaction it may have open (nothing open: nothing happens)."""
+        try:
+            self._producer.abort_transaction(10)
+        except KafkaException:
+            pass
 
     @property
     def remembered(self) -> int:
@@ -293,18 +333,27 @@ HERD_TASK_RESULT = "partition int, written long, failure string"
 FIRST_HERD_TXN_RECORDS = 1_000
 
 
-def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str):
+def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str, rejections_topic: Optional[str]):
     """The ``mapInArrow`` function with which the executors write a herd: each task its partition's records, in
     transactions of FIRST_HERD_TXN_RECORDS growing to MAX_RECORDS_PER_TXN records with their ledger entries, under
-    the transactional id of its partition. Stops at the first record or transaction that fails and reports it: the
-    driver tries the write again, less what the ledger then holds."""
+    the transactional id of its partition. A record its destination refuses goes to ``rejections_topic`` instead,
+    as the timed writer does. Stops at the first transaction that fails otherwise and reports it: the driver fences
+    the tasks' ids and tries the write again, less what the ledger then holds. A retried task (a cluster retries a
+    failed one) writes nothing and says so: what its earlier attempt committed is not in the job's input yet."""
 
     def write(batches):
         import pyarrow as pa
         from pyspark import TaskContext
 
-        partition = TaskContext.get().partitionId()
-        sender = TransactionalSender(producer_settings, app_id, ledger_topic, member=f"herd-{partition}")
+        context = TaskContext.get()
+        partition = context.partitionId()
+        schema = pa.schema([("partition", pa.int32()), ("written", pa.int64()), ("failure", pa.string())])
+        if context.attemptNumber() > 0 or context.stageAttemptNumber() > 0:
+            yield pa.RecordBatch.from_pylist([{"partition": partition, "written": 0, "failure":
+                                               "a retried task writes nothing (the driver writes the slice again)"}],
+                                             schema=schema)
+            return
+        sender = TransactionalSender(producer_settings, app_id, ledger_topic, member=herd_member(partition))
         sender.start_writing()
         written, failure, size = 0, None, FIRST_HERD_TXN_RECORDS
         items: list = []
@@ -312,20 +361,22 @@ def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str
             for batch in batches:
                 items += _herd_items(batch)
                 while len(items) >= size and not failure:
-                    failure = _send_herd_items(sender, items[:size])
+                    failure = _send_herd_items(sender, items[:size], rejections_topic)
                     written += 0 if failure else size
                     del items[:size]
                     size = min(MAX_RECORDS_PER_TXN, 4 * size)
                 if failure:
                     break
             if items and not failure:
-                failure = _send_herd_items(sender, items)
+                failure = _send_herd_items(sender, items, rejections_topic)
                 written += 0 if failure else len(items)
+        except BaseException:
+            sender.abort_open()
+            raise
         finally:
             sender.close()
         yield pa.RecordBatch.from_pylist([{"partition": partition, "written": written, "failure": failure}],
-                                         schema=pa.schema([("partition", pa.int32()), ("written", pa.int64()),
-                                                           ("failure", pa.string())]))
+                                         schema=schema)
 
     return write
 
@@ -344,9 +395,32 @@ def _herd_items(batch) -> list:
                 offsets[1:])]
 
 
-def _send_herd_items(sender: TransactionalSender, items: list) -> Optional[str]:
-    """Send in one transaction; what went wrong with its first failed record, or None."""
+def _send_herd_items(sender: TransactionalSender, items: list, rejections_topic: Optional[str]) -> Optional[str]:
+    """Send in one transaction, as the timed writer does (TimedWriter._write): a record refused by its destination
+    aborts its transaction, so the rest of it is sent again; one refused for its size is tried alone (librdkafka
+    sends a partition's records as one batch, refused whole); the records still refused go to the rejections topic.
+    Returns what went wrong with the first record not written, or None."""
+    from .timed_writer import REFUSALS, rejection
+
     failures = sender.send(items)
+    if not failures:
+        return None
+    size = KafkaError.MSG_SIZE_TOO_LARGE
+    refused = [f for f in failures if f[2].code() in REFUSALS and f[2].code() != size]
+    alone = [(held, record) for held, record, error in failures if error.code() == size]
+    again = [(held, record) for held, record, error in failures if error.code() not in REFUSALS]
+    failures = sender.send(again) if again else []
+    alone += [(held, record) for held, record, error in failures if error.code() == size]
+    refused += [f for f in failures if f[2].code() in REFUSALS and f[2].code() != size]
+    failures = [f for f in failures if f[2].code() not in REFUSALS]
+    for item in alone:
+        for failed in sender.send([item]):
+            (refused if failed[2].code() in REFUSALS else failures).append(failed)
+    if refused and rejections_topic:
+        failures += sender.send([(held, rejection(record, held.delivery_id, rejections_topic, error))
+                                 for held, record, error in refused])
+    else:
+        failures += refused
     if not failures:
         return None
     _, record, error = failures[0]

@@ -27,7 +27,7 @@ from ..protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOUR
 from .batch_summary import BatchSummary
 from ..dialects.common import KIND_REJECT
 from .wheel_processor import KIND_DELIVER, KIND_EXPIRED, KIND_OUTCOME
-from .exactly_once import HERD_TASK_RESULT, write_herd_partition
+from .exactly_once import HERD_TASK_RESULT, herd_member, write_herd_partition
 from .herd_writer import HOLD_SLICE_MS, HerdWriter, slice_end_ms, slice_start_ms
 from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups
 from ..kafka.topics import Destination, TopicDirectory
@@ -312,8 +312,9 @@ class RecordSink:
     def _write_herd_transactions(self, records: DataFrame, after: int, through: int) -> None:
         """Exactly-once: each task writes its part of the herd in transactions of its own with their ledger
         entries (exactly_once.write_herd_partition); nothing goes through the driver. What the ledger already holds
-        (an earlier attempt's committed transactions, a previous run's) is left out; afterwards the driver reads
-        what the tasks committed into the ledger, so that a retry leaves it out and a trim keeps it."""
+        (an earlier attempt's committed transactions, a previous run's) is left out. A failed write fences the
+        tasks' transactional ids (aborting what they left open) before it is tried again; afterwards the driver
+        reads what the tasks committed into the ledger, so that a retry leaves it out and a trim keeps it."""
         sender = self.writer.sender
         sender.catch_up()
         written = sender.written_keys(after, through)
@@ -321,15 +322,25 @@ class RecordSink:
             keys = records.sparkSession.createDataFrame([(k,) for k in written], "ledger_key string")
             records = records.join(F.broadcast(keys), F.concat_ws("\t", "delivery_id", "topic") == keys["ledger_key"],
                                    "left_anti")
-        task = write_herd_partition(sender.producer_settings, self.config.app_id, self.config.ledger_topic)
+        records = records.select("delivery_id", "due_ms", "topic", "partition", "key", "value", "headers")
+        members = [herd_member(p) for p in range(records.rdd.getNumPartitions())]
+        task = write_herd_partition(sender.producer_settings, self.config.app_id, self.config.ledger_topic,
+                                    self.config.rejections_topic)
+        sender.foreign_writes_begin()
         try:
-            results = records.select("delivery_id", "due_ms", "topic", "partition", "key", "value", "headers") \
-                .mapInArrow(task, HERD_TASK_RESULT).collect()
-        finally:
-            sender.catch_up()
-        failures = [row["failure"] for row in results if row["failure"]]
-        if failures:
-            raise RuntimeError(f"{len(failures)} task(s) of the herd's write failed, the first: {failures[0]}")
+            results = records.mapInArrow(task, HERD_TASK_RESULT).collect()
+            failures = [row["failure"] for row in results if row["failure"]]
+            if failures:
+                raise RuntimeError(f"{len(failures)} task(s) of the herd's write failed, the first: {failures[0]}")
+        except BaseException:
+            try:
+                sender.fence_members(members)
+                sender.catch_up(settled=True)
+            except Exception as exc:  # noqa: BLE001 - the write's own failure is the one to report
+                log.warning("herd writer: after a failed write, fencing its tasks or reading the ledger failed too "
+                            "(%s)", " ".join(str(exc).split())[:200])
+            raise
+        sender.catch_up(settled=True)
 
     def _look_up_again(self) -> None:
         """Before a failed herd write is tried again: a destination may have been deleted or denied since."""

@@ -193,7 +193,8 @@ def fold_pending(spark, checkpoint_dir: str, fold: Callable[[Iterator[pd.DataFra
         .groupBy("shard", "bucket").agg(F.flatten(F.collect_list("ids")).alias("struck"))
     chunks = state("chunks").select(F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
                                     F.col("user_map_value.data").alias("data"))
-    rows = chunks.join(struck, ["shard", "bucket"], "left").select("data", "struck") \
+    # Broadcast: the strikes are few beside the chunks, which then are not shuffled.
+    rows = chunks.join(F.broadcast(struck), ["shard", "bucket"], "left").select("data", "struck") \
         .mapInPandas(partial(_fold_partition, fold), "result string").collect()
     return [row["result"] for row in rows]
 
