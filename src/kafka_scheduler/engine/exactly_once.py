@@ -348,7 +348,7 @@ def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str
         context = TaskContext.get()
         partition = context.partitionId()
         schema = pa.schema([("partition", pa.int32()), ("written", pa.int64()), ("failure", pa.string())])
-        if context.attemptNumber() > 0 or context.stageAttemptNumber() > 0:
+        if context.attemptNumber() > 0:  # (no stage retries here: the stage reads no shuffle)
             yield pa.RecordBatch.from_pylist([{"partition": partition, "written": 0, "failure":
                                                "a retried task writes nothing (the driver writes the slice again)"}],
                                              schema=schema)
