@@ -38,17 +38,17 @@ def test_switch_over_then_rebuild_delivers_each_schedule_once(scheduler_factory,
     # A per-batch cap of 1 would split the topics over many batches: the first batch must ignore it.
     first = scheduler_factory(extra_args=(*inputs, "--max-requests-per-batch", "1")).start()
     reader.wait_for(lambda r: r.value == b"B", timeout=WAIT, what="overdue B", guard=first.assert_running)
-    # Live requests: E due soon, F due later then cancelled, G due after the rebuild below.
+    # Live requests: E due soon, F due much later then cancelled, G due after the rebuild below. F's cancel comes
+    # one record a batch (the cap) behind it: due in 20 s, F went out before it on a loaded machine (CI of stop 25).
     kafka.produce(s_topic, key=b"E", value=avro({"time": int(time.time() * 1000) + 3000, "topic": out,
                                                  "key": b"E", "value": b"E", "headers": {}}))
-    kafka.produce(k_topic, key=b"F", value=b"F", headers=karafka(out, epoch_in(20)))
+    kafka.produce(k_topic, key=b"F", value=b"F", headers=karafka(out, epoch_in(900)))
     kafka.produce(k_topic, key=b"F", value=None, headers=karafka(None, None, "cancel"))
     back = kafka.reader(k_topic, s_topic)
     reader.wait_for(lambda r: r.value == b"E", timeout=WAIT, what="E", guard=first.assert_running)
     back.wait_for(lambda r: r.value is None and r.key in (b"B", b"E") and r.header_values("x-scheduler-source-offset"),
                   count=2, timeout=WAIT, what="write-backs of B and E", guard=first.assert_running)
     # Batches after the first read one record each (the cap): F's cancel may still be on its way.
-    # One record a batch (the cap) since E: on a loaded machine that many batches took over 180 s once.
     wait_until(lambda: outcome_counts(first.log())["cancelled"] >= 2, 2 * WAIT, "the cancel of F",
                guard=first.assert_running)
     g_due = epoch_in(40)

@@ -37,5 +37,7 @@ def test_a_short_soak_writes_its_figures_and_chart(broker, tmp_path, monkeypatch
     for window in windows:
         assert window["samples"] >= 2 and window["jvm_mean_mib"] > 100, window
         assert 10 < window["jvm_heap_used_min_mib"] <= window["jvm_heap_used_max_mib"] < window["jvm_mean_mib"], window
-        assert window["python_driver_mean_mib"] > 20 and window["checkpoint_bytes_mean_mib"] > 0, window
+        # A first window may see a checkpoint under 50 KiB, which is 0.0 in MiB to one decimal.
+        assert window["python_driver_mean_mib"] > 20 and window["checkpoint_bytes_mean_mib"] >= 0, window
+    assert windows[-1]["checkpoint_bytes_max_mib"] > 0, windows[-1]
     assert record["parameters"]["duration"] == 40 and record["details"]["flat"]["jvm"] is not None
