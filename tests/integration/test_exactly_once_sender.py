@@ -121,6 +121,7 @@ def test_refused_records_become_rejections_once_and_the_rest_of_their_transactio
 def test_what_a_herd_task_commits_the_driver_reads_back_leaves_out_and_keeps_through_a_trim(kafka, app):
     topic, ledger, sender = app
     driver = sender()
+    assert driver.unsettled, "before its first settled read, a previous driver's herd tasks may have written"
     driver.send(items(topic, range(3), due_ms=1_000))
     driver.foreign_writes_begin()
     task = sender(member="herd-0")
@@ -132,7 +133,9 @@ def test_what_a_herd_task_commits_the_driver_reads_back_leaves_out_and_keeps_thr
     # While herd tasks may write, a trim deletes nothing the driver has not read (the task's record lies between).
     driver.trim(3_000)
     assert len(driver._ledger_ends) == 2, "no ledger record deleted past what was read"
+    assert driver.unsettled
     driver.catch_up(settled=True)
+    assert not driver.unsettled, "the next herd write may skip the read before it"
     assert sorted(driver.written_keys(4_999, 6_000)) == sorted(herd_keys)
     assert driver.send(items(topic, range(10, 15), due_ms=5_000)) == [] and driver.skipped == 6
     # Trimmed through 3000, only the first record may go: the task's (due up to 5014) lies before the last one.

@@ -84,6 +84,7 @@ class TransactionalSender:
         # Herd tasks may have committed ledger records this sender has not read yet: a trim deletes nothing past
         # what it has read (a delete removes every record before its offset, known or not).
         self._foreign_writes = False
+        self._settled_once = False
         self._lock = threading.Lock()
         self._written: dict[str, int] = {}  # ledger key -> due_ms of its schedule
         self._by_due: list[tuple[int, str]] = []
@@ -141,7 +142,16 @@ class TransactionalSender:
             self._position = max(position, self._position or 0)
             if settled:
                 self._foreign_writes = False
+                self._settled_once = True
         return len(self._written)
+
+    @property
+    def unsettled(self) -> bool:
+        """Herd tasks may have committed what this sender has not read: a failed herd write not settled since, or,
+        before this driver's first settled read, a previous driver's tasks (one whose id start did not fence may
+        have held the ledger's start-up read back with a transaction left open)."""
+        with self._lock:
+            return self._foreign_writes or not self._settled_once
 
     def foreign_writes_begin(self) -> None:
         """Herd tasks are about to write: until a ``catch_up(settled=True)`` the trim stays behind what was read."""
@@ -396,26 +406,12 @@ def _herd_items(batch) -> list:
 
 
 def _send_herd_items(sender: TransactionalSender, items: list, rejections_topic: Optional[str]) -> Optional[str]:
-    """Send in one transaction, as the timed writer does (TimedWriter._write): a record refused by its destination
-    aborts its transaction, so the rest of it is sent again; one refused for its size is tried alone (librdkafka
-    sends a partition's records as one batch, refused whole); the records still refused go to the rejections topic.
-    Returns what went wrong with the first record not written, or None."""
-    from .timed_writer import REFUSALS, rejection
+    """Send in transactions, sorting out refusals as the timed writer does (timed_writer.send_sorting_refusals); the
+    records refused go to the rejections topic. Returns what went wrong with the first record not written, or
+    None."""
+    from .timed_writer import rejection, send_sorting_refusals
 
-    failures = sender.send(items)
-    if not failures:
-        return None
-    size = KafkaError.MSG_SIZE_TOO_LARGE
-    refused = [f for f in failures if f[2].code() in REFUSALS and f[2].code() != size]
-    alone = [(held, record) for held, record, error in failures if error.code() == size]
-    again = [(held, record) for held, record, error in failures if error.code() not in REFUSALS]
-    failures = sender.send(again) if again else []
-    alone += [(held, record) for held, record, error in failures if error.code() == size]
-    refused += [f for f in failures if f[2].code() in REFUSALS and f[2].code() != size]
-    failures = [f for f in failures if f[2].code() not in REFUSALS]
-    for item in alone:
-        for failed in sender.send([item]):
-            (refused if failed[2].code() in REFUSALS else failures).append(failed)
+    refused, failures = send_sorting_refusals(sender.send, items, again_once=True)
     if refused and rejections_topic:
         failures += sender.send([(held, rejection(record, held.delivery_id, rejections_topic, error))
                                  for held, record, error in refused])

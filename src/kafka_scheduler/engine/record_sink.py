@@ -316,7 +316,8 @@ class RecordSink:
         tasks' transactional ids (aborting what they left open) before it is tried again; afterwards the driver
         reads what the tasks committed into the ledger, so that a retry leaves it out and a trim keeps it."""
         sender = self.writer.sender
-        sender.catch_up()
+        if sender.unsettled:  # else every ledger record past the sender's position is its own, already known
+            sender.catch_up()
         written = sender.written_keys(after, through)
         if written:
             keys = records.sparkSession.createDataFrame([(k,) for k in written], "ledger_key string")

@@ -284,17 +284,13 @@ class TimedWriter(DueQueue):
                 if self.on_written is not None:
                     self.on_written([], 0, len(expired))
                 return
-        failures = self._send([(held, record) for held in taken for record in held.records])
+        # What failed without a refusal (a broker away, the rest of an aborted transaction) is held again and
+        # retried after a pause, below.
+        refused, failures = send_sorting_refusals(self._send, [(held, record) for held in taken
+                                                               for record in held.records])
+        again = [(held, record) for held, record, _ in failures]
         self.written += len(taken)
         self.lateness_ms = [started - h.due_ms for h in taken[-1000:]]
-        # librdkafka sends a partition's records as one batch, and a broker refuses a batch larger than the topic's
-        # max.message.bytes whole: records refused for size are tried again one by one before they count as refused.
-        batched = [(held, record) for held, record, error in failures if error.code() == KafkaError.MSG_SIZE_TOO_LARGE]
-        failures = [f for f in failures if f[2].code() != KafkaError.MSG_SIZE_TOO_LARGE]
-        for item in batched:
-            failures += self._send([item])
-        refused = [(held, record, error) for held, record, error in failures if error.code() in REFUSALS]
-        again = [(held, record) for held, record, error in failures if error.code() not in REFUSALS]
         if refused:
             rejections = [(held, rejection(record, held.delivery_id, self.rejections_topic, error))
                           for held, record, error in refused if self.rejections_topic and held.delivery_id[:1] != "\0"]
@@ -362,6 +358,25 @@ class TimedWriter(DueQueue):
                 failures.append((held, record, error))
         self._producer.flush()
         return failures
+
+
+def send_sorting_refusals(send: Callable[[list], list], items: list, again_once: bool = False) -> tuple[list, list]:
+    """Send (held, record) pairs with ``send`` (it returns the (held, record, error) it could not write); then
+    (refused, failed): the records their destination refused, and the ones not written for another reason.
+    librdkafka sends a partition's records as one batch, and a broker refuses a batch larger than the topic's
+    max.message.bytes whole: records refused for their size are tried again one by one before they count as
+    refused. With ``again_once``, the records that failed without a refusal of their own (a transaction aborted
+    by another record's refusal takes them along) are sent once more first."""
+    failures = send(items)
+    if again_once and failures:
+        again = [(held, record) for held, record, error in failures if error.code() not in REFUSALS]
+        failures = [f for f in failures if f[2].code() in REFUSALS] + (send(again) if again else [])
+    size = KafkaError.MSG_SIZE_TOO_LARGE
+    alone = [(held, record) for held, record, error in failures if error.code() == size]
+    failures = [f for f in failures if f[2].code() != size]
+    for item in alone:
+        failures += send([item])
+    return ([f for f in failures if f[2].code() in REFUSALS], [f for f in failures if f[2].code() not in REFUSALS])
 
 
 def _header_pairs(headers) -> list:

@@ -149,32 +149,49 @@ def _optional(value):
     return value
 
 
+def state_variable(spark, checkpoint_dir: str, name: str, batch: Optional[int] = None):
+    """One state variable of the job's checkpoint (as of ``batch``; None: the newest committed), as a DataFrame."""
+    reader = spark.read.format("statestore").option("stateVarName", name)
+    if batch is not None:
+        reader = reader.option("batchId", batch)
+    return reader.load(checkpoint_dir)
+
+
+def _chunks_and_strikes(spark, checkpoint_dir: str):
+    """The state's chunks (shard, bucket, data) and, per shard and bucket, the delivery ids struck from them
+    (shard, bucket, struck)."""
+    from pyspark.sql import functions as F
+
+    struck = state_variable(spark, checkpoint_dir, "strikes").select(
+        F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
+        F.col("user_map_value.delivery_ids").alias("ids")) \
+        .groupBy("shard", "bucket").agg(F.flatten(F.collect_list("ids")).alias("struck"))
+    chunks = state_variable(spark, checkpoint_dir, "chunks").select(
+        F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
+        F.col("user_map_value.data").alias("data"))
+    return chunks, struck
+
+
+def _unstruck(data: bytes, struck) -> pd.DataFrame:
+    """A chunk's entries without the ones struck from it."""
+    frame = from_blob(data)
+    if struck is not None and len(struck):
+        frame = frame[~frame["delivery_id"].isin(list(struck))]
+    return frame
+
+
 def pending_frames(spark, checkpoint_dir: str, named: bool = True) -> Iterator[pd.DataFrame]:
     """Pending schedules, a chunk at a time: the entry columns plus (``named``) ``id`` and ``input_topic``, which
     cost a Python call per schedule, so a count leaves them out."""
-    from pyspark.sql import functions as F
-
-    def state(name: str):
-        return spark.read.format("statestore").option("stateVarName", name).load(checkpoint_dir)
-
-    struck: dict[tuple[int, int], set] = {}
-    for row in state("strikes").select(F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias(
-            "bucket"), F.col("user_map_value.delivery_ids").alias("ids")).toLocalIterator():
-        struck.setdefault((row["shard"], row["bucket"]), set()).update(row["ids"] or ())
-    chunks = state("chunks").select(F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
-                                    F.col("user_map_value.data").alias("data"))
+    chunks, struck = _chunks_and_strikes(spark, checkpoint_dir)
+    gone = {(row["shard"], row["bucket"]): row["struck"] for row in struck.toLocalIterator()}
     for row in chunks.toLocalIterator():
-        frame = from_blob(row["data"])
-        gone = struck.get((row["shard"], row["bucket"]))
-        if gone:
-            frame = frame[~frame["delivery_id"].isin(gone)]
+        frame = _unstruck(row["data"], gone.get((row["shard"], row["bucket"])))
         if not len(frame):
             continue
-        if not named:
-            yield frame
-            continue
-        frame = frame.assign(id=[_request_id(s) for s in frame["sid"]],
-                             input_topic=[_input_topic(d) for d in frame["delivery_id"]])
+        if named:
+            frame = frame.assign(id=[_request_id(s) for s in frame["sid"]],
+                                 input_topic=[_input_topic(d) for d in frame["delivery_id"]])
         yield frame
 
 
@@ -185,14 +202,7 @@ def fold_pending(spark, checkpoint_dir: str, fold: Callable[[Iterator[pd.DataFra
     under a soak's load, which a few numbers per partition do not."""
     from pyspark.sql import functions as F
 
-    def state(name: str):
-        return spark.read.format("statestore").option("stateVarName", name).load(checkpoint_dir)
-
-    struck = state("strikes").select(F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
-                                     F.col("user_map_value.delivery_ids").alias("ids")) \
-        .groupBy("shard", "bucket").agg(F.flatten(F.collect_list("ids")).alias("struck"))
-    chunks = state("chunks").select(F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
-                                    F.col("user_map_value.data").alias("data"))
+    chunks, struck = _chunks_and_strikes(spark, checkpoint_dir)
     # Broadcast: the strikes are few beside the chunks, which then are not shuffled.
     rows = chunks.join(F.broadcast(struck), ["shard", "bucket"], "left").select("data", "struck") \
         .mapInPandas(partial(_fold_partition, fold), "result string").collect()
@@ -203,9 +213,7 @@ def _fold_partition(fold: Callable[[Iterator[pd.DataFrame]], str], batches: Iter
     def frames() -> Iterator[pd.DataFrame]:
         for batch in batches:
             for data, struck in zip(batch["data"], batch["struck"]):
-                frame = from_blob(data)
-                if struck is not None and len(struck):
-                    frame = frame[~frame["delivery_id"].isin(list(struck))]
+                frame = _unstruck(data, struck)
                 if len(frame):
                     yield frame
 
@@ -219,8 +227,8 @@ def paused_frames(spark, checkpoint_dir: str) -> Iterator[pd.DataFrame]:
     from pyspark.sql.utils import AnalysisException
 
     try:
-        rows = spark.read.format("statestore").option("stateVarName", "paused").load(checkpoint_dir).select(
-            F.col("user_map_value.data").alias("data")).toLocalIterator()
+        rows = state_variable(spark, checkpoint_dir, "paused").select(F.col("user_map_value.data").alias("data")) \
+            .toLocalIterator()
         for row in rows:
             frame = from_blob(row["data"])
             yield frame.assign(id=[_request_id(s) for s in frame["sid"]],

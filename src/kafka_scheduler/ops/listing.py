@@ -41,7 +41,7 @@ import pandas as pd
 
 from ..engine.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
-from .inspection import _iso, _text, cron_view  # the same instant, bytes and cron forms as inspect shows
+from .inspection import _iso, _text, cron_view, state_variable  # the same forms as inspect shows, the same reader
 
 KINDS = ("one-shot", "cron")
 DEFAULT_LIMIT = 50
@@ -242,10 +242,7 @@ class StateSource:
     def _state(self, name: str):
         from pyspark.sql import functions as F
 
-        reader = self.spark.read.format("statestore").option("stateVarName", name)
-        if self.batch is not None:
-            reader = reader.option("batchId", self.batch)
-        frame = reader.load(self.checkpoint_dir)
+        frame = state_variable(self.spark, self.checkpoint_dir, name, self.batch)
         return frame if self.shard is None else frame.where(F.col("key.shard") == self.shard)
 
     def _in_range(self, frame, low: int, high: Optional[int]):
