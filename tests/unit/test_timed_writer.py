@@ -5,7 +5,7 @@ import time
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kafka_scheduler.engine.timed_writer import TICK_REPORT, TICK_WAKE, TimedWriter, Wakeups
+from kafka_scheduler.engine.timed_writer import TICK_REPORT, TICK_WAKE, TimedWriter, Wakeups, send_sorting_refusals
 
 from ..integration.support import wait_until
 
@@ -179,3 +179,33 @@ def test_a_delivery_the_writer_would_write_later_than_its_max_lateness_goes_to_r
         assert rejection[0] == ("h", b"1")
     finally:
         writer.close()
+
+
+def test_sorting_refusals_tries_size_refusals_alone_and_resends_an_aborted_rest_once():
+    """A broker refuses a partition's batch larger than max.message.bytes whole: those records are tried alone; in
+    transactions (again_once) the records an aborted transaction took along are sent once more."""
+    size, denied, aborted = (KafkaError(code) for code in (KafkaError.MSG_SIZE_TOO_LARGE,
+                                                            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                                            KafkaError._FATAL))
+    big, alone_too_big, fine, forbidden = (("held", (name,)) for name in ("big", "alone-too-big", "fine", "forbidden"))
+    calls = []
+
+    def send(items):
+        calls.append([record[0] for _, record in items])
+        failures = []
+        for held, record in items:
+            if record[0] == "forbidden":
+                failures.append((held, record, denied))
+            elif record[0] == "alone-too-big" or (record[0] == "big" and len(items) > 1):
+                failures.append((held, record, size))
+            elif record[0] == "fine" and len(calls) == 1:
+                failures.append((held, record, aborted))  # the first transaction aborted by the refusals
+        return failures
+
+    refused, failed = send_sorting_refusals(send, [big, alone_too_big, fine, forbidden], again_once=True)
+    assert [r[1][0] for r in refused] == ["forbidden", "alone-too-big"] and failed == []
+    assert calls == [["big", "alone-too-big", "fine", "forbidden"], ["fine"], ["big"], ["alone-too-big"]]
+    calls.clear()
+    refused, failed = send_sorting_refusals(send, [big, alone_too_big, fine, forbidden])
+    assert [r[1][0] for r in refused] == ["forbidden", "alone-too-big"] and [f[1][0] for f in failed] == ["fine"]
+    assert calls == [["big", "alone-too-big", "fine", "forbidden"], ["big"], ["alone-too-big"]]
