@@ -42,7 +42,9 @@ def test_scrape_shows_outcomes_deliveries_pending_and_lateness(kafka, scheduler)
     before = scrape()  # the warm-up request is counted already
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    later_due = at(15)
+    # Far enough ahead that "later" is still pending when its wake-up is read below: at 15 s it had gone out by then
+    # on a loaded machine (the next wake-up was none).
+    later_due = at(30)
     kafka.produce_many(requests, [
         dict(key=b"later", value=b"later", headers=native(topic, later_due, "later"), partition=0),
         dict(key=b"never", value=b"never", headers=native(topic, at(600), "never"), partition=0),
