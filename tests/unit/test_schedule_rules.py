@@ -396,6 +396,16 @@ class Reference:
         assert {s.delivery_id: s for s in expired if s.cron is not None} == late, (
             f"at {now}: cron firings expired {sorted(s.delivery_id for s in expired if s.cron is not None)}, "
             f"expected {sorted(late)}")
+        if skipped is not None and skipped > missed:
+            # A batch run again with the stopped job's earlier time may prepare a skip cron's firing due after that
+            # time but before this process started: missed all the same (wheel._Shard._skipped). Preparing it now
+            # is the engine's choice, within the lookahead; what a batch prepares is the earliest first.
+            early = sorted((version.next, i, version) for i, version in enumerate(self.crons.values())
+                           if version.active and version.next is not None and version.definition.cron.policy == "skip"
+                           and now < version.next < self.started and version.next <= self.latest + self.lookahead_ms)
+            for _, _, version in early[:skipped - missed]:
+                missed += 1
+                version.next = next_firing(version.definition, self.started - 1)
         if skipped is not None:
             assert skipped == missed, f"at {now}: {skipped} firings skipped, expected {missed}"
         last: dict[str, int] = {}
@@ -1336,6 +1346,16 @@ def test_a_skip_cron_skips_what_was_due_before_the_start_in_a_batch_run_again_wi
     delivered = engine.batch(37_000, [])[0]
     assert delivered == [] and engine.expired == [], "20-35 s were due while no job ran"
     assert firings_of(engine.batch(40_000, [])[0]) == [(40_000, "requests-0-1@40000")]
+
+
+def test_a_skip_crons_first_firing_due_before_the_start_is_missed_when_a_batch_run_again_prepares_it():
+    """The model agrees with the engine: a cron added in a batch run again with an earlier time (13.7 s, this job
+    started at 15.2 s) whose first firing (15 s) the batch prepares is missed then (found by the property test in
+    CI: the model counted it missed only once due by a batch's time)."""
+    cron_add_op = Op("CRON_ADD", b"a", topic="out", key=None, value=None,
+                     cron=CronOp("* * * * * */5", None, "skip", None, None))
+    check_script((0, 1, [([], 5200, Restart(1500, 1)), ([], -1500, None), ([cron_add_op], 10_000, None),
+                         ([], 1, None)]), WheelEngine)
 
 
 def test_a_delivery_later_than_its_max_lateness_is_expired(engine):
