@@ -31,7 +31,7 @@ from .rejection_classes import reason_class
 from .index_cache import IndexCache, IndexEntry, IndexToken, cache_for
 from .schedule import Action, Request, is_internal
 from .wheel import DEFAULT_CRON_MIN_INTERVAL_MS, ENTRY_COLUMNS, INDEX_COLUMNS, NULLABLE_INT_COLUMNS, BucketInfo, \
-    apply_requests, expired_mask, fire, flag, header_pairs, missing, optional_int, schedule_of_entry, \
+    apply_requests, expired_mask, fire, flag, header_pairs, missing, named_rows, optional_int, schedule_of_entry, \
     with_entry_columns
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -571,7 +571,7 @@ class WheelProcessor(StatefulProcessor):
         cron_adds = client.loc[cron_alone, base_columns + ["sid", "src_topic", "raw_headers"]].assign(digest=None) \
             .reset_index(drop=True)
         requests = []
-        for row in log_order(client[~alone & ~cron_alone]).itertuples(index=False):
+        for row in named_rows(log_order(client[~alone & ~cron_alone])):
             action = Action(row.action)
             schedule = schedule_of_entry(row) if action in (Action.ADD, Action.REPLACE, Action.CRON_ADD) else None
             completes = None if missing(row.completes) else row.completes
