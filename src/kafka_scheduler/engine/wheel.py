@@ -1363,11 +1363,14 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
         rows = with_entry_columns(rows)
         outcomes[Outcome.SCHEDULED] += len(rows)
         due_mask = rows["due_ms"] <= now_ms
-        topics = pd.Series(np.concatenate(bulk_topics))
-        for topic, n in topics.value_counts().items():
-            by_topic[(Outcome.SCHEDULED, topic)] += int(n)
-        for topic, n in topics[due_mask.to_numpy()].value_counts().items():
-            result.at_once[topic] += int(n)
+        topics = np.concatenate(bulk_topics)
+        # Counted in Python: a small batch's value_counts cost ~0.7 ms each (missing topics left out, as there).
+        for topic, n in Counter(topics.tolist()).items():
+            if not missing(topic):
+                by_topic[(Outcome.SCHEDULED, topic)] += n
+        for topic, n in Counter(topics[due_mask.to_numpy()].tolist()).items():
+            if not missing(topic):
+                result.at_once[topic] += n
         if due_mask.any():
             result.emitted.append(rows[due_mask].reset_index(drop=True))
         later = rows[~due_mask]
