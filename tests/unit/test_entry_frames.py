@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,14 +39,17 @@ def test_schedules_come_back_from_their_entries_frame_and_from_a_chunk(items, th
     assert wheel.schedules_of(frame) == items
 
 
-def test_named_rows_are_the_rows_itertuples_gives():
-    frame = pd.DataFrame({"due_ms": [5, 6], "topic": ["a", None], "partition": pd.array([1, None], dtype="Int32"),
-                          "history": [True, False], "1st": [b"x", b"y"], "class": [0.5, float("nan")]})
+@pytest.mark.parametrize("rows_at_a_time", [1, 2, wheel.NAMED_ROWS_SLICE])
+def test_named_rows_are_the_rows_itertuples_gives(monkeypatch, rows_at_a_time):
+    monkeypatch.setattr(wheel, "NAMED_ROWS_SLICE", rows_at_a_time)
+    frame = pd.DataFrame({"due_ms": [5, 6, 7], "topic": ["a", None, "c"],
+                          "partition": pd.array([1, None, 2], dtype="Int32"), "history": [True, False, True],
+                          "1st": [b"x", b"y", b"z"], "class": [0.5, float("nan"), 1.5]})
     expected = list(frame.itertuples(index=False))
     rows = list(wheel.named_rows(frame))
     assert [row._fields for row in rows] == [row._fields for row in expected] == \
-        [("due_ms", "topic", "partition", "history", "_4", "_5")] * 2
+        [("due_ms", "topic", "partition", "history", "_4", "_5")] * 3
     as_python = lambda value: repr(int(value) if isinstance(value, np.integer) else value)  # noqa: E731
     assert [list(map(as_python, row)) for row in rows] == [list(map(as_python, row)) for row in expected]
-    assert [type(row.partition) for row in rows] == [int, type(pd.NA)]  # a Python int, not numpy's
+    assert [type(row.partition) for row in rows] == [int, type(pd.NA), int]  # Python ints, not numpy's
     assert list(wheel.named_rows(frame.iloc[:0])) == []
