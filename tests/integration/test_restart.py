@@ -6,9 +6,11 @@ one cancelled before the stop never fires; nothing already delivered is delivere
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.harness import process_tree
@@ -109,6 +111,9 @@ def test_a_jvm_that_ends_under_the_job_stops_it_with_one_line_and_loses_nothing(
     scheduler.mark()
     [jvm] = [pid for pid in process_tree.descendants(scheduler.process.pid)
              if process_tree.group_of(pid, scheduler.process.pid, process_tree.command_line(pid)) == "jvm"]
+    # The job's JVM runs with two malloc arenas (engine/session.py) unless the environment says otherwise.
+    arenas = os.environ.get("MALLOC_ARENA_MAX", "2").encode()
+    assert b"MALLOC_ARENA_MAX=" + arenas in Path(f"/proc/{jvm}/environ").read_bytes().split(b"\0")
     mark = scheduler.log_size()
     process_tree.kill_tree(jvm)
     assert scheduler.wait_ended(60) == 1, scheduler.log()[-3000:]

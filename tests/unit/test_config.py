@@ -225,6 +225,14 @@ def test_a_jvm_of_the_job_out_of_heap_exits_instead_of_hanging():
         assert "-XX:+ExitOnOutOfMemoryError" in settings[f"spark.{side}.extraJavaOptions"].split()
 
 
+def test_the_state_stores_share_one_bounded_memory_budget():
+    from kafka_scheduler.engine.session import ROCKSDB_MEMORY_MB, spark_settings
+    settings = spark_settings(resolve(parse(), environ={}))
+    assert settings["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] == "true"
+    assert settings["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] == str(ROCKSDB_MEMORY_MB)
+    assert settings["spark.executorEnv.MALLOC_ARENA_MAX"] == "2"
+
+
 def test_the_state_retention_settings_reach_spark():
     from kafka_scheduler.engine.session import spark_settings
     assert spark_settings(resolve(parse(), environ={}))["spark.sql.streaming.minBatchesToRetain"] == "20"

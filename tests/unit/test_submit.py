@@ -72,8 +72,9 @@ def test_executor_options_and_confs_pass_through():
 
 
 def test_the_zip_is_on_the_driver_pythonpath_before_what_was_there():
-    assert driver_environment("/c/k.zip", {}) == {"PYTHONPATH": "/c/k.zip"}
-    assert driver_environment("/c/k.zip", {"PYTHONPATH": "/x"}) == {"PYTHONPATH": f"/c/k.zip{os.pathsep}/x"}
+    assert driver_environment("/c/k.zip", {}) == {"PYTHONPATH": "/c/k.zip", "MALLOC_ARENA_MAX": "2"}
+    assert driver_environment("/c/k.zip", {"PYTHONPATH": "/x", "MALLOC_ARENA_MAX": "4"}) == {
+        "PYTHONPATH": f"/c/k.zip{os.pathsep}/x", "MALLOC_ARENA_MAX": "4"}
 
 
 def test_shown_masks_secrets_and_puts_the_environment_first():

@@ -216,9 +216,13 @@ class Submission:
 
 def driver_environment(package_zip: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The zip on the driver JVM's PYTHONPATH: the Python workers Spark starts on the driver's machine (the state
-    processor's initialization at each query start) read the package from there, not from --py-files."""
+    processor's initialization at each query start) read the package from there, not from --py-files. The driver
+    JVM's malloc arenas as the job's own (engine/session.py), unless set."""
+    from ..engine.session import MALLOC_ARENAS
+
     existing = environ.get("PYTHONPATH")
-    return {"PYTHONPATH": package_zip + (os.pathsep + existing if existing else "")}
+    return {"PYTHONPATH": package_zip + (os.pathsep + existing if existing else ""),
+            "MALLOC_ARENA_MAX": environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)}
 
 
 def build(args: argparse.Namespace) -> Submission:
