@@ -34,8 +34,8 @@ def spark_settings(config: Config) -> dict[str, str]:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # One memory budget for every RocksDB instance of the state (block cache and write buffers): unbounded, the
-        # JVM's resident memory rose 26% over the last 50 minutes of an hour's soak while its heap stayed level
-        # (docs/measurements.md, the second soak).
+        # JVM's resident memory rose 26% over the last 50 minutes of an hour's soak while its heap stayed level;
+        # bounded, 7% (docs/measurements.md, the second and third soaks).
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(ROCKSDB_MEMORY_MB),
         # glibc gives each thread that allocates natively an arena of its own (up to 8 per core), and RocksDB's
