@@ -29,6 +29,7 @@ from .engine.query import build_stream, reads_all_first
 from .engine.record_sink import RecordSink
 from .engine.session import build_session, under_spark_submit
 from .engine.timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
+from .engine.warm_workers import warm_python_workers
 from .engine.wheel import BUCKET_MS
 from .kafka.topics import TopicDirectory, ensure_topics, wait_for_broker
 from .ops.access import AdminAccess
@@ -163,6 +164,7 @@ class Scheduler:
                  "spark-submit" if under_spark_submit() else config.master, config.partitions,
                  _state_text(config) if settle_first else "state settings checked once Spark is up")
         spark = build_session(config)
+        warm_python_workers(spark)
         if not settle_first:
             try:
                 self._start_new_generation(spark)
