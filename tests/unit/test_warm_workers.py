@@ -4,19 +4,17 @@ docs/measurements.md, a job's first batch."""
 
 import logging
 
-from kafka_scheduler.engine.session import ROCKSDB_PROVIDER
+from kafka_scheduler.engine.session import ROCKSDB_PROVIDER, STATE_STORE_PROVIDER
 from kafka_scheduler.engine.warm_workers import warm_python_workers
-
-PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 
 def test_the_warm_up_runs_through_the_state_processor_api(spark, caplog):
     caplog.set_level(logging.DEBUG, logger="kafka_scheduler.engine.warm_workers")
-    before = spark.conf.get(PROVIDER)
-    spark.conf.set(PROVIDER, ROCKSDB_PROVIDER)  # as the job's session: transformWithState needs RocksDB
+    before = spark.conf.get(STATE_STORE_PROVIDER)
+    spark.conf.set(STATE_STORE_PROVIDER, ROCKSDB_PROVIDER)  # as the job's session: transformWithState needs RocksDB
     try:
         thread = warm_python_workers(spark)
         thread.join(300)
     finally:
-        spark.conf.set(PROVIDER, before)
+        spark.conf.set(STATE_STORE_PROVIDER, before)
     assert not thread.is_alive() and thread.warmed, caplog.text

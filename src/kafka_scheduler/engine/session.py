@@ -14,6 +14,7 @@ from .stop_signals import engine_deaf_to_sigterm
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 EXIT_ON_OUT_OF_MEMORY = "-XX:+ExitOnOutOfMemoryError"
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 ROCKSDB_MEMORY_MB = 256
 MALLOC_ARENAS = "2"
@@ -31,7 +32,7 @@ def spark_settings(config: Config) -> dict[str, str]:
     settings = {
         "spark.app.name": f"kafka-scheduler:{config.app_id}",
         "spark.sql.shuffle.partitions": str(config.partitions),
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        STATE_STORE_PROVIDER: ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # One memory budget for every RocksDB instance of the state (block cache and write buffers): unbounded, the
         # JVM's resident memory rose 26% over the last 50 minutes of an hour's soak while its heap stayed level;
