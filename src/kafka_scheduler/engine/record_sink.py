@@ -88,6 +88,8 @@ class RecordSink:
         self.herds = HerdWriter(self._write_herd_slice, release=self._release_herd, on_retry=self._look_up_again) \
             if writer is not None else None
         self._herd_deadlines: dict[int, dict] = {}  # per herd handed (by id), per slice: its earliest expiry
+        self._herd_batches: dict[int, DataFrame] = {}  # per herd handed (by id): the batch it is read from
+        self._batch: Optional[DataFrame] = None  # the batch being written, while it is
         self._expiry_deadline: Optional[int] = None  # the earliest due + max lateness of what the batch writes
         self._summary: Optional[BatchSummary] = None  # the batch's, while it writes
         self.refused_batch: Optional[int] = None  # set when a stop made it refuse a batch
@@ -122,7 +124,12 @@ class RecordSink:
         started_ms = int(time.time() * 1000)
         self._spark_wrote = False
         self._trim_ledger()
-        batch = batch.persist()
+        # Kept in Spark as it is first computed, cut from the micro-batch's plan (a local checkpoint, lazy: the
+        # summary's job computes it, the state step runs once). A herd the batch prepares is then read from it by
+        # the herd writer, after the batch has committed, with no copy of its own: a lost block fails that write
+        # rather than running the stateful step again. (A persisted batch and a checkpointed copy of the herd cost a
+        # 1,000,000 herd's batch 9 s more, the copy spilling to disk: docs/measurements.md.)
+        batch = self._batch = batch.localCheckpoint(eager=False)
         started = time.monotonic()
         try:
             summary, per_topic, largest, partitioned, timers, withdrawn = self._summarise(batch, batch_id)
@@ -168,7 +175,9 @@ class RecordSink:
                 # Beside a herd (all of held), which the herd writer writes and counts.
                 summary.written_by_batch = summary.delivered - summary.held
         finally:
-            batch.unpersist()
+            self._batch = None
+            if not any(kept is batch for kept in list(self._herd_batches.values())):
+                _release_checkpoint(batch)
         self.batch_ends_ms = [*self.batch_ends_ms[-1:], int(time.time() * 1000)]
         if final:
             self.final_batch = batch_id
@@ -268,15 +277,13 @@ class RecordSink:
             held_count += sum(row["deliveries"] for row in small)
         big = rows[len(small):]
         if big:
-            # Kept in Spark, cut from the micro-batch's plan (a local checkpoint: the batch's data can go, and a
-            # lost block fails the write rather than running the stateful step again).
-            started = time.monotonic()
-            herd = records.filter(held & self._slice_of.isin([row["slice"] for row in big])) \
-                .localCheckpoint(eager=True)
+            # Read by the herd writer from the batch's checkpoint (__call__), which it keeps until the herd is written.
+            herd = records.filter(held & self._slice_of.isin([row["slice"] for row in big]))
             self._herd_deadlines[id(herd)] = {row["slice"]: row["deadline"] for row in big}
+            self._herd_batches[id(herd)] = self._batch
             held_count += self.herds.hand(herd, sorted((row["slice"], row["deliveries"]) for row in big))
-            log.info("herd writer: %d deliveries in %d slice(s) handed on, kept in Spark in %.1fs",
-                     sum(row["deliveries"] for row in big), len(big), time.monotonic() - started)
+            log.info("herd writer: %d deliveries in %d slice(s) handed on", sum(row["deliveries"] for row in big),
+                     len(big))
         return held_count
 
     @cached_property
@@ -350,7 +357,10 @@ class RecordSink:
     def _release_herd(self, herd: DataFrame) -> None:
         """The herd writer's ``release``: every slice of ``herd`` is written."""
         self._herd_deadlines.pop(id(herd), None)
-        _release_checkpoint(herd)
+        batch = self._herd_batches.pop(id(herd), None)
+        if batch is not None and batch is not self._batch \
+                and not any(kept is batch for kept in list(self._herd_batches.values())):
+            _release_checkpoint(batch)
 
     @cached_property
     def _held(self) -> Column:
@@ -395,6 +405,7 @@ class RecordSink:
             F.collect_set(F.when(F.col("kind") == KIND_TIMER, F.col("due_ms"))).alias("timers"),
             F.collect_list(F.when(F.col("kind") == KIND_WITHDRAW, F.col("key").cast("string"))).alias("withdrawn"),
             F.min(F.col("due_ms") + F.col("max_lateness_ms")).alias("deadline"),
+            F.count(F.when(F.col("history"), 1)).alias("history_copies"),
         ]
 
     def _summarise(self, batch: DataFrame, batch_id: int
@@ -405,12 +416,15 @@ class RecordSink:
         rows = batch.groupBy("kind", "topic").agg(*self._summary_columns).collect()
         summary = BatchSummary(batch_id)
         self._expiry_deadline = None  # the earliest due + max lateness of what the batch writes at once
+        self._copies = set()  # which of write-backs and history copies the batch's records have
         per_topic: Counter = Counter()
         largest: dict[str, int] = {}
         partitioned: dict[str, int] = {}
         timers: list[int] = []
         withdrawn: list[str] = []
         for row in rows:
+            if row["write_backs"] and row["kind"] in (KIND_DELIVER, KIND_REJECT, KIND_EXPIRED):
+                self._copies.add(KIND_WRITE_BACK)
             if row["kind"] == KIND_TIMER:
                 timers.extend(row["timers"])
             elif row["kind"] == KIND_WITHDRAW:
@@ -425,6 +439,8 @@ class RecordSink:
                         else min(self._expiry_deadline, row["deadline"])
                 summary.delivered += row["records"]
                 summary.written_back += row["write_backs"]
+                if row["history_copies"]:
+                    self._copies.add(KIND_HISTORY)
                 per_topic[row["topic"]] += row["records"]
                 largest[row["topic"]] = max(largest.get(row["topic"], 0), row["largest"] or 0)
                 if row["max_partition"] is not None or row["hashed"]:
@@ -456,13 +472,16 @@ class RecordSink:
             records, row_count = self._dead_letter(records, refusals, beyond)
             dead += row_count
         records = records.withColumns(self._fitted_rejections(refusals.rejection_limit))
-        deliveries = records.filter(self._is_delivery)
         parts = [records.select(*self._record_columns)]
-        # A write-back follows its delivery, and also a delivery that became a dead letter: either way the
-        # version is finished, and a rebuild from the source topic must not try it again.
-        parts.append(records.filter(self._has_write_back).select(*self._write_back_columns))
-        copied = deliveries if self.config.history else deliveries.filter(F.col("history"))
-        parts.append(copied.select(*self._history_columns))
+        # Each part reads the whole batch again (and a herd's slices read it after the batch): only those it has.
+        if KIND_WRITE_BACK in self._copies:
+            # A write-back follows its delivery, and also a delivery that became a dead letter: either way the
+            # version is finished, and a rebuild from the source topic must not try it again.
+            parts.append(records.filter(self._has_write_back).select(*self._write_back_columns))
+        if self.config.history or KIND_HISTORY in self._copies:
+            deliveries = records.filter(self._is_delivery)
+            copied = deliveries if self.config.history else deliveries.filter(F.col("history"))
+            parts.append(copied.select(*self._history_columns))
         return reduce(DataFrame.unionByName, parts), dead
 
     @cached_property
@@ -682,10 +701,11 @@ def framed_bytes_column(payload: Column) -> Column:
     return payload + F.lit(RECORD_FRAMING_BYTES) + F.floor(payload / F.lit(8192)).cast("long")
 
 
-def _release_checkpoint(herd: DataFrame) -> None:
-    """Free the blocks of a herd's local checkpoint once it is written. PySpark has no call for it: through the
-    plan's RDD; should that fail, Spark's context cleaner frees them once the RDD is unreachable."""
+def _release_checkpoint(batch: DataFrame) -> None:
+    """Free the blocks of a batch's local checkpoint once it is written (and any herd read from it). PySpark has no
+    call for it: through the plan's RDD; should that fail, Spark's context cleaner frees them once the RDD is
+    unreachable."""
     try:
-        herd._jdf.queryExecution().analyzed().rdd().unpersist(False)
+        batch._jdf.queryExecution().analyzed().rdd().unpersist(False)
     except Exception as exc:  # noqa: BLE001 - an optimisation; the cleaner is the fallback
-        log.debug("herd writer: a written herd's checkpoint is left to Spark's cleaner (%s)", exc)
+        log.debug("a written batch's checkpoint is left to Spark's cleaner (%s)", exc)
