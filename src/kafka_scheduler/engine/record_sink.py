@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, reduce
 from typing import Callable, Optional
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -127,9 +128,11 @@ class RecordSink:
         # Kept in Spark as it is first computed, cut from the micro-batch's plan (a local checkpoint, lazy: the
         # summary's job computes it, the state step runs once). A herd the batch prepares is then read from it by
         # the herd writer, after the batch has committed, with no copy of its own: a lost block fails that write
-        # rather than running the stateful step again. (A persisted batch and a checkpointed copy of the herd cost a
-        # 1,000,000 herd's batch 9 s more, the copy spilling to disk: docs/measurements.md.)
-        batch = self._batch = batch.localCheckpoint(eager=False)
+        # rather than running the stateful step again. Serialized (PySpark's MEMORY_AND_DISK): rows as bytes take
+        # about half the room of row objects, and a block that went to disk is not unrolled into memory again at
+        # every read. (A persisted batch and a checkpointed copy of the herd cost a 1,000,000 herd's batch 13 s
+        # more, the copy spilling to disk: docs/measurements.md.)
+        batch = self._batch = batch.localCheckpoint(eager=False, storageLevel=StorageLevel.MEMORY_AND_DISK)
         started = time.monotonic()
         try:
             summary, per_topic, largest, partitioned, timers, withdrawn = self._summarise(batch, batch_id)
