@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property, reduce
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
@@ -71,6 +71,11 @@ LEDGER_TRIM_MARGIN_MS = 1000
 WITHDRAWN_IN_LIST = 1000
 
 
+class _HandedHerd(NamedTuple):
+    batch: DataFrame  # the batch's checkpoint the herd is read from: kept until every herd read from it is written
+    deadlines: dict  # per slice: its earliest expiry (due + max lateness)
+
+
 class StopRequested(Exception):
     """Raised at the start of a batch once the stop is under way: the batch writes nothing and is not committed."""
 
@@ -88,10 +93,10 @@ class RecordSink:
         # What a batch prepares beyond the writer's room (a herd) is written by this thread, outside the batches.
         self.herds = HerdWriter(self._write_herd_slice, release=self._release_herd, on_retry=self._look_up_again) \
             if writer is not None else None
-        self._herd_deadlines: dict[int, dict] = {}  # per herd handed (by id), per slice: its earliest expiry
-        self._herd_batches: dict[int, DataFrame] = {}  # per herd handed (by id): the batch it is read from
+        self._handed: dict[int, _HandedHerd] = {}  # per herd handed (by id)
         self._batch: Optional[DataFrame] = None  # the batch being written, while it is
         self._expiry_deadline: Optional[int] = None  # the earliest due + max lateness of what the batch writes
+        self._copies: set[str] = set()  # which of write-backs and history copies the batch's records have
         self._summary: Optional[BatchSummary] = None  # the batch's, while it writes
         self.refused_batch: Optional[int] = None  # set when a stop made it refuse a batch
         # A graceful stop with a timed writer (begin_stop): the writer writes nothing due after stop_at_ms, and the
@@ -179,8 +184,7 @@ class RecordSink:
                 summary.written_by_batch = summary.delivered - summary.held
         finally:
             self._batch = None
-            if not any(kept is batch for kept in list(self._herd_batches.values())):
-                _release_checkpoint(batch)
+            self._release_unless_read(batch)
         self.batch_ends_ms = [*self.batch_ends_ms[-1:], int(time.time() * 1000)]
         if final:
             self.final_batch = batch_id
@@ -282,8 +286,7 @@ class RecordSink:
         if big:
             # Read by the herd writer from the batch's checkpoint (__call__), which it keeps until the herd is written.
             herd = records.filter(held & self._slice_of.isin([row["slice"] for row in big]))
-            self._herd_deadlines[id(herd)] = {row["slice"]: row["deadline"] for row in big}
-            self._herd_batches[id(herd)] = self._batch
+            self._handed[id(herd)] = _HandedHerd(self._batch, {row["slice"]: row["deadline"] for row in big})
             held_count += self.herds.hand(herd, sorted((row["slice"], row["deliveries"]) for row in big))
             log.info("herd writer: %d deliveries in %d slice(s) handed on", sum(row["deliveries"] for row in big),
                      len(big))
@@ -310,7 +313,7 @@ class RecordSink:
                 ids = herd.sparkSession.createDataFrame([(i,) for i in withdrawn], "delivery_id string")
                 records = records.join(F.broadcast(ids), "delivery_id", "left_anti")
         # Its expired deliveries are rejections, as in a batch; they count in no batch's summary.
-        deadlines = [self._herd_deadlines[id(herd)].get(n) for n in numbers]
+        deadlines = [self._handed[id(herd)].deadlines.get(n) for n in numbers]
         records = self._expire(records, min((d for d in deadlines if d is not None), default=None), None)
         if self.config.exactly_once:
             low = slice_start_ms(min(numbers)) - 1 if after is None else after
@@ -359,10 +362,15 @@ class RecordSink:
 
     def _release_herd(self, herd: DataFrame) -> None:
         """The herd writer's ``release``: every slice of ``herd`` is written."""
-        self._herd_deadlines.pop(id(herd), None)
-        batch = self._herd_batches.pop(id(herd), None)
-        if batch is not None and batch is not self._batch \
-                and not any(kept is batch for kept in list(self._herd_batches.values())):
+        handed = self._handed.pop(id(herd), None)
+        if handed is not None:
+            self._release_unless_read(handed.batch)
+
+    def _release_unless_read(self, batch: DataFrame) -> None:
+        """Free a batch's checkpoint unless the batch is still being written or a herd handed on is read from it.
+        Called from the batch (its end) and from the herd writer's thread (a herd written): whichever comes last
+        frees it."""
+        if batch is not self._batch and not any(h.batch is batch for h in list(self._handed.values())):
             _release_checkpoint(batch)
 
     @cached_property
@@ -419,7 +427,7 @@ class RecordSink:
         rows = batch.groupBy("kind", "topic").agg(*self._summary_columns).collect()
         summary = BatchSummary(batch_id)
         self._expiry_deadline = None  # the earliest due + max lateness of what the batch writes at once
-        self._copies = set()  # which of write-backs and history copies the batch's records have
+        self._copies = set()
         per_topic: Counter = Counter()
         largest: dict[str, int] = {}
         partitioned: dict[str, int] = {}
