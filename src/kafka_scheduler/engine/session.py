@@ -18,6 +18,8 @@ STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 ROCKSDB_MEMORY_MB = 256
 MALLOC_ARENAS = "2"
+HUGE_METHOD_LIMIT = 8000  # HotSpot's HugeMethodLimit
+ARROW_BYTES_UNBOUNDED = 2**31 - 1  # the value at which Spark skips the per-row size check
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,15 @@ def spark_settings(config: Config) -> dict[str, str]:
         # most this long to be seen; prepared deliveries are unaffected (ticked --lookahead ahead).
         "spark.sql.streaming.pollingDelay": "200ms",
         "spark.sql.session.timeZone": "UTC",
+        # HotSpot never compiles a method of more than 8,000 bytes of bytecode (-XX:+DontCompileHugeMethods), and
+        # the decode's whole-stage method is larger: it ran interpreted, ~60 us a request, most of a batch's JVM
+        # time during ingest. At this limit Spark splits such a stage instead (decode 16,800 -> 117,000 rows/s;
+        # docs/measurements.md, ingest).
+        "spark.sql.codegen.hugeMethodLimit": str(HUGE_METHOD_LIMIT),
+        # Spark checks an Arrow batch's size in bytes after every row it sends to the state step unless the limit
+        # is Int.MaxValue, and the size of a list column (headers) is recomputed over the whole batch each time: a
+        # quarter of the JVM's time during ingest. Batches stay bounded by rows (maxRecordsPerBatch, 10,000).
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(ARROW_BYTES_UNBOUNDED),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": config.driver_memory,
