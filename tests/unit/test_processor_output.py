@@ -13,10 +13,11 @@ from pyspark.sql.conversion import PandasToArrowConversion
 from pyspark.sql.types import LongType, StructField, StructType
 
 from kafka_scheduler.engine import wheel
-from kafka_scheduler.engine.schedule import Schedule
-from kafka_scheduler.engine.wheel_processor import MERGED_ROWS, OUTPUT_SCHEMA, STATE_VARIABLES, \
+from kafka_scheduler.engine.schedule import Cron, Schedule
+from kafka_scheduler.engine.wheel_processor import MERGED_ROWS, OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATE_VARIABLES, \
     WheelProcessor, _batch_time_row, _outcomes, _timer_rows, _withdraw_rows, deliveries_frame, merged, \
-    parsed_state_schemas
+    parsed_state_schemas, record_rows, rejections_frame
+from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID
 
 NOW = 1_900_000_000_000
 
@@ -106,3 +107,23 @@ def test_the_processor_asks_for_each_state_variable_with_its_parsed_schema(spark
         assert handle.schemas[name] == tuple(parsed[d] for d in ddl)
         assert all(isinstance(s, StructType) for s in handle.schemas[name])
     assert parsed["seq long"] == StructType([StructField("seq", LongType())])
+
+
+def test_the_sink_reads_each_row_with_its_headers_zipped_and_a_deliverys_id_last(spark):
+    firing = Schedule(NOW + 5_000, "out", b"k", b"tick", (("h", b"1"), ("empty", None)), "in-0-9@1",
+                      cron=Cron("* * * * * */5", "UTC", "skip", NOW, None))
+    entries = wheel.entries_frame([firing, Schedule(NOW + 1, "out", None, b"x", (), "in-0-3")],
+                                  [(b"cron:in/a", b"d" * 16), (None, None)])
+    rejected = pd.DataFrame([(b"k", b"v", [{"key": "a", "value": b"2"}], "in-1-17", "bad")],
+                            columns=["key", "value", "raw_headers", "delivery_id", "reason"])
+    frames = [deliveries_frame(entries, NOW), rejections_frame(rejected, "rejections"), _timer_rows([NOW])]
+    table = pa.Table.from_batches([pa.RecordBatch.from_struct_array(spark_arrow(f).column(0)) for f in frames])
+    rows = record_rows(spark.createDataFrame(table, schema=OUTPUT_SCHEMA)).collect()
+    assert rows[0].asDict().keys() == {*OUTPUT_COLUMNS, "headers"} - {"header_names", "header_values", "delivery_id"}
+    headers = [None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]] for r in rows]
+    assert headers[0] == [("h", b"1"), ("empty", None), (CRON_FIRE_TIMESTAMP, str((NOW + 5_000) // 1000).encode()),
+                          (DELIVERY_ID, b"in-0-9@1")]
+    assert headers[1] == [(DELIVERY_ID, b"in-0-3")]
+    assert [h[0] for h in headers[2]] == ["a", "x-scheduler-rejection-reason", "x-scheduler-source-topic",
+                                          "x-scheduler-source-partition", "x-scheduler-source-offset"]
+    assert headers[3] is None  # a timer row

@@ -16,13 +16,13 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import ArrayType, BinaryType, BooleanType, DataType, IntegerType, LongType, StringType, \
     StructField, StructType
 
-from ..dialects.common import KIND_REJECT
+from ..dialects.common import KIND_REJECT, header
 from ..protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
     SOURCE_TOPIC
 from .partitioning import partition_hash
@@ -31,18 +31,23 @@ from .rejection_classes import reason_class
 from .index_cache import IndexCache, IndexEntry, IndexToken, cache_for
 from .schedule import Action, Request, is_internal
 from .wheel import DEFAULT_CRON_MIN_INTERVAL_MS, ENTRY_COLUMNS, INDEX_COLUMNS, NULLABLE_INT_COLUMNS, BucketInfo, \
-    apply_requests, expired_mask, fire, flag, header_pairs, missing, named_rows, optional_int, schedule_of_entry, \
+    apply_requests, expired_mask, fire, header_pairs, missing, named_rows, schedule_of_entry, \
     with_entry_columns
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
-# What the processor emits: records to write (deliver, reject) and per-outcome counts (outcome).
+# What the processor emits: records to write (deliver, reject) and per-outcome counts (outcome). Headers leave
+# Python as two lists of primitives, names and values, and a delivery's id as a column of its own: ``record_rows``
+# zips them into (key, value) structs in the JVM. As a list of structs they cost each row a dict per header built
+# by the processor and another by PySpark's conversion to Arrow, most of a herd's Python time (docs/measurements.md).
 OUTPUT_SCHEMA = StructType([
     StructField("kind", StringType()),
     StructField("topic", StringType()),  # destination topic; for outcome rows, the outcome name
     StructField("key", BinaryType()),
     StructField("value", BinaryType()),
-    StructField("headers", HEADERS_TYPE),
+    StructField("header_names", ArrayType(StringType())),
+    StructField("header_values", ArrayType(BinaryType())),
+    StructField("delivery_id", StringType()),  # deliveries only: record_rows adds it as the last header
     StructField("due_ms", LongType()),
     StructField("n", LongType()),
     # deliveries only: the explicit partition, or the partitioner hash of a partition key (the sink takes it
@@ -60,6 +65,19 @@ OUTPUT_SCHEMA = StructType([
     StructField("max_lateness_ms", LongType()),
 ])
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
+_HEADER_PARTS = ["header_names", "header_values", "delivery_id"]
+
+
+def record_rows(output: DataFrame) -> DataFrame:
+    """The processor's rows as the sink reads them: ``headers`` in place of the names, values and delivery id, the
+    delivery's id the last header (after a cron firing's fire timestamp, as the processor emitted it before)."""
+    pairs = F.arrays_zip("header_names", "header_values").cast(HEADERS_TYPE)
+    with_id = F.concat(F.coalesce(pairs, F.array().cast(HEADERS_TYPE)),
+                       F.array(header(DELIVERY_ID, F.encode("delivery_id", "UTF-8"))))
+    headers = F.when(F.col("delivery_id").isNotNull(), with_id).otherwise(pairs).alias("headers")
+    columns = [name for name in OUTPUT_COLUMNS if name not in _HEADER_PARTS]
+    at = columns.index("value") + 1
+    return output.select(*columns[:at], headers, *columns[at:])
 
 KIND_DELIVER = "deliver"
 KIND_EXPIRED = "expired"  # a delivery written later than its max lateness would allow: the sink rejects it
@@ -135,20 +153,54 @@ def to_blob(entries: pd.DataFrame) -> bytes:
     for field in CHUNK_SCHEMA:
         name, values = field.name, entries[field.name]
         if name == "headers":
-            array = pa.array([header_pairs(h) for h in values], type=field.type)
+            array = header_array(values)
         elif name == "wb_headers":
-            array = pa.array([None if missing(h) else header_pairs(h) for h in values], type=field.type)
+            array = header_array(values, keep_nulls=True)
         elif name in NULLABLE_INT_COLUMNS:
             array = pa.array(_nullable_ints(values, _INT_TYPES.get(name, "Int64")), type=field.type)
         elif name == "history":
-            array = pa.array([flag(v) for v in values], type=field.type)
+            array = pa.array(flags(values), type=field.type)
         elif pa.types.is_integer(field.type):  # due_ms, entry_bytes: never null
             array = pa.array(values.to_numpy(dtype=np.int64), type=field.type)
-        else:  # strings and bytes: None or NaN is null
-            array = pa.array([None if missing(v) else v for v in values] if values.dtype == object and
-                             values.hasnans else values.to_numpy(dtype=object), type=field.type, from_pandas=True)
+        else:  # strings and bytes: None, NaN or pd.NA is null (from_pandas)
+            array = pa.array(values.to_numpy(dtype=object), type=field.type, from_pandas=True)
         arrays.append(array)
     return _ipc(pa.Table.from_arrays(arrays, schema=_CHUNK_SCHEMA_WITH_PANDAS))
+
+
+def flags(values: pd.Series) -> np.ndarray:
+    """``wheel.flag`` of every cell, without a Python call per row: a missing one is False."""
+    if values.dtype == bool:
+        return values.to_numpy()
+    present = values.notna().to_numpy()
+    result = np.zeros(len(values), dtype=bool)
+    result[present] = values[present].astype(bool).to_numpy()
+    return result
+
+
+def _present(entries: pd.DataFrame, column: str) -> bool:
+    return column in entries and bool(entries[column].notna().any())
+
+
+def header_array(cells, keep_nulls: bool = False) -> pa.ListArray:
+    """A headers column as Arrow: in one call where every cell has one form (the tuples of a Schedule, or the dicts
+    Arrow hands back), row by row where a frame mixes them. A missing cell is an empty list, or null with
+    ``keep_nulls``."""
+    try:
+        array = pa.array(cells, type=_HEADER_TYPE, from_pandas=True)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        array = pa.array([None if missing(h) else header_pairs(h) for h in cells], type=_HEADER_TYPE)
+    if array.null_count and not keep_nulls:
+        return pa.ListArray.from_arrays(array.offsets, array.values)  # offsets carry no nulls: empty lists
+    return array
+
+
+def header_lists(cells) -> tuple[np.ndarray, np.ndarray]:
+    """A headers column as the processor emits it (OUTPUT_SCHEMA): a list of names and a list of values per row."""
+    array = header_array(cells)
+    offsets = array.offsets
+    return (pa.ListArray.from_arrays(offsets, array.values.field("key")).to_numpy(zero_copy_only=False),
+            pa.ListArray.from_arrays(offsets, array.values.field("value")).to_numpy(zero_copy_only=False))
 
 
 def _nullable_ints(values: pd.Series, dtype: str):
@@ -341,8 +393,10 @@ class MapStateShardStore:
 
 
 def _records(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.DataFrame:
-    columns = {"kind": kind, "topic": topic, "key": key, "value": value, "headers": headers, "due_ms": due_ms,
-               **extras}
+    """``headers``: None, or (names, values) as ``header_lists`` gives them."""
+    names, values = (None, None) if headers is None else headers
+    columns = {"kind": kind, "topic": topic, "key": key, "value": value, "header_names": names,
+               "header_values": values, "due_ms": due_ms, **extras}
     rows = len(topic)
     # A missing column is a list of None: a scalar None broadcast by pandas becomes NaN, which Spark cannot read
     # as an array or a string.
@@ -374,37 +428,41 @@ def _header_dicts(cell) -> list:
     return [{"key": k, "value": v} for k, v in header_pairs(cell)]
 
 
+def _pair_lists(rows: list) -> tuple[list, list]:
+    """(name, value) pairs per row as the two lists per row the processor emits."""
+    return [[k for k, _ in pairs] for pairs in rows], [[v for _, v in pairs] for pairs in rows]
+
+
 def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.DataFrame:
     """Delivery rows; with ``now_ms``, those due after it are marked prepared (for the timed writer). A cron's firing
     carries ``x-scheduler-cron-fire-timestamp`` (its instant in Unix seconds, as Kaspr writes it); rows marked
     ``expired`` (wheel.mark_expired) are of kind ``expired``: the sink rejects them."""
     crons = entries["cron_expr"].notna().to_numpy() if "cron_expr" in entries else np.zeros(len(entries), bool)
-    headers = [_header_dicts(h) + ([{"key": CRON_FIRE_TIMESTAMP, "value": str(int(due) // 1000).encode()}]
-                                   if is_cron else []) + [{"key": DELIVERY_ID, "value": d.encode()}]
-               for h, d, due, is_cron in zip(entries["headers"], entries["delivery_id"], entries["due_ms"], crons)]
-    extras = {}
-    if "wb_headers" in entries and not entries["wb_headers"].map(missing).all() \
-            or "partition_key" in entries and not entries["partition_key"].map(missing).all() \
-            or "partition" in entries and not entries["partition"].map(missing).all() \
-            or "history" in entries and entries["history"].map(flag).any():
+    names, values = header_lists(entries["headers"])
+    for row in np.flatnonzero(crons):
+        names[row] = [*names[row], CRON_FIRE_TIMESTAMP]
+        values[row] = [*values[row], str(int(entries["due_ms"].iat[row]) // 1000).encode()]
+    extras = {"delivery_id": entries["delivery_id"].to_numpy()}
+    if _present(entries, "wb_headers") or _present(entries, "partition_key") or _present(entries, "partition") \
+            or "history" in entries and flags(entries["history"]).any():
         # Only dialects other than native get here: the frames of native deliveries skip these columns.
-        extras = {
-            "partition": pd.array([optional_int(v) for v in entries["partition"]], dtype="Int32"),
+        extras |= {
+            "partition": _nullable_ints(entries["partition"], "Int32"),
             "partition_hash": pd.array([None if missing(k) else partition_hash(bytes(k))
                                         for k in entries["partition_key"]], dtype="Int32"),
             "wb_topic": entries["wb_topic"].to_numpy(),
-            "wb_partition": pd.array([optional_int(v) for v in entries["wb_partition"]], dtype="Int32"),
+            "wb_partition": _nullable_ints(entries["wb_partition"], "Int32"),
             "wb_key": entries["wb_key"].to_numpy(),
             "wb_headers": [None if missing(h) else _header_dicts(h) for h in entries["wb_headers"]],
-            "history": [flag(v) for v in entries["history"]],
+            "history": flags(entries["history"]),
         }
     if now_ms is not None:
         extras["prepared"] = (entries["due_ms"].to_numpy() > now_ms).tolist()
-    if "max_lateness_ms" in entries and not entries["max_lateness_ms"].map(missing).all():
-        extras["max_lateness_ms"] = pd.array([optional_int(v) for v in entries["max_lateness_ms"]], dtype="Int64")
+    if _present(entries, "max_lateness_ms"):
+        extras["max_lateness_ms"] = _nullable_ints(entries["max_lateness_ms"], "Int64")
     expired = expired_mask(entries)
     frame = _records(KIND_DELIVER, entries["topic"].to_numpy(), entries["key"].to_numpy(),
-                     entries["value"].to_numpy(), headers, entries["due_ms"].to_numpy(), **extras)
+                     entries["value"].to_numpy(), (names, values), entries["due_ms"].to_numpy(), **extras)
     if expired.any():
         frame.loc[expired, "kind"] = KIND_EXPIRED
     return frame
@@ -415,15 +473,13 @@ def rejections_frame(rejected: pd.DataFrame, rejections_topic: str) -> pd.DataFr
     request's key, value and headers as read, the reason and the request's source."""
     def headers(raw, reason, delivery_id):
         topic, partition, offset = delivery_id.rsplit("-", 2)
-        return _header_dicts(raw) + [{"key": REJECTION_REASON, "value": reason.encode()},
-                                     {"key": SOURCE_TOPIC, "value": topic.encode()},
-                                     {"key": SOURCE_PARTITION, "value": partition.encode()},
-                                     {"key": SOURCE_OFFSET, "value": offset.encode()}]
+        return header_pairs(raw) + [(REJECTION_REASON, reason.encode()), (SOURCE_TOPIC, topic.encode()),
+                                    (SOURCE_PARTITION, partition.encode()), (SOURCE_OFFSET, offset.encode())]
 
     return _records(KIND_REJECT, [rejections_topic] * len(rejected), rejected["key"].to_numpy(),
                     rejected["value"].to_numpy(),
-                    [headers(*row) for row in zip(rejected["raw_headers"], rejected["reason"],
-                                                  rejected["delivery_id"])], None)
+                    _pair_lists([headers(*row) for row in zip(rejected["raw_headers"], rejected["reason"],
+                                                             rejected["delivery_id"])]), None)
 
 
 def _batch_time_row(now_ms: int) -> pd.DataFrame:
@@ -551,7 +607,7 @@ class WheelProcessor(StatefulProcessor):
                 return
         if int(key[0]) == REJECTIONS_SHARD:
             yield _records(KIND_REJECT, frame["topic"].to_numpy(), frame["key"].to_numpy(),
-                           frame["value"].to_numpy(), list(frame["headers"]), None)
+                           frame["value"].to_numpy(), header_lists(frame["headers"]), None)
             yield _outcomes(rejection_counts(frame))
             return
         shard = int(key[0])
