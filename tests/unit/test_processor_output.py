@@ -112,8 +112,9 @@ def test_the_processor_asks_for_each_state_variable_with_its_parsed_schema(spark
 def test_the_sink_reads_each_row_with_its_headers_zipped_and_a_deliverys_id_last(spark):
     firing = Schedule(NOW + 5_000, "out", b"k", b"tick", (("h", b"1"), ("empty", None)), "in-0-9@1",
                       cron=Cron("* * * * * */5", "UTC", "skip", NOW, None))
-    entries = wheel.entries_frame([firing, Schedule(NOW + 1, "out", None, b"x", (), "in-0-3")],
-                                  [(b"cron:in/a", b"d" * 16), (None, None)])
+    bare_firing = Schedule(NOW + 7_000, "out", None, b"x", (), "in-0-8@1", cron=firing.cron)
+    entries = wheel.entries_frame([firing, Schedule(NOW + 1, "out", None, b"x", (), "in-0-3"), bare_firing],
+                                  [(b"cron:in/a", b"d" * 16), (None, None), (b"cron:in/b", b"e" * 16)])
     rejected = pd.DataFrame([(b"k", b"v", [{"key": "a", "value": b"2"}], "in-1-17", "bad")],
                             columns=["key", "value", "raw_headers", "delivery_id", "reason"])
     frames = [deliveries_frame(entries, NOW), rejections_frame(rejected, "rejections"), _timer_rows([NOW])]
@@ -124,6 +125,7 @@ def test_the_sink_reads_each_row_with_its_headers_zipped_and_a_deliverys_id_last
     assert headers[0] == [("h", b"1"), ("empty", None), (CRON_FIRE_TIMESTAMP, str((NOW + 5_000) // 1000).encode()),
                           (DELIVERY_ID, b"in-0-9@1")]
     assert headers[1] == [(DELIVERY_ID, b"in-0-3")]
-    assert [h[0] for h in headers[2]] == ["a", "x-scheduler-rejection-reason", "x-scheduler-source-topic",
+    assert headers[2] == [(CRON_FIRE_TIMESTAMP, str((NOW + 7_000) // 1000).encode()), (DELIVERY_ID, b"in-0-8@1")]
+    assert [h[0] for h in headers[3]] == ["a", "x-scheduler-rejection-reason", "x-scheduler-source-topic",
                                           "x-scheduler-source-partition", "x-scheduler-source-offset"]
-    assert headers[3] is None  # a timer row
+    assert headers[4] is None  # a timer row

@@ -196,11 +196,16 @@ def header_array(cells, keep_nulls: bool = False) -> pa.ListArray:
 
 
 def header_lists(cells) -> tuple[np.ndarray, np.ndarray]:
-    """A headers column as the processor emits it (OUTPUT_SCHEMA): a list of names and a list of values per row."""
+    """A headers column as the processor emits it (OUTPUT_SCHEMA): a list of names and a list of values per row,
+    None for a row without headers (PySpark copies every list it is given, one Python call each)."""
     array = header_array(cells)
     offsets = array.offsets
-    return (pa.ListArray.from_arrays(offsets, array.values.field("key")).to_numpy(zero_copy_only=False),
-            pa.ListArray.from_arrays(offsets, array.values.field("value")).to_numpy(zero_copy_only=False))
+    names = pa.ListArray.from_arrays(offsets, array.values.field("key")).to_numpy(zero_copy_only=False)
+    values = pa.ListArray.from_arrays(offsets, array.values.field("value")).to_numpy(zero_copy_only=False)
+    none = np.diff(offsets.to_numpy()) == 0
+    names[none] = None
+    values[none] = None
+    return names, values
 
 
 def _nullable_ints(values: pd.Series, dtype: str):
@@ -440,8 +445,9 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.
     crons = entries["cron_expr"].notna().to_numpy() if "cron_expr" in entries else np.zeros(len(entries), bool)
     names, values = header_lists(entries["headers"])
     for row in np.flatnonzero(crons):
-        names[row] = [*names[row], CRON_FIRE_TIMESTAMP]
-        values[row] = [*values[row], str(int(entries["due_ms"].iat[row]) // 1000).encode()]
+        names[row] = [*(names[row] if names[row] is not None else ()), CRON_FIRE_TIMESTAMP]
+        values[row] = [*(values[row] if values[row] is not None else ()),
+                       str(int(entries["due_ms"].iat[row]) // 1000).encode()]
     extras = {"delivery_id": entries["delivery_id"].to_numpy()}
     if _present(entries, "wb_headers") or _present(entries, "partition_key") or _present(entries, "partition") \
             or "history" in entries and flags(entries["history"]).any():
