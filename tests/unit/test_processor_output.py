@@ -16,7 +16,7 @@ from kafka_scheduler.engine import wheel
 from kafka_scheduler.engine.schedule import Cron, Schedule
 from kafka_scheduler.engine.wheel_processor import MERGED_ROWS, OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATE_VARIABLES, \
     WheelProcessor, _batch_time_row, _outcomes, _timer_rows, _withdraw_rows, deliveries_frame, merged, \
-    parsed_state_schemas, record_rows, rejections_frame
+    pack_by_shard, parsed_state_schemas, record_rows, rejections_frame, unpacked
 from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID
 
 NOW = 1_900_000_000_000
@@ -129,3 +129,37 @@ def test_the_sink_reads_each_row_with_its_headers_zipped_and_a_deliverys_id_last
     assert [h[0] for h in headers[3]] == ["a", "x-scheduler-rejection-reason", "x-scheduler-source-topic",
                                           "x-scheduler-source-partition", "x-scheduler-source-offset"]
     assert headers[4] is None  # a timer row
+
+
+request_headers = st.lists(st.tuples(st.text(max_size=2), st.none() | st.binary(max_size=2)), max_size=2)
+request_rows = st.lists(st.tuples(st.sampled_from([-1, 0, 1, 3]), st.binary(max_size=4),
+                                  st.none() | st.integers(0, 2**53), request_headers), max_size=30)
+REQUEST_TYPE = pa.schema([("shard", pa.int32()), ("sid", pa.binary()), ("due_ms", pa.int64()),
+                          ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(request_rows, max_size=3))
+def test_requests_packed_by_shard_come_back_whole_each_with_its_shard(batches):
+    """The state step's input (wheel_processor.packed_by_shard): each Arrow batch's rows in one blob per shard; a
+    handler call reads its shard's blobs back as one frame."""
+    arrow_batches = [pa.RecordBatch.from_pylist([dict(zip(REQUEST_TYPE.names, (s, sid, due, [
+        {"key": k, "value": v} for k, v in headers]))) for s, sid, due, headers in rows], schema=REQUEST_TYPE)
+        for rows in batches]
+    blobs: dict = {}
+    for packed in pack_by_shard(iter(arrow_batches)):
+        assert packed.schema.names == ["shard", "requests"]
+        for shard, blob in zip(packed.column(0).to_pylist(), packed.column(1).to_pylist()):
+            blobs.setdefault(shard, []).append(blob)
+    sent = {}
+    for rows in batches:
+        for row in rows:
+            sent.setdefault(row[0], []).append(row)
+    assert blobs.keys() == sent.keys()
+    for shard, shard_blobs in blobs.items():
+        frames = [pd.DataFrame({"shard": [shard] * len(shard_blobs), "requests": shard_blobs})]
+        (frame,) = unpacked(frames)
+        back = [(int(s), bytes(sid), None if pd.isna(due) else int(due), [(h["key"], h["value"]) for h in headers])
+                for s, sid, due, headers in zip(frame["shard"], frame["sid"], frame["due_ms"], frame["headers"])]
+        assert sorted(back, key=repr) == sorted(sent[shard], key=repr)
+    assert list(unpacked([])) == []

@@ -7,7 +7,8 @@ from typing import Optional
 
 from ..config import Config, spark_kafka_options
 from ..dialects import DecodeSettings, decode
-from .wheel_processor import OUTPUT_SCHEMA, WheelProcessor, parsed_state_schemas, record_rows, with_shards
+from .wheel_processor import OUTPUT_SCHEMA, WheelProcessor, packed_by_shard, parsed_state_schemas, record_rows, \
+    with_shards
 
 
 def reads_all_first(config: Config) -> bool:
@@ -39,7 +40,7 @@ def build_stream(spark, config: Config, run: str = "", capped: bool = True, star
     if config.max_requests_per_batch and capped:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_requests_per_batch))
     requests = decode(reader.load(), inputs, DecodeSettings.from_config(config))
-    return record_rows(with_shards(requests, config.shards, config.ticks_topic).groupBy("shard")
+    return record_rows(packed_by_shard(with_shards(requests, config.shards, config.ticks_topic)).groupBy("shard")
                        .transformWithStateInPandas(
                            statefulProcessor=WheelProcessor(config.lookahead, run, started_ms,
                                                             config.cron_min_interval, config.rejections_topic,

@@ -123,6 +123,41 @@ def with_shards(requests, shards: int, ticks_topic: str):
         F.array(shard_column(shards)))))
 
 
+# The state step's input: the requests of each Arrow batch packed per shard into one Arrow IPC blob, by a vectorised
+# Python step (mapInArrow) before the shuffle. Given one row per request, PySpark's state worker turns each Arrow batch
+# into pandas, walks it row by row to group rows by key and builds a frame of them again, a third of ingest's
+# Python time; a blob per shard is read back into one frame in C++ (docs/measurements.md).
+PACKED_REQUESTS = "shard int, requests binary"
+# Uncompressed: a packed blob lives for one shuffle, which compresses it.
+_PACK_OPTIONS = pa.ipc.IpcWriteOptions()
+
+
+def packed_by_shard(rows: DataFrame) -> DataFrame:
+    """``rows`` (with their ``shard``) as (shard, requests blob) rows, a blob per shard per Arrow batch."""
+    return rows.mapInArrow(pack_by_shard, PACKED_REQUESTS)
+
+
+def pack_by_shard(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        table = pa.Table.from_batches([batch]).sort_by("shard")
+        shards = table.column("shard").to_numpy()
+        starts = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1]])
+        ends = np.r_[starts[1:], len(shards)]
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(shards[starts], pa.int32()),
+             pa.array([_ipc(table.slice(start, end - start), _PACK_OPTIONS) for start, end in zip(starts, ends)],
+                      pa.binary())], names=["shard", "requests"])
+
+
+def unpacked(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """The requests of a handler call's packed rows, as one frame."""
+    tables = [_table(blob) for frame in frames for blob in frame["requests"]]
+    if tables:
+        yield pa.concat_tables(tables).to_pandas()
+
+
 _INT_TYPES = {"partition": "Int32", "wb_partition": "Int32"}
 
 
@@ -217,9 +252,9 @@ def _nullable_ints(values: pd.Series, dtype: str):
     return pd.to_numeric(values, errors="coerce").astype(dtype).array
 
 
-def _ipc(table: pa.Table) -> bytes:
+def _ipc(table: pa.Table, options: pa.ipc.IpcWriteOptions = _IPC_OPTIONS) -> bytes:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
@@ -591,7 +626,7 @@ class WheelProcessor(StatefulProcessor):
         self.new_timers: list[int] = []
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        yield from merged(self._input_frames(key, rows, timerValues))
+        yield from merged(self._input_frames(key, unpacked(rows), timerValues))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         yield from merged(self._timer_frames(key, timerValues, expiredTimerInfo))
