@@ -151,11 +151,10 @@ def pack_by_shard(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
                       pa.binary())], names=["shard", "requests"])
 
 
-def unpacked(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    """The requests of a handler call's packed rows, as one frame."""
+def unpacked(frames: Iterable[pd.DataFrame]) -> Optional[pd.DataFrame]:
+    """The requests of a handler call's packed rows, as one frame (None: none; a blob is never empty)."""
     tables = [_table(blob) for frame in frames for blob in frame["requests"]]
-    if tables:
-        yield pa.concat_tables(tables).to_pandas()
+    return pa.concat_tables(tables).to_pandas() if tables else None
 
 
 _INT_TYPES = {"partition": "Int32", "wb_partition": "Int32"}
@@ -468,11 +467,6 @@ def _header_dicts(cell) -> list:
     return [{"key": k, "value": v} for k, v in header_pairs(cell)]
 
 
-def _pair_lists(rows: list) -> tuple[list, list]:
-    """(name, value) pairs per row as the two lists per row the processor emits."""
-    return [[k for k, _ in pairs] for pairs in rows], [[v for _, v in pairs] for pairs in rows]
-
-
 def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.DataFrame:
     """Delivery rows; with ``now_ms``, those due after it are marked prepared (for the timed writer). A cron's firing
     carries ``x-scheduler-cron-fire-timestamp`` (its instant in Unix seconds, as Kaspr writes it); rows marked
@@ -519,8 +513,8 @@ def rejections_frame(rejected: pd.DataFrame, rejections_topic: str) -> pd.DataFr
 
     return _records(KIND_REJECT, [rejections_topic] * len(rejected), rejected["key"].to_numpy(),
                     rejected["value"].to_numpy(),
-                    _pair_lists([headers(*row) for row in zip(rejected["raw_headers"], rejected["reason"],
-                                                             rejected["delivery_id"])]), None)
+                    header_lists([headers(*row) for row in zip(rejected["raw_headers"], rejected["reason"],
+                                                               rejected["delivery_id"])]), None)
 
 
 def _batch_time_row(now_ms: int) -> pd.DataFrame:
@@ -631,12 +625,10 @@ class WheelProcessor(StatefulProcessor):
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         yield from merged(self._timer_frames(key, timerValues, expiredTimerInfo))
 
-    def _input_frames(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+    def _input_frames(self, key, frame: Optional[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
         self.new_timers = []
-        frames = [f for f in rows if len(f)]
-        if not frames:
+        if frame is None:
             return
-        frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         ticks = frame["kind"] == KIND_TICK
         if ticks.any():
             armed = list(self.handle.listTimers())
