@@ -16,7 +16,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     from kafka_scheduler.dialects.sky_avro import java_options
-    from kafka_scheduler.engine.session import HUGE_METHOD_LIMIT
+    from kafka_scheduler.engine.session import CODEGEN_CACHE_ENTRIES, HUGE_METHOD_LIMIT
     from kafka_scheduler.kafka.jars import jar_paths
 
     already_running = SparkSession.getActiveSession() is not None
@@ -25,6 +25,7 @@ def spark():
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "1")
                .config("spark.sql.codegen.hugeMethodLimit", str(HUGE_METHOD_LIMIT))  # as the job: decodes split
+               .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))  # as the job
                .config("spark.driver.extraJavaOptions", java_options())  # as the job: Avro's length limits
                # the connector bundle: from_avro/to_avro (sky-avro) need spark-avro
                .config("spark.jars", ",".join(str(p) for p in jar_paths("spark-kafka")))

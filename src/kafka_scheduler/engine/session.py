@@ -19,6 +19,7 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 ROCKSDB_MEMORY_MB = 256
 MALLOC_ARENAS = "2"
 HUGE_METHOD_LIMIT = 8000  # HotSpot's HugeMethodLimit
+CODEGEN_CACHE_ENTRIES = 1000
 ARROW_BYTES_UNBOUNDED = 2**31 - 1  # the value at which Spark skips the per-row size check
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ def spark_settings(config: Config) -> dict[str, str]:
         # time during ingest. At this limit Spark splits such a stage instead (decode 16,800 -> 117,000 rows/s;
         # docs/measurements.md, ingest).
         "spark.sql.codegen.hugeMethodLimit": str(HUGE_METHOD_LIMIT),
+        # Spark keeps the classes it generates in a cache of 100 by default; a job's query and sink need more (90 by
+        # the end of its first batch), so the cache churned and every later batch compiled ~23 of them again with
+        # Janino, each a new class for the JVM to load (docs/measurements.md, "Generated classes").
+        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
         # Spark checks an Arrow batch's size in bytes after every row it sends to the state step unless the limit
         # is Int.MaxValue, and the size of a list column (headers) is recomputed over the whole batch each time: a
         # quarter of the JVM's time during ingest. Batches stay bounded by rows (maxRecordsPerBatch, 10,000).
