@@ -24,6 +24,7 @@ from .config import Config, ConfigError, kafka_settings, masked
 from .engine.batch_summary import BatchSummary, Totals
 from .engine.checkpoint import LocalFiles, checkpoint_files, committed_offsets, is_local, last_committed_batch, \
     local_path, settle_state_settings, start_new_generation
+from .engine.early_cancels import CancelWatcher
 from .engine.exactly_once import TransactionalSender, herd_member, transactional_id
 from .engine.query import build_stream, reads_all_first
 from .engine.record_sink import RecordSink
@@ -185,6 +186,10 @@ class Scheduler:
             if config.lookahead or sender else None
         if self.writer is not None:
             self.writer.on_written = self.metrics.record_written
+        # CANCELs of native inputs withdraw what the timed writer holds as they arrive, not a batch later.
+        native = [t for t, d in inputs.items() if d == "native"]
+        cancels = CancelWatcher(self.writer, native, kafka_settings(config), self._committed_offsets).start() \
+            if self.writer is not None and native else None
         self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic, client_options=kafka_settings(config))
         self.metrics.follow_next_wakeup(lambda: self.wakeups.next_instant)
         self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
@@ -224,6 +229,8 @@ class Scheduler:
             if lag is not None:
                 lag.close()
             self.wakeups.close()
+            if cancels is not None:
+                cancels.close()
             self.sink.close()  # its herd writer runs Spark jobs: before the session stops
             if self.writer is not None:
                 self.writer.close()

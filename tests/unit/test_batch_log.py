@@ -75,6 +75,13 @@ RECORDS_SCHEMA = ("kind string, topic string, key binary, value binary, "
                   "delivery_id string, max_lateness_ms bigint")
 
 
+def records_frame(spark, rows: list, schema: str = RECORDS_SCHEMA):
+    """The records of ``rows``, with the schedule id the sink hands to the timed writer (null: these have none)."""
+    from pyspark.sql import functions as F
+
+    return spark.createDataFrame(rows, schema).withColumn("sid", F.lit(None).cast("binary"))
+
+
 class FakeWriter:
     """The timed writer's side of the sink: room, and what was handed over."""
 
@@ -125,7 +132,7 @@ def held_rows(now: int) -> list:
 def test_sink_hands_every_record_to_the_timed_writer_when_it_has_room(spark):
     writer = FakeWriter(room=100)
     sink = capturing_sink(writer)
-    held = sink._write(spark.createDataFrame(held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4, 1)
+    held = sink._write(records_frame(spark, held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4, 1)
     assert held == 3
     assert sink.saves == [], "no Kafka write job of its own: the writer writes what is due now at once"
     assert sorted((r["delivery_id"] or "", r["kind"], r["key"], r["partition"], r["held"]) for r in writer.rows) == [
@@ -141,7 +148,7 @@ def test_beyond_the_writers_room_small_slices_go_to_it_and_the_herd_to_the_herd_
                               None)]
     writer = FakeWriter(room=2)  # five prepared records: the slice of "soon" (2) fits, that of "later" (3) does not
     sink = capturing_sink(writer)
-    held = sink._write(spark.createDataFrame(rows, RECORDS_SCHEMA), 5, 1)
+    held = sink._write(records_frame(spark, rows, RECORDS_SCHEMA), 5, 1)
     assert held == 3
     assert sorted((r["key"], r["kind"], r["held"]) for r in writer.rows) == [
         (b"soon", "deliver", True), (b"soon", "history", True)]
@@ -159,7 +166,7 @@ def test_beyond_the_writers_room_small_slices_go_to_it_and_the_herd_to_the_herd_
 def test_sink_without_a_writer_writes_once(spark):
     now = int(time.time() * 1000)
     sink = capturing_sink(None)
-    held = sink._write(spark.createDataFrame([("deliver", "out", b"k", b"v", [], now - 5, None, False, "t-0-1", None)],
+    held = sink._write(records_frame(spark, [("deliver", "out", b"k", b"v", [], now - 5, None, False, "t-0-1", None)],
                                              RECORDS_SCHEMA), 0)
     assert held == 0 and len(sink.saves) == 1
 
@@ -195,7 +202,7 @@ def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_late
              "requests-1-9@1767225600000", 1000),
             ("deliver", "out", b"in-time", b"v", [], now - 5000, None, False, "requests-0-3", 60_000),
             ("deliver", "out", b"no-limit", b"v", [], now - 5000, None, False, "requests-0-4", None)]
-    records = spark.createDataFrame(rows, RECORDS_SCHEMA)
+    records = records_frame(spark, rows, RECORDS_SCHEMA)
     out = {(r["kind"], r["key"]): r for r in sink._expire(records, now - 4000, sink._summary).collect()}
     assert set(out) == {("reject", b"late"), ("deliver", b"in-time"), ("deliver", b"no-limit")}
     late = out[("reject", b"late")]
@@ -216,7 +223,7 @@ def test_rows_the_state_marked_expired_become_rejections(spark):
     sink = capturing_sink(None)
     schema = RECORDS_SCHEMA + (", wb_topic string, wb_partition int, wb_key binary, "
                                "wb_headers array<struct<key:string,value:binary>>, history boolean")
-    records = spark.createDataFrame([("expired", "out", b"k", b"v", [], 1000, None, False, "requests-0-5@1000", 10,
+    records = records_frame(spark, [("expired", "out", b"k", b"v", [], 1000, None, False, "requests-0-5@1000", 10,
                                       None, None, None, None, False)], schema)
     row = sink._expired_as_rejections(records).collect()[0]
     assert (row["kind"], row["topic"]) == ("reject", sink.config.rejections_topic)

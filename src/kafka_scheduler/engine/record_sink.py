@@ -62,7 +62,7 @@ KIND_WRITE_BACK = "write-back"
 
 # The columns of _records's rows (kind and due_ms kept for the hold).
 RECORD_COLUMNS = ["kind", "topic", "partition", "key", "value", "headers", "due_ms", "prepared", "delivery_id",
-                  "max_lateness_ms"]
+                  "max_lateness_ms", "sid"]
 
 # Clock slack when exactly-once forgets ledger keys of schedules a committed batch retired.
 LEDGER_TRIM_MARGIN_MS = 1000
@@ -176,6 +176,8 @@ class RecordSink:
                     if not writer.wait_written(written_by_ms):
                         raise RuntimeError(str(writer.failure) if writer.failure is not None else
                                            f"the {name} did not write the deliveries due before this batch in time")
+                # And those CANCELs read as they arrived withdrew since the last batch (early_cancels.py).
+                summary.withdrawn += self.writer.take_withdrawn_early()
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
             summary.delivered -= summary.dead_lettered
@@ -380,7 +382,7 @@ class RecordSink:
     @cached_property
     def _writer_columns(self) -> list:
         return _columns(["delivery_id", "due_ms", "kind", "topic", "partition", "key", "value", "headers",
-                         self._held.alias("held"), "max_lateness_ms"])
+                         self._held.alias("held"), "max_lateness_ms", "sid"])
 
     def _refusals(self, per_topic: Counter, largest: dict[str, int], partitioned: dict[str, int]) -> "Refusals":
         """What the destinations of this batch's deliveries would refuse, from the broker's metadata (cached)."""
@@ -530,7 +532,8 @@ class RecordSink:
         return _columns([F.lit(KIND_WRITE_BACK).alias("kind"), F.col("wb_topic").alias("topic"),
                          F.col("wb_partition").alias("partition"), F.col("wb_key").alias("key"),
                          F.lit(None).cast("binary").alias("value"), F.col("wb_headers").alias("headers"), "due_ms",
-                         "prepared", "delivery_id", F.lit(None).cast("long").alias("max_lateness_ms")])
+                         "prepared", "delivery_id", F.lit(None).cast("long").alias("max_lateness_ms"),
+                         F.lit(None).cast("binary").alias("sid")])
 
     @cached_property
     def _history_columns(self) -> list:
@@ -538,7 +541,8 @@ class RecordSink:
                          F.lit(None).cast("int").alias("partition"), "key", "value",
                          F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
                                                      header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
-                         "due_ms", "prepared", "delivery_id", "max_lateness_ms"])
+                         "due_ms", "prepared", "delivery_id", "max_lateness_ms",
+                         F.lit(None).cast("binary").alias("sid")])
 
     def _expired_as_rejections(self, records: DataFrame) -> DataFrame:
         """Deliveries the state marked expired (due + max lateness before the batch's time) become rejections: the
@@ -651,7 +655,7 @@ class RecordSink:
             F.when(undeliverable, F.concat("headers", extra)).otherwise(F.col("headers")).alias("headers"),
             F.when(undeliverable, F.lit(None)).otherwise(F.col("due_ms")).alias("due_ms"),
             "wb_topic", "wb_partition", "wb_key", "wb_headers", "history", "max_lateness_ms",
-            F.when(undeliverable, F.lit(False)).otherwise(F.col("prepared")).alias("prepared"), "delivery_id",
+            F.when(undeliverable, F.lit(False)).otherwise(F.col("prepared")).alias("prepared"), "delivery_id", "sid",
         ), row_count
 
 

@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Optional
 
 from confluent_kafka import KafkaError, Producer
 
+from .early_cancels import EarlyCancels, superseded_by
 from .exactly_once import FencedError, TransactionalSender, produce_record
 from ..protocol import DUE_MS, FIRING_SEPARATOR, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from .rejection_classes import expired_reason
@@ -122,6 +123,7 @@ class Held:
     records: list = field(compare=False)  # (topic, partition, key, value, headers): the delivery, its copies
     kinds: list = field(default_factory=list, compare=False)  # the kind of each record (deliver, history, ...)
     max_lateness_ms: Optional[int] = field(default=None, compare=False)  # written later than due + this: expired
+    sid: Optional[bytes] = field(default=None, compare=False)  # the schedule's id in the state (a one-shot's: id:...)
 
     def record_kinds(self) -> list:
         return self.kinds + ["deliver"] * (len(self.records) - len(self.kinds))
@@ -153,6 +155,12 @@ class TimedWriter(DueQueue):
         self.refused = 0  # records a destination refused, written to the rejections topic instead
         self.retried = 0
         self.expired = 0  # deliveries later than their max lateness: written as rejections (expired) instead
+        # CANCELs read from the inputs as they arrive (early_cancels.CancelWatcher), before a batch applies them:
+        # the deliveries they withdrew, and those not reported in a batch's line yet.
+        self.withdrawn_early = 0
+        self._early_unreported = 0
+        self._held_by_sid: dict[bytes, set[str]] = {}
+        self._early_cancels = EarlyCancels()
         self.lateness_ms: list[int] = []  # of the last writes, for the batch line
         # Called after each write with the lateness (ms) of each delivery written, the number of records refused
         # (sent to rejections) and of deliveries expired: the metrics (ops/metrics.py). Rejections and dead letters
@@ -169,11 +177,13 @@ class TimedWriter(DueQueue):
         return max(0, self.max_held - len(self._held))
 
     def hold(self, rows: Iterable) -> int:
-        """Rows of (delivery_id, due_ms, kind, topic, partition, key, value, headers[, held, max_lateness_ms]); a
-        delivery and its write-back or history copy share the delivery id. A row without due time (a rejection) or
-        already due is written at once. Returns how many deliveries were new."""
+        """Rows of (delivery_id, due_ms, kind, topic, partition, key, value, headers[, held, max_lateness_ms, sid]);
+        a delivery and its write-back or history copy share the delivery id. A row without due time (a rejection) or
+        already due is written at once. A delivery a CANCEL read early supersedes is dropped (``cancel_early``).
+        Returns how many deliveries were new."""
         added = 0
         with self._cond:
+            named: set[str] = set()
             for delivery_id, due_ms, kind, topic, partition, key, value, headers, *rest in rows:
                 delivery_id = self._named(delivery_id)
                 due_ms = due_ms or 0
@@ -189,8 +199,63 @@ class TimedWriter(DueQueue):
                 held.kinds.append(kind)
                 if kind == "deliver" and len(rest) > 1 and rest[1] is not None:
                     held.max_lateness_ms = int(rest[1])
+                if kind == "deliver" and len(rest) > 2 and rest[2] is not None and held.sid is None:
+                    held.sid = bytes(rest[2])
+                    named.add(delivery_id)
+            for delivery_id in named:
+                held = self._held[delivery_id]
+                if self._early_cancels.supersede(held.sid, delivery_id):
+                    self._drop_early(held)
+                else:
+                    self._held_by_sid.setdefault(held.sid, set()).add(delivery_id)
             self._cond.notify()
         return added
+
+    def cancel_early(self, topic: str, sid: bytes, partition: int, offset: int) -> int:
+        """A valid CANCEL of ``sid`` read from input ``topic`` at (``partition``, ``offset``) before a batch applied
+        it: drop the deliveries of ``sid`` held from requests before it in that partition (any request after it, an
+        ADD again, is a version the CANCEL does not touch), and remember it for what a batch that has not read it yet
+        hands over (``hold``) until a committed batch has read it (``forget_cancels``). Returns how many it dropped.
+        A batch that applies the CANCEL later finds them gone: nothing is written that it would have withdrawn."""
+        with self._cond:
+            self._early_cancels.add(topic, sid, partition, offset)
+            dropped = 0
+            for delivery_id in list(self._held_by_sid.get(sid, ())):
+                held = self._held.get(delivery_id)
+                if held is not None and superseded_by(delivery_id, partition, offset):
+                    self._drop_early(held)
+                    dropped += 1
+            return dropped
+
+    def forget_cancels(self, committed: dict[str, dict[int, int]]) -> None:
+        """Forget the CANCELs read early that a committed batch has read (next offset to read per input topic and
+        partition): the state applied them, so no later batch hands over what they supersede."""
+        with self._cond:
+            self._early_cancels.forget(committed)
+
+    def take_withdrawn_early(self) -> int:
+        """Deliveries withdrawn by early CANCELs since the last call (for a batch's line)."""
+        with self._cond:
+            taken, self._early_unreported = self._early_unreported, 0
+            return taken
+
+    def _drop_early(self, held: Held) -> None:
+        """Called with the lock held."""
+        self._forget_held(held)
+        held.records = []  # left in the heap, skipped when it comes up
+        self.withdrawn_early += 1
+        self._early_unreported += 1
+
+    def _forget_held(self, held: Held) -> None:
+        """Called with the lock held: ``held`` is no longer held (written, withdrawn)."""
+        if self._held.get(held.delivery_id) is held:
+            del self._held[held.delivery_id]
+        if held.sid is not None:
+            ids = self._held_by_sid.get(held.sid)
+            if ids is not None:
+                ids.discard(held.delivery_id)
+                if not ids:
+                    del self._held_by_sid[held.sid]
 
     def _named(self, delivery_id: Optional[str]) -> str:
         """A row's delivery id, or one of its own for a row without (a rejection: nothing withdraws it)."""
@@ -204,8 +269,9 @@ class TimedWriter(DueQueue):
         dropped = 0
         with self._cond:
             for delivery_id in delivery_ids:
-                held = self._held.pop(delivery_id, None)
+                held = self._held.get(delivery_id)
                 if held is not None:
+                    self._forget_held(held)
                     held.records = []  # left in the heap, skipped when it comes up
                     dropped += 1
         self.withdrawn += dropped
@@ -239,7 +305,7 @@ class TimedWriter(DueQueue):
         while self._heap and self._heap[0].due_ms <= now:
             held = heapq.heappop(self._heap)
             if self._held.get(held.delivery_id) is held:
-                del self._held[held.delivery_id]
+                self._forget_held(held)
                 taken.append(held)
         return taken
 

@@ -63,6 +63,8 @@ OUTPUT_SCHEMA = StructType([
     StructField("prepared", BooleanType()),
     # deliveries (and expired ones): later than due + this, the sink or the timed writer rejects it as expired
     StructField("max_lateness_ms", LongType()),
+    # deliveries only: the schedule's id in the state, by which a CANCEL read early finds it (early_cancels.py)
+    StructField("sid", BinaryType()),
 ])
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
 _HEADER_PARTS = ["header_names", "header_values", "delivery_id"]
@@ -478,6 +480,8 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.
         values[row] = [*(values[row] if values[row] is not None else ()),
                        str(int(entries["due_ms"].iat[row]) // 1000).encode()]
     extras = {"delivery_id": entries["delivery_id"].to_numpy()}
+    if "sid" in entries:
+        extras["sid"] = entries["sid"].to_numpy()
     if _present(entries, "wb_headers") or _present(entries, "partition_key") or _present(entries, "partition") \
             or "history" in entries and flags(entries["history"]).any():
         # Only dialects other than native get here: the frames of native deliveries skip these columns.
