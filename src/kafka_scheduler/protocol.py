@@ -58,9 +58,17 @@ CRON_END_AT = PREFIX + "cron-end-at"
 # delivered but rejected (reason "expired"). A duration: "10m", "PT10M", or milliseconds.
 MAX_LATENESS = PREFIX + "max-lateness"
 CRON_HEADERS = (CRON_EXPR, CRON_MISSED_FIRE_POLICY, CRON_TIMEZONE, CRON_START_AT, CRON_END_AT)
+# The headers a native request may carry once only: a second one rejects the request (dialects/native.py).
+NATIVE_SINGLE_HEADERS = (*REQUEST_HEADERS, *CRON_HEADERS, MAX_LATENESS)
 CRON_ACTIONS = ("CRON_ADD", "CRON_PAUSE", "CRON_RESUME", "CRON_CANCEL")
 CRON_POLICIES = ("replay", "skip")  # what happens to firings missed while the job was down or the cron paused
 CRON_SID_PREFIX = b"cron:"
+
+
+def schedule_sid(topic: str, request_id: bytes, prefix: bytes = CLIENT_SID_PREFIX) -> bytes:
+    """A schedule's id in the state: its request id scoped to its input topic (crons: ``prefix`` CRON_SID_PREFIX).
+    The decoders build the same in Spark (dialects/common.py: ``client_sid``)."""
+    return prefix + topic.encode() + b"/" + request_id
 # On every delivered firing, as Kaspr writes it: the firing's instant in Unix seconds.
 CRON_FIRE_TIMESTAMP = PREFIX + "cron-fire-timestamp"
 # A firing's delivery id: the delivery id of the request that activated the cron (CRON_ADD or CRON_RESUME), "@",

@@ -244,7 +244,7 @@ def test_the_decode_runs_compiled_and_the_state_step_skips_the_arrow_size_check(
 
 def test_spark_keeps_every_class_a_job_generates():
     """A job's query and sink generate more classes than Spark's default cache of 100 holds: with it, every batch
-    compiled ~23 of them again (docs/measurements.md, "Generated classes")."""
+    compiled ~23 of them again (docs/measurements.md, "The batch cycle on a slow day")."""
     from kafka_scheduler.engine.session import spark_settings
     assert int(spark_settings(resolve(parse(), environ={}))["spark.sql.codegen.cache.maxEntries"]) >= 500
 

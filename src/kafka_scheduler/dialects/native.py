@@ -11,9 +11,9 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from ..protocol import ACTION, ACTIONS, CRON_ACTIONS, CRON_END_AT, CRON_EXPR, CRON_HEADERS, CRON_MISSED_FIRE_POLICY, \
-    CRON_POLICIES, CRON_SID_PREFIX, CRON_START_AT, CRON_TIMEZONE, DELIVER_AT, DELIVER_TO, MAX_LATENESS, PREFIX, \
-    REQUEST_HEADERS, REQUEST_ID
+from ..protocol import ACTION, ACTIONS, CRON_ACTIONS, CRON_END_AT, CRON_EXPR, CRON_MISSED_FIRE_POLICY, CRON_POLICIES, \
+    CRON_SID_PREFIX, CRON_START_AT, CRON_TIMEZONE, DELIVER_AT, DELIVER_TO, MAX_LATENESS, NATIVE_SINGLE_HEADERS, PREFIX, \
+    REQUEST_ID
 from .common import DecodeSettings, bound, client_sid, destination_rules, due_checks, duplicate_reasons, first_reason, \
     header_fields, headers_or_empty, internal_sid, reasons, reasons_if, value_size_checks
 
@@ -73,7 +73,7 @@ def parsed_columns(settings: DecodeSettings) -> dict[str, Column]:
     fields = header_fields({"action": ACTION, "to": DELIVER_TO, "at": DELIVER_AT, "expr": CRON_EXPR,
                             "policy": CRON_MISSED_FIRE_POLICY, "tz": CRON_TIMEZONE, "start": CRON_START_AT,
                             "end": CRON_END_AT, "lateness": MAX_LATENESS},
-                           duplicates=(*REQUEST_HEADERS, *CRON_HEADERS, MAX_LATENESS),
+                           duplicates=NATIVE_SINGLE_HEADERS,
                            raw={"request_id": REQUEST_ID})
     return {"_native": bound(fields, _with_cron_and_lateness)}
 

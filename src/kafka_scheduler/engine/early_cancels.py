@@ -26,12 +26,11 @@ import threading
 import time
 from typing import Callable, Iterable, Optional
 
-from ..protocol import ACTION, CLIENT_SID_PREFIX, CRON_HEADERS, MAX_LATENESS, REQUEST_HEADERS, REQUEST_ID
+from ..protocol import ACTION, NATIVE_SINGLE_HEADERS, REQUEST_ID, schedule_sid
 
 log = logging.getLogger(__name__)
 
-# The headers a native request may carry once only (dialects/native.py: a duplicate rejects the request).
-SINGLE_HEADERS = tuple(dict.fromkeys((*REQUEST_HEADERS, *CRON_HEADERS, MAX_LATENESS)))
+SINGLE_HEADERS = frozenset(NATIVE_SINGLE_HEADERS)
 # CANCELs kept for deliveries not handed over yet (until a committed batch has read them): beyond this many, the
 # oldest are left to the batches that apply them.
 MAX_REMEMBERED = 100_000
@@ -59,7 +58,7 @@ def native_cancel_sid(topic: str, headers: Optional[Iterable]) -> Optional[bytes
     request_id = first.get(REQUEST_ID)
     if not request_id:
         return None
-    return CLIENT_SID_PREFIX + f"{topic}/".encode() + bytes(request_id)
+    return schedule_sid(topic, bytes(request_id))
 
 
 def superseded_by(delivery_id: str, partition: int, offset: int) -> bool:
@@ -116,8 +115,6 @@ class CancelWatcher:
         self._settings = consumer_settings
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cancel-watcher", daemon=True)
-        self.cancels = 0  # valid CANCELs read
-        self.withdrawn = 0  # deliveries they withdrew at once
 
     def start(self) -> "CancelWatcher":
         self._thread.start()
@@ -165,9 +162,7 @@ class CancelWatcher:
                         continue
                     sid = native_cancel_sid(message.topic(), message.headers())
                     if sid is not None:
-                        self.cancels += 1
-                        self.withdrawn += self.writer.cancel_early(message.topic(), sid, message.partition(),
-                                                                   message.offset())
+                        self.writer.cancel_early(message.topic(), sid, message.partition(), message.offset())
         except Exception as exc:  # only an early path: the batches still apply every CANCEL
             log.warning("cancel watcher stopped (CANCELs now act when their batch runs): %s", exc)
         finally:

@@ -65,7 +65,7 @@ def spark_settings(config: Config) -> dict[str, str]:
         "spark.sql.codegen.hugeMethodLimit": str(HUGE_METHOD_LIMIT),
         # Spark keeps the classes it generates in a cache of 100 by default; a job's query and sink need more (90 by
         # the end of its first batch), so the cache churned and every later batch compiled ~23 of them again with
-        # Janino, each a new class for the JVM to load (docs/measurements.md, "Generated classes").
+        # Janino, each a new class for the JVM to load (docs/measurements.md, "The batch cycle on a slow day").
         "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
         # Spark checks an Arrow batch's size in bytes after every row it sends to the state step unless the limit
         # is Int.MaxValue, and the size of a list column (headers) is recomputed over the whole batch each time: a

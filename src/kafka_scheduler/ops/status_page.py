@@ -501,10 +501,10 @@ class StatusPage:
     def _versions(self, kind: str, topic: str, request_id: str) -> tuple[Optional[int], list, list]:
         """The pending rows of the schedule (one-shot or cron) ``request_id`` of ``topic``, read from its shard, and
         the cron's row if it is paused."""
-        from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
+        from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, schedule_sid
         from .listing import StateSource, as_paused, find_paused, find_sid, schedule_view, shard_of
 
-        sid = (CRON_SID_PREFIX if kind == "cron" else CLIENT_SID_PREFIX) + topic.encode() + b"/" + request_id.encode()
+        sid = schedule_sid(topic, request_id.encode(), CRON_SID_PREFIX if kind == "cron" else CLIENT_SID_PREFIX)
         as_of_ms = int(self.clock() * 1000)
         native = self._native_inputs()
 
