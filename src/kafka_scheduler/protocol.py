@@ -69,6 +69,17 @@ def schedule_sid(topic: str, request_id: bytes, prefix: bytes = CLIENT_SID_PREFI
     """A schedule's id in the state: its request id scoped to its input topic (crons: ``prefix`` CRON_SID_PREFIX).
     The decoders build the same in Spark (dialects/common.py: ``client_sid``)."""
     return prefix + topic.encode() + b"/" + request_id
+
+
+def request_of(delivery_id: str) -> tuple[str, str, str]:
+    """The input topic, partition and offset (as text) of the request a delivery id names: ``<topic>-<partition>-
+    <offset>``, as the decoders build it (dialects/common.py: ``delivery_id``); a cron firing's offset ends in
+    ``@<instant>`` (FIRING_SEPARATOR). Topic names may hold "-", partitions and offsets do not. ValueError for an id of
+    another form."""
+    topic, partition, offset = delivery_id.rsplit("-", 2)
+    return topic, partition, offset
+
+
 # On every delivered firing, as Kaspr writes it: the firing's instant in Unix seconds.
 CRON_FIRE_TIMESTAMP = PREFIX + "cron-fire-timestamp"
 # A firing's delivery id: the delivery id of the request that activated the cron (CRON_ADD or CRON_RESUME), "@",

@@ -12,6 +12,7 @@ import pytest
 from kafka_scheduler import dialects
 from kafka_scheduler.engine.early_cancels import EarlyCancels, native_cancel_sid, superseded_by
 from kafka_scheduler.engine.timed_writer import TimedWriter
+from kafka_scheduler.protocol import request_of
 
 from .. import hostile_records as hr
 from .test_hostile_decode import NOW, SETTINGS, context
@@ -80,6 +81,19 @@ def test_the_verdict_is_the_native_decoders_over_hostile_records(spark):
 def test_a_cancel_supersedes_the_versions_made_before_it_in_its_partition(delivery_id, partition, offset,
                                                                           superseded):
     assert superseded_by(delivery_id, partition, offset) == superseded
+
+
+def test_a_delivery_id_names_the_request_the_decoders_read(spark):
+    """``protocol.request_of`` reads back what the decoders build (dialects/common.py ``delivery_id``), for topics
+    with dashes and digits in their names; a cron firing's id keeps its instant after the offset."""
+    rows = [(b"k", b"v", topic, partition, offset, NOW, 0, cancel(b"r")) for topic, partition, offset in (
+        ("app-schedule-requests", 0, 17), ("a-1-2", 11, 0), ("x", 3, 9_007_199_254_740_993))]
+    frame = dialects.decode(spark.createDataFrame(rows, KAFKA_SCHEMA), {r[2]: "native" for r in rows}, SETTINGS)
+    named = {request_of(row["delivery_id"]) for row in frame.select("delivery_id").collect()}
+    assert named == {(topic, str(partition), str(offset)) for _, _, topic, partition, offset, *_ in rows}
+    assert request_of("a-1-2-11-0@1764590400000") == ("a-1-2", "11", "0@1764590400000")
+    with pytest.raises(ValueError):
+        request_of("no-dash")
 
 
 def row(request_id: str, offset: int, due_ms: int, partition: int = 0, topic: str = TOPIC, kind: str = "deliver"):

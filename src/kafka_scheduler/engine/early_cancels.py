@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Callable, Iterable, Optional
 
-from ..protocol import ACTION, NATIVE_SINGLE_HEADERS, REQUEST_ID, schedule_sid
+from ..protocol import ACTION, NATIVE_SINGLE_HEADERS, REQUEST_ID, request_of, schedule_sid
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def superseded_by(delivery_id: str, partition: int, offset: int) -> bool:
     """Whether the version named ``delivery_id`` (``<topic>-<partition>-<offset>`` of the request that made it) was
     made before ``offset`` in ``partition``. Cron firings (``...@instant``) and ids of another form: never."""
     try:
-        _, made_in, made_at = delivery_id.rsplit("-", 2)
+        _, made_in, made_at = request_of(delivery_id)
         return int(made_in) == partition and int(made_at) < offset
     except ValueError:
         return False

@@ -24,7 +24,7 @@ from pyspark.sql.types import ArrayType, BinaryType, BooleanType, DataType, Inte
 
 from ..dialects.common import KIND_REJECT, header
 from ..protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
-    SOURCE_TOPIC
+    SOURCE_TOPIC, request_of
 from .partitioning import partition_hash
 from .batch_summary import BATCH_TIME, DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, SKIPPED_FIRINGS, outcome_key
 from .rejection_classes import reason_class
@@ -511,7 +511,7 @@ def rejections_frame(rejected: pd.DataFrame, rejections_topic: str) -> pd.DataFr
     """CRON_ADDs the rules refused (wheel.BatchResult.rejected) as rejection records, as the decoder writes them: the
     request's key, value and headers as read, the reason and the request's source."""
     def headers(raw, reason, delivery_id):
-        topic, partition, offset = delivery_id.rsplit("-", 2)
+        topic, partition, offset = request_of(delivery_id)
         return header_pairs(raw) + [(REJECTION_REASON, reason.encode()), (SOURCE_TOPIC, topic.encode()),
                                     (SOURCE_PARTITION, partition.encode()), (SOURCE_OFFSET, offset.encode())]
 

@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import pandas as pd
 
-from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
+from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
 from ..engine import cron as crons
 from ..engine.wheel_processor import from_blob
 
@@ -107,7 +107,7 @@ def _request_id(sid) -> Optional[str]:
 
 
 def _input_topic(delivery_id: str) -> str:
-    return delivery_id.rsplit("-", 2)[0]
+    return request_of(delivery_id)[0]
 
 
 def schedule_view(row) -> dict:

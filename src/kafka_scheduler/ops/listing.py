@@ -40,7 +40,7 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol
 import pandas as pd
 
 from ..engine.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
-from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
+from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
 from .inspection import _iso, _text, cron_view, state_variable  # the same forms as inspect shows, the same reader
 
 KINDS = ("one-shot", "cron")
@@ -377,7 +377,7 @@ def schedule_view(row, as_of_ms: int, native_inputs: Iterable[str] = ()) -> dict
     """One schedule as JSON-ready values: what ``inspect --id`` shows, its kind, ``cron`` (the cron_* columns) and
     the page's actions (native requests it can write for it: ``native_inputs`` are the job's native input topics)."""
     kind, topic, request_id = sid_parts(row.get("sid"))
-    input_topic = topic or str(row["delivery_id"]).rsplit("-", 2)[0]
+    input_topic = topic or request_of(str(row["delivery_id"]))[0]
     headers = [{"key": h["key"], "value": _text(h["value"])} for h in (row["headers"] if row["headers"] is not None
                                                                        else [])]
     view = {"kind": kind, "id": _text(request_id), "due": _iso(int(row["due_ms"])), "due_ms": int(row["due_ms"]),
