@@ -26,6 +26,9 @@ def spark():
                .config("spark.sql.shuffle.partitions", "1")
                .config("spark.sql.codegen.hugeMethodLimit", str(HUGE_METHOD_LIMIT))  # as the job: decodes split
                .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))  # as the job
+               # generated code, as the job in production (tests/conftest.py's INTERPRETED_SPARK is for the jobs)
+               .config("spark.sql.codegen.wholeStage", "true")
+               .config("spark.sql.codegen.factoryMode", "FALLBACK")
                .config("spark.driver.extraJavaOptions", java_options())  # as the job: Avro's length limits
                # the connector bundle: from_avro/to_avro (sky-avro) need spark-avro
                .config("spark.jars", ",".join(str(p) for p in jar_paths("spark-kafka")))
