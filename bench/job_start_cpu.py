@@ -1,8 +1,9 @@
-"""CPU a job costs from its start to its first deliveries and a graceful stop, with and without the test suite's
-class archive (tests/jvm_archive.py). The test suite is bound by CPU, three quarters of it in the Spark JVMs of the
-jobs it starts; this is the figure that decides how a change to a JVM's start pays off.
+"""CPU a job costs from its start to its first deliveries and a graceful stop, with the test suite's JVM options, with
+its class archive too (tests/jvm_archive.py), and with Spark interpreted too (tests/conftest.py, INTERPRETED_SPARK).
+The test suite is bound by CPU, three quarters of it in the Spark JVMs of the jobs it starts; this is the figure that
+decides how a change to a job's start pays off.
 
-    .venv/bin/python -m bench.job_start_cpu [--runs 2]
+    .venv/bin/python -m bench.job_start_cpu [--runs 2] [--variants archive,interpreted]
 
 Each run: a job on a broker of its own, 20 schedules due 5 s after the job runs, read back, then SIGTERM. CPU is
 read from /proc for every process of the job's tree (sampled every 0.2 s, so a process that lives less than that is
@@ -27,7 +28,7 @@ from kafka_scheduler.harness.job_process import FIRST_BATCH_LINE, RUNNING_LINE, 
 from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 from tests import jvm_archive
-from tests.conftest import TEST_JVM_OPTIONS
+from tests.conftest import INTERPRETED_SPARK, TEST_JVM_OPTIONS
 
 
 
@@ -82,15 +83,26 @@ def one_run(broker: LocalBroker, work: Path, submit_options: str) -> dict:
             "delivered_cpu": delivered[1], "total_cpu": sampler.by_kind()}
 
 
+# Short names (--variants) and the names the figures go by: each adds to the one before.
+VARIANTS = {"jvm": "suite JVM options", "archive": "and the class archive", "interpreted": "and Spark interpreted"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=2, help="runs of each variant, alternating (default 2)")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"which, comma-separated, of {', '.join(VARIANTS)} (default all)")
     args = parser.parse_args()
+    chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = sorted(set(chosen) - set(VARIANTS))
+    if unknown or not chosen:
+        parser.error(f"--variants: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(VARIANTS)}")
     archive = jvm_archive.ensure(TEST_JVM_OPTIONS, build=True)
     if archive is None:
         raise SystemExit("no class archive: see the line above")
-    variants = {"suite JVM options": TEST_JVM_OPTIONS,
-                "and the class archive": f"{TEST_JVM_OPTIONS} {jvm_archive.options(archive)}"}
+    options = {"jvm": TEST_JVM_OPTIONS, "archive": f"{TEST_JVM_OPTIONS} {jvm_archive.options(archive)}",
+               "interpreted": f"{TEST_JVM_OPTIONS} {INTERPRETED_SPARK} {jvm_archive.options(archive)}"}
+    variants = {VARIANTS[name]: options[name] for name in chosen}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     with TemporaryDirectory(prefix="job-start-cpu-") as work:
         broker = LocalBroker(free_port(), Path(work) / "broker")
