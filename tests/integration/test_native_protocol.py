@@ -13,7 +13,10 @@ from collections import Counter
 
 import pytest
 
-from .support import at, ms_of, native
+from kafka_scheduler.harness import process_tree
+from kafka_scheduler.harness.job_process import FIRST_BATCH_LINE
+
+from .support import at, ms_of, native, wait_until
 
 ADD_WAIT = 90  # seconds a test waits for a delivery before failing
 
@@ -59,6 +62,22 @@ def test_add_with_id_is_delivered_at_its_due_time_never_before(kafka, requests_t
     assert record.value == b"v1"
     assert record.timestamp_ms >= ms_of(due), "delivered before its due time"
     assert record.header("x-scheduler-delivery-id") == f"{requests_topic}-{partition}-{offset}".encode()
+
+
+def test_the_first_batch_uses_the_warm_python_workers(kafka, scheduler, requests_topic):
+    """The workers warmed while the query started (engine/warm_workers.py) are the ones the batches use: one Python
+    daemon in the job (its workers are its forks). A second daemon means the batches' workers are keyed apart from
+    the warm-up's and were started cold (seen: an environment variable only the state step's runner set)."""
+    topic = kafka.topic("warm")
+    reader = kafka.reader(topic)
+    send(kafka, requests_topic, key=b"warm", headers=native(topic, at(0), "warm"))
+    reader.wait_for(lambda r: r.key == b"warm", timeout=120, what="a delivery", guard=scheduler.assert_running)
+    wait_until(lambda: FIRST_BATCH_LINE in scheduler.log(), 60, "the first batch's line", guard=scheduler.assert_running)
+    pythons = [pid for pid in process_tree.descendants(scheduler.process.pid)
+               if " -m pyspark.daemon" in process_tree.command_line(pid)]
+    forks = {child for pid in pythons for child in process_tree.descendants(pid) if child != pid}
+    daemons = [pid for pid in pythons if pid not in forks]
+    assert len(daemons) == 1, f"{len(daemons)} Python daemons, {len(forks)} workers"
 
 
 def test_add_without_id_and_without_action_header(kafka, requests_topic):
