@@ -1,6 +1,6 @@
 """The Python workers' warm-up (engine/warm_workers.py) runs to its end: one task per slot of the session through
-the same kind of function as the state step. Whether the first batch then finds them warm is measured, not tested:
-docs/measurements.md, a job's first batch."""
+the same kind of function as the state step. That the batches then use them (one Python daemon in a running job) is
+tested in tests/integration/test_native_protocol.py; what they save is measured: docs/measurements.md."""
 
 import logging
 
