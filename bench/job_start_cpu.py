@@ -1,5 +1,5 @@
 """CPU a job costs from its start to its first deliveries and a graceful stop, with the test suite's JVM options, with
-its class archive too (tests/jvm_archive.py), and with Spark interpreted too (tests/conftest.py, INTERPRETED_SPARK).
+its class archive too (tests/jvm_archive.py), and with Spark interpreted too (tests/conftest.py, TEST_SUBMIT_OPTIONS).
 The test suite is bound by CPU, three quarters of it in the Spark JVMs of the jobs it starts; this is the figure that
 decides how a change to a job's start pays off.
 
@@ -28,7 +28,7 @@ from kafka_scheduler.harness.job_process import FIRST_BATCH_LINE, RUNNING_LINE, 
 from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 from tests import jvm_archive
-from tests.conftest import INTERPRETED_SPARK, TEST_JVM_OPTIONS
+from tests.conftest import TEST_JVM_OPTIONS, TEST_SUBMIT_OPTIONS
 
 
 
@@ -101,7 +101,7 @@ def main() -> None:
     if archive is None:
         raise SystemExit("no class archive: see the line above")
     options = {"jvm": TEST_JVM_OPTIONS, "archive": f"{TEST_JVM_OPTIONS} {jvm_archive.options(archive)}",
-               "interpreted": f"{TEST_JVM_OPTIONS} {INTERPRETED_SPARK} {jvm_archive.options(archive)}"}
+               "interpreted": f"{TEST_SUBMIT_OPTIONS} {jvm_archive.options(archive)}"}
     variants = {VARIANTS[name]: options[name] for name in chosen}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     with TemporaryDirectory(prefix="job-start-cpu-") as work:

@@ -21,8 +21,9 @@ TEST_JVM_OPTIONS = f"{C1_ONLY} -XX:+UseSerialGC"
 # tests/unit/conftest.py) and the crash suite (test_chaos.py, production's JIT as well). Production keeps Spark's
 # defaults. As system properties of the driver's JVM: Spark reads spark.* ones as settings.
 INTERPRETED_SPARK = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+TEST_SUBMIT_OPTIONS = f"{TEST_JVM_OPTIONS} {INTERPRETED_SPARK}"  # the jobs' driver JVMs (the class archive is added)
 TEST_JVM_OPTIONS_SET_HERE = "SPARK_SUBMIT_OPTS" not in os.environ
-os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{TEST_JVM_OPTIONS} {INTERPRETED_SPARK}")
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_SUBMIT_OPTIONS)
 os.environ.setdefault("SPARK_LAUNCHER_OPTS", TEST_JVM_OPTIONS)
 
 # Seconds each slow file took in the last full run (`make test`, 2 workers; docs/testing.md): `make test` hands
@@ -93,7 +94,7 @@ def pytest_configure(config):
     from tests import jvm_archive
     archive = jvm_archive.ensure(TEST_JVM_OPTIONS, build=may_start_jobs(config))
     if archive is not None:
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{TEST_JVM_OPTIONS} {INTERPRETED_SPARK} {jvm_archive.options(archive)}"
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{TEST_SUBMIT_OPTIONS} {jvm_archive.options(archive)}"
 
 
 def may_start_jobs(config) -> bool:

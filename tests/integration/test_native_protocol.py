@@ -16,7 +16,7 @@ import pytest
 from kafka_scheduler.harness import process_tree
 from kafka_scheduler.harness.job_process import FIRST_BATCH_LINE
 
-from .support import at, ms_of, native, wait_until
+from .support import at, ms_of, native
 
 ADD_WAIT = 90  # seconds a test waits for a delivery before failing
 
@@ -72,7 +72,7 @@ def test_the_first_batch_uses_the_warm_python_workers(kafka, scheduler, requests
     reader = kafka.reader(topic)
     send(kafka, requests_topic, key=b"warm", headers=native(topic, at(0), "warm"))
     reader.wait_for(lambda r: r.key == b"warm", timeout=120, what="a delivery", guard=scheduler.assert_running)
-    wait_until(lambda: FIRST_BATCH_LINE in scheduler.log(), 60, "the first batch's line", guard=scheduler.assert_running)
+    scheduler.wait_for_line(FIRST_BATCH_LINE, 60, "the first batch's line")
     pythons = [pid for pid in process_tree.descendants(scheduler.process.pid)
                if " -m pyspark.daemon" in process_tree.command_line(pid)]
     forks = {child for pid in pythons for child in process_tree.descendants(pid) if child != pid}

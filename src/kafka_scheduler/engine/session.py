@@ -47,7 +47,8 @@ def spark_settings(config: Config) -> dict[str, str]:
         "spark.executorEnv.MALLOC_ARENA_MAX": MALLOC_ARENAS,
         # Spark keeps Python workers per environment, and the state step's runner adds this variable where the
         # workers' warm-up (warm_workers.py) does not: without it here too, the first batch started a daemon and
-        # workers of its own and the warm ones were never used (docs/measurements.md, a job's first batch).
+        # workers of its own and the warm ones were never used (docs/measurements.md, "The warm Python workers were
+        # not used").
         "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
         # Spark deletes a version only once a newer snapshot (one every state_snapshot_every versions) leaves it
         # more than state_batches_kept behind: the state's disk is bounded in batches, not in time, and a job with
