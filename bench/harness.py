@@ -38,6 +38,9 @@ from kafka_scheduler.kafka.topics import wait_for_broker
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
 DUE_HEADER = "bench-due-ms"
+# The default --lead of herd and mixed leaves time to ingest the herd at this rate: ingest with ids ran at 11-17k/s
+# (2026-11-29 to 12-02), and the fresh-clone bench mixed of 2026-12-02 gave up at 11,241/s against 12,000 planned.
+INGEST_PLANNED_PER_S = 8_000
 SENT_HEADER = "bench-sent-ms"  # only on requests whose send time is measured apart (steady's already-due ones)
 
 

@@ -23,15 +23,13 @@ import os
 import re
 import time
 
-from .harness import DUE_HEADER, DeliveryReader, EndOffsets, Environment, RequestProducer, log, percentile, wait_until
+from .harness import (DUE_HEADER, INGEST_PLANNED_PER_S, DeliveryReader, EndOffsets, Environment, RequestProducer, log,
+                      percentile, wait_until)
 
 ORDINARY_DUE_S = 3.0  # an ordinary schedule is due this long after it is sent
 CANCEL_EVERY = 10  # every 10th ordinary schedule is cancelled ...
 CANCEL_AFTER_S = 1.0  # ... this long after it was sent
 AROUND_BEFORE_S = 30.0  # the "around" window opens this long before the herd's instant
-# The default --lead leaves time to ingest the herd at this rate: the 2026-12-02 fresh-clone run at 12,000 gave up at
-# 11,241/s between commits (measured 11-17k/s on other days).
-INGEST_PLANNED_PER_S = 8_000
 LEAD_SPARE_S = 60.0  # ... plus this, so that the "before" window has ordinary traffic of its own
 BATCH_LINE = re.compile(r"batch (\d+): .*\[state ([\d.]+)s, write ([\d.]+)s\]")
 WINDOWS = ("before", "around", "after")

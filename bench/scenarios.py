@@ -93,9 +93,9 @@ from . import soak as soak_module
 from . import mixed as mixed_scenario
 from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
 
-from .harness import (CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader, LiveState,
-                      RequestProducer, batch_profile, checkpoint_breakdown, cpu_between, directory_bytes, index_entries,
-                      log, percentile, wait_until, write_result)
+from .harness import (INGEST_PLANNED_PER_S, CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader,
+                      LiveState, RequestProducer, batch_profile, checkpoint_breakdown, cpu_between, directory_bytes,
+                      index_entries, log, percentile, wait_until, write_result)
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
@@ -343,7 +343,6 @@ def ingest(env: Environment, args) -> dict:
     return figures
 
 
-HERD_INGEST_PLANNED_PER_S = 8_000  # herd's default --lead: ingest with ids ran at 11-17k/s (2026-11-29 to 12-02)
 INDEX_SETTLE_S = 60  # herd: how long the index may take to forget the delivered schedules
 
 
@@ -354,7 +353,7 @@ def herd(env: Environment, args) -> dict:
     log(f"herd: {args.count:,} due {args.lead:.0f}s from now, "
         f"{'without ids' if args.no_ids else 'with unique request ids'}")
     too_slow = (f" before the herd falls due: --lead {args.lead:.0f}s for {args.count:,} needs about "
-                f"{args.count / max(1.0, args.lead - 30):,.0f}/s (the default plans for {HERD_INGEST_PLANNED_PER_S:,}/s; "
+                f"{args.count / max(1.0, args.lead - 30):,.0f}/s (the default plans for {INGEST_PLANNED_PER_S:,}/s; "
                 f"the issue targets >= 30,000/s with ids); give a longer --lead to measure the herd anyway")
     ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: due, "herd",
                              max(1.0, due / 1000 - 1 - time.time()), args.no_ids,
@@ -899,7 +898,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steady: due this many seconds after sending (default 2); idle: the wake-up requests "
                              "likewise (default 3); herd, strikes --deliver: the instant all are due, in seconds "
                              "from the start of ingest (default: enough to ingest them first, for herd at "
-                             f"{HERD_INGEST_PLANNED_PER_S:,}/s, and for strikes to send the strikes too)")
+                             f"{INGEST_PLANNED_PER_S:,}/s, and for strikes to send the strikes too)")
     parser.add_argument("--count", type=int, default=None,
                         help="ingest/herd/pending/restart/strikes/hostile/cron: number of requests (default 1,000,000; "
                              "herd and pending 10,000,000); idle: schedules pending an hour ahead (default 10,000)")
@@ -959,7 +958,7 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
         scenario_args.lead = 3.0 if args.lead is None else args.lead
     elif name == "herd" and args.lead is None:
         # Time to produce and ingest them all first; slower than planned and the run stops early, saying so.
-        scenario_args.lead = 30 + scenario_args.count / HERD_INGEST_PLANNED_PER_S
+        scenario_args.lead = 30 + scenario_args.count / INGEST_PLANNED_PER_S
     if name == "strikes":
         for key in ("strikes", "wave"):
             if getattr(scenario_args, key) is None:
