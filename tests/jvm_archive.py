@@ -96,8 +96,7 @@ def _build(archive: Path, jvm_options: str) -> None:
             env = {**os.environ, "SPARK_SUBMIT_OPTS": f"{jvm_options} -XX:ArchiveClassesAtExit={partial}"}
             job = JobProcess(broker.bootstrap_servers, app_id, work / "checkpoint", work / "job.log", env=env)
             job.start()
-            jvms = [pid for pid in process_tree.descendants(job.process.pid)
-                    if process_tree.command_line(pid).split(" ")[0].endswith("java")]
+            jvms = process_tree.pids_of(job.process.pid, "jvm")
             try:
                 deliver_a_few(broker.bootstrap_servers, f"{app_id}-schedule-requests", destination, lead_s=2.0)
             finally:

@@ -73,8 +73,8 @@ def test_the_first_batch_uses_the_warm_python_workers(kafka, scheduler, requests
     send(kafka, requests_topic, key=b"warm", headers=native(topic, at(0), "warm"))
     reader.wait_for(lambda r: r.key == b"warm", timeout=120, what="a delivery", guard=scheduler.assert_running)
     scheduler.wait_for_line(FIRST_BATCH_LINE, 60, "the first batch's line")
-    pythons = [pid for pid in process_tree.descendants(scheduler.process.pid)
-               if " -m pyspark.daemon" in process_tree.command_line(pid)]
+    pythons = [pid for pid, command in process_tree.command_lines(scheduler.process.pid).items()
+               if " -m pyspark.daemon" in command]
     forks = {child for pid in pythons for child in process_tree.descendants(pid) if child != pid}
     daemons = [pid for pid in pythons if pid not in forks]
     assert len(daemons) == 1, f"{len(daemons)} Python daemons, {len(forks)} workers"

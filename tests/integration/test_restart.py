@@ -109,8 +109,7 @@ def test_a_jvm_that_ends_under_the_job_stops_it_with_one_line_and_loses_nothing(
     due = at(25)
     kafka.produce(requests, key=b"k", value=b"v", headers=native(topic, due, "pending"), partition=0)
     scheduler.mark()
-    [jvm] = [pid for pid in process_tree.descendants(scheduler.process.pid)
-             if process_tree.group_of(pid, scheduler.process.pid, process_tree.command_line(pid)) == "jvm"]
+    [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
     # The job's JVM runs with two malloc arenas (engine/session.py) unless the environment says otherwise.
     arenas = os.environ.get("MALLOC_ARENA_MAX", "2").encode()
     assert b"MALLOC_ARENA_MAX=" + arenas in Path(f"/proc/{jvm}/environ").read_bytes().split(b"\0")

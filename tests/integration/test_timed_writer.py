@@ -60,8 +60,7 @@ def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_deliv
     wait_until(lambda: "withdrawn before their due time" in scheduler.log_since(mark), 60,
                "the withdrawals", guard=scheduler.assert_running)
     scheduler.mark()
-    [jvm] = [pid for pid in process_tree.descendants(scheduler.process.pid)
-             if process_tree.group_of(pid, scheduler.process.pid, process_tree.command_line(pid)) == "jvm"]
+    [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
     os.kill(jvm, signal.SIGSTOP)
     stopped = scheduler.log_size()
     try:

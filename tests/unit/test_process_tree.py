@@ -1,0 +1,42 @@
+"""The job harness's view of a process tree (harness/process_tree.py), on this test's own processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from kafka_scheduler.harness import process_tree
+
+
+def test_a_child_is_listed_with_its_command_and_group():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        commands = process_tree.command_lines(os.getpid())
+        assert "time.sleep(60)" in commands[child.pid]
+        assert child.pid in process_tree.pids_of(os.getpid(), "python_workers")
+        assert os.getpid() in process_tree.pids_of(os.getpid(), "python_driver")
+        assert child.pid not in process_tree.pids_of(os.getpid(), "jvm")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_that_ends_between_the_listing_and_the_read_is_left_out(monkeypatch):
+    """Spark's Python workers end at any moment; reading one's command line then raises FileNotFoundError."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        real = process_tree.command_line
+
+        def ended(pid: int) -> str:
+            if pid == child.pid:
+                raise FileNotFoundError(f"/proc/{pid}/cmdline")
+            return real(pid)
+
+        monkeypatch.setattr(process_tree, "command_line", ended)
+        assert child.pid in process_tree.descendants(os.getpid())
+        assert child.pid not in process_tree.command_lines(os.getpid())
+        assert child.pid not in process_tree.pids_of(os.getpid(), "python_workers")
+    finally:
+        child.kill()
+        child.wait()
