@@ -49,9 +49,12 @@ TICK_TRIM_EVERY = 100  # batches
 class Scheduler:
     """Runs the query until stopped; ``stop()`` lets the batch in flight finish first."""
 
-    def __init__(self, config: Config, from_beginning: bool = False):
+    def __init__(self, config: Config, from_beginning: bool = False, keep_session: bool = False):
         self.config = config
         self.from_beginning = from_beginning
+        # Spark left running at the end, for a driver that runs jobs one after another (bench/shared_driver.py):
+        # the next job's start reuses the JVM and its Spark context.
+        self.keep_session = keep_session
         self.stop_requested = threading.Event()
         self.totals = Totals()
         self.query = None
@@ -235,7 +238,7 @@ class Scheduler:
             if self.writer is not None:
                 self.writer.close()
             self.page.detach_state()
-            if not self.jvm_gone:
+            if not self.jvm_gone and not self.keep_session:
                 spark.stop()
 
     def _start_exactly_once(self, admin) -> TransactionalSender:
