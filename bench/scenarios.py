@@ -344,6 +344,7 @@ def ingest(env: Environment, args) -> dict:
 
 
 INDEX_SETTLE_S = 60  # herd: how long the index may take to forget the delivered schedules
+HERD_LEAD_SPARE_S = 30  # herd: its default lead is the time to ingest it at the planned rate plus this
 
 
 def herd(env: Environment, args) -> dict:
@@ -353,7 +354,8 @@ def herd(env: Environment, args) -> dict:
     log(f"herd: {args.count:,} due {args.lead:.0f}s from now, "
         f"{'without ids' if args.no_ids else 'with unique request ids'}")
     too_slow = (f" before the herd falls due: --lead {args.lead:.0f}s for {args.count:,} needs about "
-                f"{args.count / max(1.0, args.lead - 30):,.0f}/s (the default plans for {INGEST_PLANNED_PER_S:,}/s; "
+                f"{args.count / max(1.0, args.lead - HERD_LEAD_SPARE_S):,.0f}/s "
+                f"(the default plans for {INGEST_PLANNED_PER_S:,}/s; "
                 f"the issue targets >= 30,000/s with ids); give a longer --lead to measure the herd anyway")
     ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: due, "herd",
                              max(1.0, due / 1000 - 1 - time.time()), args.no_ids,
@@ -958,7 +960,7 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
         scenario_args.lead = 3.0 if args.lead is None else args.lead
     elif name == "herd" and args.lead is None:
         # Time to produce and ingest them all first; slower than planned and the run stops early, saying so.
-        scenario_args.lead = 30 + scenario_args.count / INGEST_PLANNED_PER_S
+        scenario_args.lead = HERD_LEAD_SPARE_S + scenario_args.count / INGEST_PLANNED_PER_S
     if name == "strikes":
         for key in ("strikes", "wave"):
             if getattr(scenario_args, key) is None:
