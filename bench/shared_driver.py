@@ -16,7 +16,6 @@ writes bench/results/<stamp>-shared-driver.json.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import statistics
 import subprocess
@@ -41,11 +40,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def host(bootstrap: str, work: Path) -> None:
     """Jobs in this process, one at a time: ``start APP`` on stdin starts one (``running APP`` once its query
     runs), ``stop`` stops it gracefully (``stopped APP EXIT-CODE``)."""
-    from kafka_scheduler.cli.main import build_parser
+    from kafka_scheduler.cli.main import build_parser, setup_logging
     from kafka_scheduler.config import resolve
     from kafka_scheduler.pipeline import Scheduler
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-5s %(message)s", datefmt="%H:%M:%S")
+    setup_logging()  # as `kafka-scheduler run` logs
     for line in sys.stdin:
         command, _, app_id = line.strip().partition(" ")
         if command != "start":

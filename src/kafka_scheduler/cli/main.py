@@ -79,7 +79,8 @@ def missing_server_packages() -> list[str]:
     return missing
 
 
-def _setup_logging() -> None:
+def setup_logging() -> None:
+    """Log lines on stderr at KAFKA_SCHEDULER_LOG_LEVEL (default INFO), py4j's only from WARNING up."""
     level = os.environ.get("KAFKA_SCHEDULER_LOG_LEVEL", "INFO").upper()
     logging.basicConfig(level=getattr(logging, level, logging.INFO), stream=sys.stderr,
                         format="%(asctime)s %(levelname)-5s %(message)s", datefmt="%H:%M:%S")
@@ -725,7 +726,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"kafka-scheduler {args.command}: error: needs the server install ({', '.join(missing)} "
                   f"missing): pip install \"kafka-scheduler[server]\"", file=sys.stderr)
             return 2
-    _setup_logging()
+    setup_logging()
     from ..kafka.local_broker import BrokerError
     from ..client.scheduler_client import RequestError
     from ..kafka.jars import MissingJars
