@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -69,21 +70,28 @@ class Host:
         env = {**os.environ, "SPARK_SUBMIT_OPTS": submit_options, "SPARK_LAUNCHER_OPTS": TEST_JVM_OPTIONS,
                "KAFKA_SCHEDULER_METRICS_PORT": "0", "PYTHONPATH": str(ROOT)}
         self.log = open(work / "host.log", "w")
+        # Unbuffered bytes: select() then tells truly whether a reply waits (a buffered reader may hold one).
         self.process = subprocess.Popen([sys.executable, "-m", "bench.shared_driver", "--host", bootstrap, str(work)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, bufsize=0,
                                         cwd=ROOT, env=env)
+        self.replies = b""
 
     def say(self, line: str, answer: str, timeout: float = 300) -> str:
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
+        """Send ``line``; the first reply line that starts with ``answer``, within ``timeout`` seconds."""
+        self.process.stdin.write(line.encode() + b"\n")
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            reply = self.process.stdout.readline()
-            if not reply:
+        while True:
+            while b"\n" in self.replies:
+                reply, self.replies = self.replies.split(b"\n", 1)
+                if reply.decode().startswith(answer):
+                    return reply.decode().strip()
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.process.stdout], [], [], left)[0]:
+                raise TimeoutError(f"no {answer!r} from the host in {timeout:.0f} s (see {self.log.name})")
+            chunk = os.read(self.process.stdout.fileno(), 4096)
+            if not chunk:
                 raise RuntimeError(f"the host ended (see {self.log.name})")
-            if reply.startswith(answer):
-                return reply.strip()
-        raise TimeoutError(f"no {answer!r} from the host in {timeout:.0f} s")
+            self.replies += chunk
 
     def cpu(self) -> dict[str, float]:
         totals = {"jvm": 0.0, "python": 0.0}
