@@ -302,10 +302,8 @@ def jvm_heap(root: int) -> dict:
     """The job's JVM heap (``jcmd GC.heap_info`` of its JVM's own JDK): in use (garbage included: the lows of a
     window are what stays) and committed, in bytes; empty when it cannot be read. The RSS alone does not tell a
     heap filling up (the run of 2026-11-28 ended out of heap at 1 GB with its RSS near flat)."""
-    for pid in process_tree.descendants(root):
+    for pid in process_tree.pids_of(root, "jvm"):
         try:
-            if process_tree.group_of(pid, root, process_tree.command_line(pid)) != "jvm":
-                continue
             jcmd = Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd")
             out = subprocess.run([str(jcmd), str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=20)
         except (OSError, subprocess.SubprocessError):
