@@ -24,6 +24,12 @@ log = logging.getLogger(__name__)
 
 CLUSTER_ID_FILE = "cluster.id"
 
+# The collector and JIT settings of the broker's JVM, under the name and with the meaning Kafka's own scripts give
+# them (kafka-run-class.sh): set, it replaces these defaults. The tests set it to C1 and the serial collector, as
+# for their Spark JVMs (tests/conftest.py): their brokers live minutes and carry little.
+JVM_PERFORMANCE_OPTS_VARIABLE = "KAFKA_JVM_PERFORMANCE_OPTS"
+DEFAULT_JVM_PERFORMANCE_OPTS = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
+
 _LOG4J2 = """\
 status = warn
 appender.file.type = File
@@ -153,9 +159,10 @@ class LocalBroker:
         if os.environ.get("JAVA_HOME"):
             java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
         classpath = os.pathsep.join(str(p) for p in jar_paths("kafka-broker"))
+        performance = os.environ.get(JVM_PERFORMANCE_OPTS_VARIABLE)
         return [
-            java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-Djava.awt.headless=true",
+            java, f"-Xmx{self.heap}", f"-Xms{self.heap}",
+            *(performance.split() if performance is not None else DEFAULT_JVM_PERFORMANCE_OPTS),
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp", classpath, main_class, *args,
         ]
