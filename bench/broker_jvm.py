@@ -7,7 +7,7 @@ those of the tests that restart or secure one, cost it.
 Each run, the two settings one after the other, each on a broker of its own: the broker's start (from the process's
 launch to an answered metadata request; formatting its data folder, a JVM of its own, is counted apart), then a test's
 work (a topic of 4 partitions, ``--messages`` records of 200 bytes produced and read back), then ``--idle`` seconds
-with nothing to do, as a worker's broker spends most of a run. CPU is the broker process's own (/proc), the format's
+with nothing to do, as a worker's broker spends most of a run. CPU is the broker process's (process_tree.tree_cpu), the format's
 is the child's from getrusage. Prints the figures and writes bench/results/<stamp>-broker-jvm.json.
 """
 
@@ -24,18 +24,17 @@ from tempfile import TemporaryDirectory
 from confluent_kafka import Consumer, Producer
 
 from bench.harness import write_result
+from kafka_scheduler.harness import process_tree
 from kafka_scheduler.kafka.local_broker import JVM_PERFORMANCE_OPTS_VARIABLE, LocalBroker, free_port
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
-from tests.conftest import TEST_JVM_OPTIONS
+from tests.conftest import TEST_BROKER_JVM_OPTIONS
 
-SETTINGS = {"kafka_default": None, "suite": f"{TEST_JVM_OPTIONS} -Djava.awt.headless=true"}
+SETTINGS = {"kafka_default": None, "suite": TEST_BROKER_JVM_OPTIONS}
 PHASES = ("format", "start", "work", "idle")
 
 
 def process_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(seconds for _, _, seconds in process_tree.tree_cpu(pid).values())
 
 
 def children_cpu_s() -> float:

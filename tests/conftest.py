@@ -25,9 +25,10 @@ TEST_SUBMIT_OPTIONS = f"{TEST_JVM_OPTIONS} {INTERPRETED_SPARK}"  # the jobs' dri
 TEST_JVM_OPTIONS_SET_HERE = "SPARK_SUBMIT_OPTS" not in os.environ
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_SUBMIT_OPTIONS)
 os.environ.setdefault("SPARK_LAUNCHER_OPTS", TEST_JVM_OPTIONS)
-# The brokers too (one per worker, and those of the tests that restart or secure one): full JIT and G1 made them
-# 15% of the suite's CPU (docs/testing.md).
-os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", f"{TEST_JVM_OPTIONS} -Djava.awt.headless=true")
+# The brokers too (one per worker, and those of the tests that restart or secure one): with full JIT and G1 they
+# were 10% of the suite's CPU (docs/testing.md).
+TEST_BROKER_JVM_OPTIONS = f"{TEST_JVM_OPTIONS} -Djava.awt.headless=true"
+os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", TEST_BROKER_JVM_OPTIONS)
 
 # Seconds each slow file took in the last full run (`make test`, 2 workers; docs/testing.md): `make test` hands
 # out the longest work first, so the run does not end waiting on one long file started late. A file missing here
