@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make run` and `make test`. Both install what is missing first.
-.PHONY: setup run test test-unit dist bench chaos diagram clean
+.PHONY: setup run lint format test test-unit dist bench chaos diagram clean
 
 setup:
 	@scripts/setup.sh
@@ -7,14 +7,23 @@ setup:
 run: setup
 	.venv/bin/kafka-scheduler demo
 
+# ruff's lint and format check over the whole tree (configured in pyproject.toml); `make format` rewrites.
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format: setup
+	.venv/bin/ruff check --fix .
+	.venv/bin/ruff format .
+
 # The whole suite on TEST_WORKERS pytest-xdist workers (each with its own broker): tests that share a job or a
 # Spark session stay on one worker, the longest go first (tests/conftest.py; docs/testing.md). TEST_WORKERS=0: in
 # this process, one test after the other. One file: make test PYTEST_ARGS=tests/integration/test_inspect.py
 TEST_WORKERS ?= 2
-test: setup
+test: lint
 	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-test-unit: setup
+test-unit: lint
 	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not integration" $(PYTEST_ARGS)
 
 # The package as a zip for spark-submit --py-files (executors import the state processor from it); the same code

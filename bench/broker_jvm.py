@@ -7,7 +7,8 @@ those of the tests that restart or secure one, cost it.
 Each run, the two settings one after the other, each on a broker of its own: the broker's start (from the process's
 launch to an answered metadata request; formatting its data folder, a JVM of its own, is counted apart), then a test's
 work (a topic of 4 partitions, ``--messages`` records of 200 bytes produced and read back), then ``--idle`` seconds
-with nothing to do, as a worker's broker spends most of a run. CPU is the broker process's (process_tree.tree_cpu), the format's
+with nothing to do, as a worker's broker spends most of a run. CPU is the broker process's (process_tree.tree_cpu), the
+format's
 is the child's from getrusage. Prints the figures and writes bench/results/<stamp>-broker-jvm.json.
 """
 
@@ -51,8 +52,14 @@ def work(bootstrap: str, messages: int) -> None:
         if n % 10_000 == 0:
             producer.poll(0)
     producer.flush(60)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     seen, deadline = 0, time.monotonic() + 120
     while seen < messages and time.monotonic() < deadline:
@@ -98,15 +105,20 @@ def main() -> None:
         for name, options in SETTINGS.items():
             runs[name].append(one_run(options, args.messages, args.idle))
             print(f"run {n + 1} {name}: {runs[name][-1]}", flush=True)
-    figures = {name: {key: round(statistics.median(r[key] for r in results), 2)
-                      for key in (*PHASES, "start_wall_s")} for name, results in runs.items()}
+    figures = {
+        name: {key: round(statistics.median(r[key] for r in results), 2) for key in (*PHASES, "start_wall_s")}
+        for name, results in runs.items()
+    }
     for name, medians in figures.items():
         medians["idle_per_minute"] = round(medians["idle"] * 60 / args.idle, 2)
         print(f"{name}: " + ", ".join(f"{key} {value}" for key, value in medians.items()))
-    path = write_result("broker-jvm", {"runs": args.runs, "messages": args.messages, "idle_s": args.idle,
-                                       "settings": SETTINGS}, figures,
-                        notes="core-seconds of the broker's JVM by phase, medians; format is its own JVM",
-                        details={"runs": runs})
+    path = write_result(
+        "broker-jvm",
+        {"runs": args.runs, "messages": args.messages, "idle_s": args.idle, "settings": SETTINGS},
+        figures,
+        notes="core-seconds of the broker's JVM by phase, medians; format is its own JVM",
+        details={"runs": runs},
+    )
     print(f"wrote {path}")
 
 

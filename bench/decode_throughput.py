@@ -28,8 +28,13 @@ from kafka_scheduler.dialects.common import DecodeSettings  # noqa: E402
 from kafka_scheduler.dialects.sky_avro import WRITER_SCHEMA  # noqa: E402
 from kafka_scheduler.kafka.jars import jar_paths  # noqa: E402
 
-SETTINGS = DecodeSettings(rejections_topic="app-schedule-rejections", own_topics=("app-schedule-rejections",),
-                          allowed_destinations=None, max_value_bytes=1_000_000, max_ahead_ms=100 * 365 * 86_400_000)
+SETTINGS = DecodeSettings(
+    rejections_topic="app-schedule-rejections",
+    own_topics=("app-schedule-rejections",),
+    allowed_destinations=None,
+    max_value_bytes=1_000_000,
+    max_ahead_ms=100 * 365 * 86_400_000,
+)
 BASE_S = 1_900_000_000
 
 
@@ -49,35 +54,62 @@ def records(spark, dialect: str, rows: int):
     trace = hdr("trace", F.concat(F.lit("t-"), ids.cast("string")))
     value = payload
     if dialect == "native":
-        headers = F.array(trace, hdr("x-scheduler-deliver-to", F.lit("orders")),
-                          hdr("x-scheduler-deliver-at", F.date_format(F.timestamp_seconds(secs),
-                                                                      "yyyy-MM-dd'T'HH:mm:ss'Z'")),
-                          hdr("x-scheduler-request-id", F.concat(F.lit("r-"), ids.cast("string"))))
+        headers = F.array(
+            trace,
+            hdr("x-scheduler-deliver-to", F.lit("orders")),
+            hdr("x-scheduler-deliver-at", F.date_format(F.timestamp_seconds(secs), "yyyy-MM-dd'T'HH:mm:ss'Z'")),
+            hdr("x-scheduler-request-id", F.concat(F.lit("r-"), ids.cast("string"))),
+        )
     elif dialect == "karafka":
-        headers = F.array(trace, hdr("schedule_schema_version", F.lit("1.0.0")),
-                          hdr("schedule_source_type", F.lit("schedule")),
-                          hdr("schedule_target_epoch", secs.cast("string")),
-                          hdr("schedule_target_topic", F.lit("orders")), hdr("schedule_target_key", key))
+        headers = F.array(
+            trace,
+            hdr("schedule_schema_version", F.lit("1.0.0")),
+            hdr("schedule_source_type", F.lit("schedule")),
+            hdr("schedule_target_epoch", secs.cast("string")),
+            hdr("schedule_target_topic", F.lit("orders")),
+            hdr("schedule_target_key", key),
+        )
     elif dialect == "etf1":
-        headers = F.array(trace, hdr("scheduler-epoch", secs.cast("string")),
-                          hdr("scheduler-target-topic", F.lit("orders")), hdr("scheduler-target-key", key))
+        headers = F.array(
+            trace,
+            hdr("scheduler-epoch", secs.cast("string")),
+            hdr("scheduler-target-topic", F.lit("orders")),
+            hdr("scheduler-target-key", key),
+        )
     else:
-        schedule = dict(time=secs * 1000, topic=F.lit("orders"), key=key, value=payload,
-                        headers=F.create_map(F.lit("trace"), F.encode(ids.cast("string"), "UTF-8")))
+        schedule = dict(
+            time=secs * 1000,
+            topic=F.lit("orders"),
+            key=key,
+            value=payload,
+            headers=F.create_map(F.lit("trace"), F.encode(ids.cast("string"), "UTF-8")),
+        )
         if dialect == "sky-avro":
             value = to_avro(F.struct(*[c.alias(n) for n, c in schedule.items()]), WRITER_SCHEMA)
         else:
-            value = F.encode(F.to_json(F.struct(
-                schedule["time"].alias("time"), schedule["topic"].alias("topic"), b64(key).alias("key"),
-                b64(payload).alias("value"),
-                F.create_map(F.lit("trace"), b64(F.encode(ids.cast("string"), "UTF-8"))).alias("headers"))),
-                "UTF-8")
+            value = F.encode(
+                F.to_json(
+                    F.struct(
+                        schedule["time"].alias("time"),
+                        schedule["topic"].alias("topic"),
+                        b64(key).alias("key"),
+                        b64(payload).alias("value"),
+                        F.create_map(F.lit("trace"), b64(F.encode(ids.cast("string"), "UTF-8"))).alias("headers"),
+                    )
+                ),
+                "UTF-8",
+            )
         headers = F.array().cast("array<struct<key:string,value:binary>>")
     return spark.range(rows).select(
-        key.alias("key"), value.alias("value"), F.lit(f"in-{dialect}").alias("topic"),
-        (ids % 4).cast("int").alias("partition"), ids.alias("offset"),
-        F.timestamp_seconds(F.lit(1_767_225_600) + ids % 1000).alias("timestamp"), F.lit(0).alias("timestampType"),
-        headers.alias("headers"))
+        key.alias("key"),
+        value.alias("value"),
+        F.lit(f"in-{dialect}").alias("topic"),
+        (ids % 4).cast("int").alias("partition"),
+        ids.alias("offset"),
+        F.timestamp_seconds(F.lit(1_767_225_600) + ids % 1000).alias("timestamp"),
+        F.lit(0).alias("timestampType"),
+        headers.alias("headers"),
+    )
 
 
 def timed(frame, runs: int = 2) -> tuple[float, int]:
@@ -94,13 +126,16 @@ def main() -> None:
     rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     wanted = sys.argv[2:] or list(dialects.DIALECT_NAMES)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (SparkSession.builder.master("local[2]").config("spark.driver.memory", "6g")
-             .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.jars", ",".join(str(p) for p in jar_paths("spark-kafka")))
-             .config(map={k: v for k, v in (kv.split("=", 1) for kv in
-                                            filter(None, os.environ.get("DECODE_BENCH_CONF", "").split(";")))})
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.driver.memory", "6g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.jars", ",".join(str(p) for p in jar_paths("spark-kafka")))
+        .config(map=dict(kv.split("=", 1) for kv in filter(None, os.environ.get("DECODE_BENCH_CONF", "").split(";"))))
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel(os.environ.get("DECODE_BENCH_LOG", "ERROR"))
     inputs = {f"in-{d}": d for d in dialects.DIALECT_NAMES}
     for dialect in wanted:

@@ -19,10 +19,10 @@ import time
 import uuid
 import zipfile
 from array import array
-from datetime import datetime, timezone
 from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Optional
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
@@ -48,8 +48,14 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} bench: {message}", flush=True)
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.2,
-               progress: Optional[Callable[[], str]] = None, every: float = 10.0):
+def wait_until(
+    condition: Callable[[], object],
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+    progress: Callable[[], str] | None = None,
+    every: float = 10.0,
+):
     """The harness's wait, its progress said in the bench's log."""
     return harness_wait_until(condition, timeout, what, interval=interval, progress=progress, every=every, say=log)
 
@@ -57,7 +63,7 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str, inter
 def percentile(sorted_values: list[float], fraction: float) -> float:
     if not sorted_values:
         return float("nan")
-    index = min(len(sorted_values) - 1, max(0, int(round(fraction * (len(sorted_values) - 1)))))
+    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
     return sorted_values[index]
 
 
@@ -79,25 +85,38 @@ def machine() -> dict:
     except (OSError, ValueError, IndexError):
         pass
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
-    return {"cores": os.cpu_count(), "memory_gib": round(mem_kb / 1024 / 1024, 1), "cpu": cpu,
-            "os": platform.platform(), "python": platform.python_version(), "java": java[0] if java else "?"}
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "cpu": cpu,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "java": java[0] if java else "?",
+    }
 
 
 def git_commit() -> str:
     result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     return (result.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
 
 
-def write_result(scenario: str, parameters: dict, figures: dict, notes: str = "",
-                 details: Optional[dict] = None) -> Path:
+def write_result(scenario: str, parameters: dict, figures: dict, notes: str = "", details: dict | None = None) -> Path:
     """``details``: raw series (e.g. one time per wave) kept in the file but too long to print."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS_DIR / f"{stamp}-{scenario}.json"
-    record = {"scenario": scenario, "finished_at": stamp, "git_commit": git_commit(), "machine": machine(),
-              "parameters": parameters, "figures": figures, "notes": notes}
+    record = {
+        "scenario": scenario,
+        "finished_at": stamp,
+        "git_commit": git_commit(),
+        "machine": machine(),
+        "parameters": parameters,
+        "figures": figures,
+        "notes": notes,
+    }
     if details:
         record["details"] = details
     path.write_text(json.dumps(record, indent=2) + "\n")
@@ -114,15 +133,23 @@ def cpu_between(before: dict, after: dict, seconds: float) -> dict:
     for key, (group, command, used) in after.items():
         delta = used - (before[key][2] if key in before else 0.0)
         groups[group] += delta
-        processes.append({"pid": key[0], "group": group, "command": command, "cpu_s": round(delta, 2),
-                          "new": key not in before})
+        processes.append(
+            {"pid": key[0], "group": group, "command": command, "cpu_s": round(delta, 2), "new": key not in before}
+        )
     # A process that ended without being reaped inside the tree: its time since ``before`` is lost, say so.
-    gone = [{"pid": key[0], "group": group, "command": command} for key, (group, command, _) in before.items()
-            if key not in after]
+    gone = [
+        {"pid": key[0], "group": group, "command": command}
+        for key, (group, command, _) in before.items()
+        if key not in after
+    ]
     total = sum(groups.values())
-    return {"cpu_percent_of_one_core": round(100 * total / seconds, 2), "cpu_seconds": round(total, 2),
-            **{f"cpu_percent_{g}": round(100 * v / seconds, 2) for g, v in groups.items()},
-            "processes": sorted(processes, key=lambda p: -p["cpu_s"]), "ended_processes": gone}
+    return {
+        "cpu_percent_of_one_core": round(100 * total / seconds, 2),
+        "cpu_seconds": round(total, 2),
+        **{f"cpu_percent_{g}": round(100 * v / seconds, 2) for g, v in groups.items()},
+        "processes": sorted(processes, key=lambda p: -p["cpu_s"]),
+        "ended_processes": gone,
+    }
 
 
 def directory_bytes(path: Path) -> int:
@@ -145,16 +172,19 @@ def checkpoint_breakdown(path: Path) -> dict:
         else:
             kind = parts[0]
         kinds[kind] += file.stat().st_size
-    return {**{f"{kind}_mib": round(size / 2**20, 1) for kind, size in sorted(kinds.items())},
-            "state_versions_of_partition_0": len(versions)}
+    return {
+        **{f"{kind}_mib": round(size / 2**20, 1) for kind, size in sorted(kinds.items())},
+        "state_versions_of_partition_0": len(versions),
+    }
 
 
 class Scheduler(JobProcess):
     """The job of a scenario (the harness's JobProcess), in a folder of its own, with the peak of its memory."""
 
     def __init__(self, bootstrap: str, app_id: str, workdir: Path, extra_args: tuple = ()):
-        super().__init__(bootstrap, app_id, workdir / "checkpoint", workdir / "scheduler.log", extra_args,
-                         follow_interval=0.02)
+        super().__init__(
+            bootstrap, app_id, workdir / "checkpoint", workdir / "scheduler.log", extra_args, follow_interval=0.02
+        )
         self.workdir = workdir
         self.peak_rss: dict[str, int] = {}
 
@@ -162,7 +192,7 @@ class Scheduler(JobProcess):
     def checkpoint(self) -> Path:
         return self.checkpoint_dir
 
-    def start(self, wait: bool = True, timeout: float = 300) -> "Scheduler":
+    def start(self, wait: bool = True, timeout: float = 300) -> Scheduler:
         return super().start(timeout=timeout, wait=wait)
 
     def sample_memory(self) -> dict[str, int]:
@@ -188,9 +218,11 @@ class LiveState:
     def __init__(self, checkpoint: Path):
         from kafka_scheduler.config import Config
         from kafka_scheduler.engine.session import build_session
+
         self.checkpoint = checkpoint
-        self.spark = build_session(Config(master="local[1]", app_id="bench-state-reader",
-                                          checkpoint_dir=str(checkpoint)))
+        self.spark = build_session(
+            Config(master="local[1]", app_id="bench-state-reader", checkpoint_dir=str(checkpoint))
+        )
 
     def variables(self) -> list[str]:
         """The variables the newest snapshot of partition 0 names (Spark's column families, its timers left out)."""
@@ -199,20 +231,27 @@ class LiveState:
             return []
         with zipfile.ZipFile(snapshots[-1]) as snapshot:
             metadata = json.loads(snapshot.read("metadata").decode().split("\n", 1)[1])
-        return sorted(name for name in metadata["columnFamilyMapping"]
-                      if name != "default" and not name.startswith("$"))
+        return sorted(
+            name for name in metadata["columnFamilyMapping"] if name != "default" and not name.startswith("$")
+        )
 
     def sample(self) -> dict:
         from pyspark.sql import functions as F
+
         batch = last_committed_batch(self.checkpoint)
         sizes = {"batch": batch}
         for name in self.variables():
-            frame = (self.spark.read.format("statestore").option("stateVarName", name).option("batchId", batch)
-                     .load(str(self.checkpoint)))
+            frame = (
+                self.spark.read.format("statestore")
+                .option("stateVarName", name)
+                .option("batchId", batch)
+                .load(str(self.checkpoint))
+            )
             columns = [F.col(c) for c in frame.columns if c != "partition_id"]
             # The length of each row as JSON: binary columns count as their base64 text, a stable relative size.
-            row = frame.select(F.count(F.lit(1)).alias("rows"),
-                               F.sum(F.length(F.to_json(F.struct(*columns)))).alias("size")).first()
+            row = frame.select(
+                F.count(F.lit(1)).alias("rows"), F.sum(F.length(F.to_json(F.struct(*columns)))).alias("size")
+            ).first()
             sizes[name] = {"rows": row.rows, "mib": round((row.size or 0) / 2**20, 1)}
         return sizes
 
@@ -220,7 +259,7 @@ class LiveState:
         self.spark.stop()
 
 
-def index_entries(scheduler: "Scheduler") -> Optional[int]:
+def index_entries(scheduler: Scheduler) -> int | None:
     """The id index's size as the job last logged it (contract: ``index: N entries`` whenever N changes)."""
     found = scheduler.last(INDEX_LINE)
     return int(found[1].group(1)) if found else None
@@ -244,7 +283,7 @@ class EndOffsets:
 class Environment:
     """A broker (ours, on a free port, unless one is given) and helpers around it."""
 
-    def __init__(self, workdir: Path, bootstrap: Optional[str] = None):
+    def __init__(self, workdir: Path, bootstrap: str | None = None):
         self.workdir = workdir
         self.broker = None
         self.schedulers: list[Scheduler] = []
@@ -271,7 +310,7 @@ class Environment:
         wait_until(lambda: name in self.admin.list_topics(timeout=10).topics, 30, f"topic {name}")
         return name
 
-    def scheduler(self, app_id: Optional[str] = None, extra_args: tuple = ()) -> Scheduler:
+    def scheduler(self, app_id: str | None = None, extra_args: tuple = ()) -> Scheduler:
         app_id = app_id or f"bench-{uuid.uuid4().hex[:6]}"
         workdir = self.workdir / app_id
         workdir.mkdir(parents=True, exist_ok=True)
@@ -298,9 +337,17 @@ class RequestProducer:
     def __init__(self, bootstrap: str, requests_topic: str, dialect: str = "native"):
         self.topic = requests_topic
         self.dialect = dialect
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                                  "compression.type": "lz4", "acks": "all", "enable.idempotence": True,
-                                  "queue.buffering.max.messages": 1_000_000})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+                "compression.type": "lz4",
+                "acks": "all",
+                "enable.idempotence": True,
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
         self.sent = 0
         self.failed = 0
 
@@ -310,11 +357,14 @@ class RequestProducer:
 
     @staticmethod
     def _message_headers(destination: str, due_ms: int) -> list:
-        deliver_at = format_instant(datetime.fromtimestamp(due_ms / 1000, timezone.utc))
-        return [(DUE_HEADER, str(due_ms).encode()), ("x-scheduler-deliver-to", destination.encode()),
-                ("x-scheduler-deliver-at", deliver_at.encode())]
+        deliver_at = format_instant(datetime.fromtimestamp(due_ms / 1000, UTC))
+        return [
+            (DUE_HEADER, str(due_ms).encode()),
+            ("x-scheduler-deliver-to", destination.encode()),
+            ("x-scheduler-deliver-at", deliver_at.encode()),
+        ]
 
-    def _produce(self, key: Optional[bytes], value: Optional[bytes], headers: list) -> None:
+    def _produce(self, key: bytes | None, value: bytes | None, headers: list) -> None:
         while True:
             try:
                 self.producer.produce(self.topic, key=key, value=value, headers=headers, on_delivery=self._on_delivery)
@@ -325,17 +375,28 @@ class RequestProducer:
         if self.sent % 10_000 == 0:
             self.producer.poll(0)
 
-    def _encoded(self, action: str, destination: Optional[str], due_ms: Optional[int], request_id: str,
-                 value: Optional[bytes]) -> None:
-        due = None if due_ms is None else datetime.fromtimestamp(due_ms / 1000, timezone.utc)
-        headers = [] if due_ms is None or self.dialect == "etf1" and action == "cancel" else \
-            [(DUE_HEADER, str(due_ms).encode())]
-        record = encode(self.dialect, action, request_id=request_id, topic=destination, due=due, value=value,
-                        headers=headers)
+    def _encoded(
+        self, action: str, destination: str | None, due_ms: int | None, request_id: str, value: bytes | None
+    ) -> None:
+        due = None if due_ms is None else datetime.fromtimestamp(due_ms / 1000, UTC)
+        headers = (
+            []
+            if due_ms is None or (self.dialect == "etf1" and action == "cancel")
+            else [(DUE_HEADER, str(due_ms).encode())]
+        )
+        record = encode(
+            self.dialect, action, request_id=request_id, topic=destination, due=due, value=value, headers=headers
+        )
         self._produce(record.key, record.value, list(record.headers or ()))
 
-    def add(self, destination: str, due_ms: int, request_id: Optional[str], value: bytes = b"payload",
-            sent_ms: Optional[int] = None) -> None:
+    def add(
+        self,
+        destination: str,
+        due_ms: int,
+        request_id: str | None,
+        value: bytes = b"payload",
+        sent_ms: int | None = None,
+    ) -> None:
         if self.dialect != "native":
             self._encoded("schedule", destination, due_ms, request_id, value)
             return
@@ -360,8 +421,11 @@ class RequestProducer:
             self._encoded("cancel", None, None, request_id, None)
             return
         # The key is not delivered (nothing is); it is there to route the cancel to the id's partition.
-        self._produce(request_id.encode(), None,
-                      [("x-scheduler-action", b"CANCEL"), ("x-scheduler-request-id", request_id.encode())])
+        self._produce(
+            request_id.encode(),
+            None,
+            [("x-scheduler-action", b"CANCEL"), ("x-scheduler-request-id", request_id.encode())],
+        )
 
     def flush(self) -> None:
         self.producer.flush(120)
@@ -387,7 +451,7 @@ class DeliveryReader(TopicReader):
         self.sent_deliveries: list[tuple[int, int, int]] = []
         self.delivery_ids: set[bytes] = set()
         self.duplicates = 0
-        self.values: Optional[dict[bytes, bytes]] = {} if keep_values else None
+        self.values: dict[bytes, bytes] | None = {} if keep_values else None
         # Keys delivered again under another delivery id: two versions of one schedule both fired.
         self.keys_delivered_twice: set[bytes] = set()
 
@@ -460,9 +524,16 @@ class CronProducer(RequestProducer):
     """CRON_ADDs written out by hand as a Kaspr producer writes them (keyed by the cron id)."""
 
     def cron(self, destination: str, request_id: str, expr: str, value: bytes = b"tick") -> None:
-        self._produce(request_id.encode(), value, [
-            ("x-scheduler-action", b"CRON_ADD"), ("x-scheduler-deliver-to", destination.encode()),
-            ("x-scheduler-request-id", request_id.encode()), ("x-scheduler-cron-expr", expr.encode())])
+        self._produce(
+            request_id.encode(),
+            value,
+            [
+                ("x-scheduler-action", b"CRON_ADD"),
+                ("x-scheduler-deliver-to", destination.encode()),
+                ("x-scheduler-request-id", request_id.encode()),
+                ("x-scheduler-cron-expr", expr.encode()),
+            ],
+        )
 
 
 class FiringReader(TopicReader):
@@ -528,8 +599,13 @@ def batch_profile(log_text: str, after_batch: int) -> dict:
     figures: dict = {"batches_logged": len(state)}
     for name, values in (("state", sorted(state)), ("write", sorted(write))):
         if values:
-            figures.update({f"batch_{name}_p50_s": percentile(values, 0.5), f"batch_{name}_p99_s":
-                            percentile(values, 0.99), f"batch_{name}_max_s": values[-1]})
+            figures.update(
+                {
+                    f"batch_{name}_p50_s": percentile(values, 0.5),
+                    f"batch_{name}_p99_s": percentile(values, 0.99),
+                    f"batch_{name}_max_s": values[-1],
+                }
+            )
     steps: dict[str, list[float]] = {}
     for match in _SPARK_TIMES.finditer(log_text):
         if int(match.group(1)) > after_batch:

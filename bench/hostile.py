@@ -40,8 +40,10 @@ def _ends(bootstrap: str, topics: list[str]) -> dict[str, int]:
         ends = {}
         for topic in topics:
             partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-            ends[topic] = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-                              for p in partitions)
+            ends[topic] = sum(
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in partitions
+            )
         return ends
     finally:
         consumer.close()
@@ -55,9 +57,17 @@ def hostile(env: Environment, args) -> dict:
     for dialect in hr.DIALECTS[1:]:
         inputs[dialect] = env.topic(dialect.replace("-", ""), partitions=1, log_append_time=False)
     destinations = (env.topic("hostile-out", partitions=2), env.topic("hostile-out", partitions=2))
-    scheduler = env.scheduler(app_id, extra_args=(
-        "--max-value-bytes", str(MAX_VALUE_BYTES), "--max-requests-per-batch", str(MAX_REQUESTS_PER_BATCH),
-        *[a for d, t in inputs.items() for a in ("--input", f"{t}:{d}")], *args.scheduler_args)).start()
+    scheduler = env.scheduler(
+        app_id,
+        extra_args=(
+            "--max-value-bytes",
+            str(MAX_VALUE_BYTES),
+            "--max-requests-per-batch",
+            str(MAX_REQUESTS_PER_BATCH),
+            *[a for d, t in inputs.items() for a in ("--input", f"{t}:{d}")],
+            *args.scheduler_args,
+        ),
+    ).start()
     # On a new checkpoint with a non-native input the job reads without --max-requests-per-batch for as long as
     # it runs, not only in its first batch (engine.query.reads_all_first), and a backlog of a million records in
     # one batch exhausts its heap (OutOfMemoryError, first run of this scenario). Restarted once the first batch
@@ -66,12 +76,27 @@ def hostile(env: Environment, args) -> dict:
     scheduler.stop()
     scheduler.start()
     own = (inputs["native"], f"{app_id}-schedule-rejections", f"{app_id}-schedule-history", *inputs.values())
-    ctx = hr.Context(destinations=destinations, forbidden=own, max_value_bytes=MAX_VALUE_BYTES,
-                     now_ms=int(time.time() * 1000), huge_bytes=2000)
+    ctx = hr.Context(
+        destinations=destinations,
+        forbidden=own,
+        max_value_bytes=MAX_VALUE_BYTES,
+        now_ms=int(time.time() * 1000),
+        huge_bytes=2000,
+    )
     chooser = hr.RandomChooser(random.Random(SEED))
-    producer = Producer({"bootstrap.servers": env.bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "acks": "all", "enable.idempotence": True,
-                         "queue.buffering.max.messages": 1_000_000, "message.max.bytes": 8_000_000, "log_level": 3})
+    producer = Producer(
+        {
+            "bootstrap.servers": env.bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "acks": "all",
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 1_000_000,
+            "message.max.bytes": 8_000_000,
+            "log_level": 3,
+        }
+    )
     failed = []
     expected: Counter = Counter()
     per_dialect: Counter = Counter()
@@ -85,8 +110,15 @@ def hostile(env: Environment, args) -> dict:
     for i in range(args.count):
         dialect = hr.DIALECTS[i % len(hr.DIALECTS)]
         if i % 10_000 == 0:  # due times follow the clock
-            ctx = hr.Context(ctx.destinations, ctx.forbidden, ctx.max_value_bytes, int(time.time() * 1000),
-                             huge_bytes=ctx.huge_bytes, ids=ctx.ids[-10_000:], serial=ctx.serial)
+            ctx = hr.Context(
+                ctx.destinations,
+                ctx.forbidden,
+                ctx.max_value_bytes,
+                int(time.time() * 1000),
+                huge_bytes=ctx.huge_bytes,
+                ids=ctx.ids[-10_000:],
+                serial=ctx.serial,
+            )
             if i % 100_000 == 0 and i:
                 scheduler.sample_memory()
                 log(f"  {i:,} produced")
@@ -95,8 +127,14 @@ def hostile(env: Environment, args) -> dict:
         per_dialect[dialect] += 1
         while True:
             try:
-                producer.produce(inputs[dialect], key=record.key, value=record.value, headers=record.headers,
-                                 partition=0, on_delivery=on_delivery)
+                producer.produce(
+                    inputs[dialect],
+                    key=record.key,
+                    value=record.value,
+                    headers=record.headers,
+                    partition=0,
+                    on_delivery=on_delivery,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -105,18 +143,24 @@ def hostile(env: Environment, args) -> dict:
     produced_s = time.time() - started
     if failed:
         raise RuntimeError(f"{len(failed)} records were not acknowledged by the broker: {failed[:3]}")
-    log(f"produced {args.count:,} in {produced_s:.1f}s ({args.count / produced_s:,.0f}/s); waiting for the job to "
-        f"read every record (write-backs of its deliveries included)")
+    log(
+        f"produced {args.count:,} in {produced_s:.1f}s ({args.count / produced_s:,.0f}/s); waiting for the job to "
+        f"read every record (write-backs of its deliveries included)"
+    )
 
     topics = list(inputs.values())
     progress = {}
 
     def caught_up():
         if scheduler.process.poll() is not None:
-            causes = list(dict.fromkeys(m.group(0)[:300] for m in re.finditer(
-                r"[\w.$]*(?:Error|Exception)\b[^\n]*", scheduler.log())))  # first ones first: the root cause
-            raise RuntimeError(f"the job stopped (exit code {scheduler.process.returncode}); errors logged: "
-                               f"{causes[:5]}")
+            causes = list(
+                dict.fromkeys(
+                    m.group(0)[:300] for m in re.finditer(r"[\w.$]*(?:Error|Exception)\b[^\n]*", scheduler.log())
+                )
+            )  # first ones first: the root cause
+            raise RuntimeError(
+                f"the job stopped (exit code {scheduler.process.returncode}); errors logged: {causes[:5]}"
+            )
         scheduler.sample_memory()
         ends = _ends(env.bootstrap, topics)
         committed = committed_offsets(scheduler.checkpoint)
@@ -127,8 +171,13 @@ def hostile(env: Environment, args) -> dict:
             return None
         return ends if ends == _ends(env.bootstrap, topics) else None
 
-    ends = wait_until(caught_up, args.time_budget, "the job to read every input record", interval=1,
-                      progress=lambda: f"{progress.get('read', 0):,} of {progress.get('ends', 0):,} read")
+    ends = wait_until(
+        caught_up,
+        args.time_budget,
+        "the job to read every input record",
+        interval=1,
+        progress=lambda: f"{progress.get('read', 0):,} of {progress.get('ends', 0):,} read",
+    )
     finished = time.time()
     alive = scheduler.process.poll() is None
     text = scheduler.log()
@@ -141,13 +190,19 @@ def hostile(env: Environment, args) -> dict:
     rejections_topic = _ends(env.bootstrap, [f"{app_id}-schedule-rejections"])[f"{app_id}-schedule-rejections"]
     read = sum(ends.values())
     figures = {
-        "records_sent": args.count, "records_read": read, "write_backs_read": read - args.count,
-        "outcomes": dict(sorted(outcomes.items())), "outcomes_total": sum(outcomes.values()),
+        "records_sent": args.count,
+        "records_read": read,
+        "write_backs_read": read - args.count,
+        "outcomes": dict(sorted(outcomes.items())),
+        "outcomes_total": sum(outcomes.values()),
         "expected_rejections_at_least": expected[hr.REJECT],
-        "expected_requests_at_least": expected[hr.REQUEST], "left_open_by_the_generator": expected[hr.EITHER],
-        "dead_lettered": dead_lettered, "rejections_topic_records": rejections_topic,
+        "expected_requests_at_least": expected[hr.REQUEST],
+        "left_open_by_the_generator": expected[hr.EITHER],
+        "dead_lettered": dead_lettered,
+        "rejections_topic_records": rejections_topic,
         "produced_per_s": round(args.count / produced_s),
-        "read_per_s": round(read / (finished - started)), "seconds": round(finished - started, 1),
+        "read_per_s": round(read / (finished - started)),
+        "seconds": round(finished - started, 1),
         "job_alive": alive,
         "peak_rss_total_mib": round(sum(scheduler.peak_rss.values()) / 2**20),
     }

@@ -31,7 +31,6 @@ from tests import jvm_archive
 from tests.conftest import TEST_JVM_OPTIONS, TEST_SUBMIT_OPTIONS
 
 
-
 class TreeCpu(threading.Thread):
     """CPU seconds of every process below a root, the last value seen per process, by kind."""
 
@@ -64,8 +63,13 @@ def one_run(broker: LocalBroker, work: Path, submit_options: str) -> dict:
     app_id = f"cpu-{uuid.uuid4().hex[:6]}"
     destination = f"{app_id}-out"
     ensure_topics(admin_client(broker.bootstrap_servers), [destination], 1)
-    job = JobProcess(broker.bootstrap_servers, app_id, work / app_id / "checkpoint", work / app_id / "job.log",
-                     env={**os.environ, "SPARK_SUBMIT_OPTS": submit_options, "SPARK_LAUNCHER_OPTS": TEST_JVM_OPTIONS})
+    job = JobProcess(
+        broker.bootstrap_servers,
+        app_id,
+        work / app_id / "checkpoint",
+        work / app_id / "job.log",
+        env={**os.environ, "SPARK_SUBMIT_OPTS": submit_options, "SPARK_LAUNCHER_OPTS": TEST_JVM_OPTIONS},
+    )
     started = time.monotonic()
     job.start(wait=False)
     sampler = TreeCpu(job.process.pid)
@@ -79,8 +83,13 @@ def one_run(broker: LocalBroker, work: Path, submit_options: str) -> dict:
     sampler.stopping.set()
     sampler.join()
     assert FIRST_BATCH_LINE in job.log()
-    return {"running_s": running[0], "running_cpu": running[1], "delivered_s": delivered[0],
-            "delivered_cpu": delivered[1], "total_cpu": sampler.by_kind()}
+    return {
+        "running_s": running[0],
+        "running_cpu": running[1],
+        "delivered_s": delivered[0],
+        "delivered_cpu": delivered[1],
+        "total_cpu": sampler.by_kind(),
+    }
 
 
 # Short names (--variants) and the names the figures go by: each adds to the one before.
@@ -90,8 +99,9 @@ VARIANTS = {"jvm": "suite JVM options", "archive": "and the class archive", "int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=2, help="runs of each variant, alternating (default 2)")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"which, comma-separated, of {', '.join(VARIANTS)} (default all)")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"which, comma-separated, of {', '.join(VARIANTS)} (default all)"
+    )
     args = parser.parse_args()
     chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = sorted(set(chosen) - set(VARIANTS))
@@ -100,8 +110,11 @@ def main() -> None:
     archive = jvm_archive.ensure(TEST_JVM_OPTIONS, build=True)
     if archive is None:
         raise SystemExit("no class archive: see the line above")
-    options = {"jvm": TEST_JVM_OPTIONS, "archive": f"{TEST_JVM_OPTIONS} {jvm_archive.options(archive)}",
-               "interpreted": f"{TEST_SUBMIT_OPTIONS} {jvm_archive.options(archive)}"}
+    options = {
+        "jvm": TEST_JVM_OPTIONS,
+        "archive": f"{TEST_JVM_OPTIONS} {jvm_archive.options(archive)}",
+        "interpreted": f"{TEST_SUBMIT_OPTIONS} {jvm_archive.options(archive)}",
+    }
     variants = {VARIANTS[name]: options[name] for name in chosen}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     with TemporaryDirectory(prefix="job-start-cpu-") as work:
@@ -121,11 +134,15 @@ def main() -> None:
             "jvm_cpu_to_running_median": statistics.median(r["running_cpu"]["jvm"] for r in results),
             "delivered_s_median": statistics.median(r["delivered_s"] for r in results),
             "jvm_cpu_total_median": statistics.median(r["total_cpu"]["jvm"] for r in results),
-            "python_cpu_total_median": statistics.median(r["total_cpu"]["python"] for r in results)}
+            "python_cpu_total_median": statistics.median(r["total_cpu"]["python"] for r in results),
+        }
         print(f"{name}: {figures[name]}")
-    path = write_result("job-start-cpu",
-                        {"runs": args.runs, "schedules": jvm_archive.SCHEDULES, "variants": variants},
-                        figures, details={"runs": runs})
+    path = write_result(
+        "job-start-cpu",
+        {"runs": args.runs, "schedules": jvm_archive.SCHEDULES, "variants": variants},
+        figures,
+        details={"runs": runs},
+    )
     print(f"written to {path}")
 
 

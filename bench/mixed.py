@@ -23,8 +23,17 @@ import os
 import re
 import time
 
-from .harness import (DUE_HEADER, INGEST_PLANNED_PER_S, DeliveryReader, EndOffsets, Environment, RequestProducer, log,
-                      percentile, wait_until)
+from .harness import (
+    DUE_HEADER,
+    INGEST_PLANNED_PER_S,
+    DeliveryReader,
+    EndOffsets,
+    Environment,
+    RequestProducer,
+    log,
+    percentile,
+    wait_until,
+)
 
 ORDINARY_DUE_S = 3.0  # an ordinary schedule is due this long after it is sent
 CANCEL_EVERY = 10  # every 10th ordinary schedule is cancelled ...
@@ -36,10 +45,18 @@ WINDOWS = ("before", "around", "after")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ordinary-rate", type=float, default=200,
-                        help="mixed: ordinary schedules per second alongside the herd (default 200)")
-    parser.add_argument("--after", type=float, default=30,
-                        help="mixed: seconds of ordinary traffic after the herd's last delivery (default 30)")
+    parser.add_argument(
+        "--ordinary-rate",
+        type=float,
+        default=200,
+        help="mixed: ordinary schedules per second alongside the herd (default 200)",
+    )
+    parser.add_argument(
+        "--after",
+        type=float,
+        default=30,
+        help="mixed: seconds of ordinary traffic after the herd's last delivery (default 30)",
+    )
 
 
 def default_lead(count: int) -> float:
@@ -73,8 +90,9 @@ def window_of(due_ms: int, instant_ms: int, herd_last_ms: int) -> str:
     return "around" if due_ms <= herd_last_ms else "after"
 
 
-def ordinary_figures(sent: dict[bytes, int], cancelled: set[bytes], rows: list, instant_ms: int,
-                     herd_last_ms: int) -> dict:
+def ordinary_figures(
+    sent: dict[bytes, int], cancelled: set[bytes], rows: list, instant_ms: int, herd_last_ms: int
+) -> dict:
     """Per window: lateness of the schedules not cancelled, early, lost, cancelled ones delivered."""
     figures = {}
     delivered = {key: (appended, due) for key, appended, due in rows}
@@ -83,7 +101,9 @@ def ordinary_figures(sent: dict[bytes, int], cancelled: set[bytes], rows: list, 
         kept = [k for k in keys if k not in cancelled]
         lateness = sorted((delivered[k][0] - delivered[k][1]) / 1000 for k in kept if k in delivered)
         figures[window] = {
-            "sent": len(keys), "cancels_sent": len(keys) - len(kept), "delivered": len(lateness),
+            "sent": len(keys),
+            "cancels_sent": len(keys) - len(kept),
+            "delivered": len(lateness),
             "lateness_p50_s": round(percentile(lateness, 0.50), 3) if lateness else None,
             "lateness_p99_s": round(percentile(lateness, 0.99), 3) if lateness else None,
             "lateness_max_s": round(lateness[-1], 3) if lateness else None,
@@ -94,8 +114,9 @@ def ordinary_figures(sent: dict[bytes, int], cancelled: set[bytes], rows: list, 
     return figures
 
 
-def batch_figures(lines: list[tuple[float, str]], since: float, instant_ms: int, herd_last_ms: int
-                  ) -> tuple[dict, dict]:
+def batch_figures(
+    lines: list[tuple[float, str]], since: float, instant_ms: int, herd_last_ms: int
+) -> tuple[dict, dict]:
     """Durations (state + write) of the job's logged batches per window of when they were logged (from ``since``,
     the start of the ordinary traffic), and the longest."""
     per_window: dict[str, list[float]] = {w: [] for w in WINDOWS}
@@ -107,17 +128,25 @@ def batch_figures(lines: list[tuple[float, str]], since: float, instant_ms: int,
         seconds = float(match.group(2)) + float(match.group(3))
         per_window[window_of(int(seen * 1000), instant_ms, herd_last_ms)].append(seconds)
         if longest is None or seconds > longest[0]:
-            longest = (seconds, seen, line[line.index("batch "):])
+            longest = (seconds, seen, line[line.index("batch ") :])
     figures = {}
     for window, durations in per_window.items():
         durations.sort()
-        figures[window] = {"batches": len(durations),
-                           "p50_s": round(percentile(durations, 0.5), 2) if durations else None,
-                           "p99_s": round(percentile(durations, 0.99), 2) if durations else None,
-                           "max_s": round(durations[-1], 2) if durations else None}
-    longest_figures = {} if longest is None else {
-        "seconds": round(longest[0], 2), "logged_after_instant_s": round(longest[1] - instant_ms / 1000, 1),
-        "line": longest[2]}
+        figures[window] = {
+            "batches": len(durations),
+            "p50_s": round(percentile(durations, 0.5), 2) if durations else None,
+            "p99_s": round(percentile(durations, 0.99), 2) if durations else None,
+            "max_s": round(durations[-1], 2) if durations else None,
+        }
+    longest_figures = (
+        {}
+        if longest is None
+        else {
+            "seconds": round(longest[0], 2),
+            "logged_after_instant_s": round(longest[1] - instant_ms / 1000, 1),
+            "line": longest[2],
+        }
+    )
     return figures, longest_figures
 
 
@@ -131,14 +160,26 @@ def mixed(env: Environment, args) -> dict:
     ordinary_topic = env.topic("ordinary")
     lead = args.lead if args.lead is not None else default_lead(args.count)
     instant_ms = int(time.time() * 1000 + lead * 1000)
-    log(f"mixed: a herd of {args.count:,} due {lead:.0f}s from now; then ordinary schedules at "
+    log(
+        f"mixed: a herd of {args.count:,} due {lead:.0f}s from now; then ordinary schedules at "
         f"{args.ordinary_rate:g}/s, each due {ORDINARY_DUE_S:g}s after sending, every {CANCEL_EVERY}th cancelled "
-        f"{CANCEL_AFTER_S:g}s after sending, until {args.after:g}s after the herd's last delivery")
-    too_slow = (f" before the herd falls due: give a longer --lead than {lead:.0f}s (the default plans ingest at "
-                f"{INGEST_PLANNED_PER_S:,}/s)")
-    ingest = _ingest(env, scheduler, herd_topic, args.count, lambda i: instant_ms, "herd",
-                     max(1.0, instant_ms / 1000 - AROUND_BEFORE_S - time.time()), finish_by=instant_ms / 1000 - 1,
-                     too_slow=too_slow)
+        f"{CANCEL_AFTER_S:g}s after sending, until {args.after:g}s after the herd's last delivery"
+    )
+    too_slow = (
+        f" before the herd falls due: give a longer --lead than {lead:.0f}s (the default plans ingest at "
+        f"{INGEST_PLANNED_PER_S:,}/s)"
+    )
+    ingest = _ingest(
+        env,
+        scheduler,
+        herd_topic,
+        args.count,
+        lambda i: instant_ms,
+        "herd",
+        max(1.0, instant_ms / 1000 - AROUND_BEFORE_S - time.time()),
+        finish_by=instant_ms / 1000 - 1,
+        too_slow=too_slow,
+    )
     log(f"herd pending; due in {(instant_ms / 1000 - time.time()):.0f}s; ordinary traffic starts")
 
     reader = OrdinaryReader(env.bootstrap, ordinary_topic)
@@ -158,10 +199,12 @@ def mixed(env: Environment, args) -> dict:
             next_herd_check = now + 0.5
             if herd_offsets.total() >= args.count:
                 herd_done_at = now
-                log(f"herd delivered ({now - instant_ms / 1000:.1f}s after its instant); ordinary traffic goes on "
-                    f"for {args.after:g}s")
+                log(
+                    f"herd delivered ({now - instant_ms / 1000:.1f}s after its instant); ordinary traffic goes on "
+                    f"for {args.after:g}s"
+                )
             scheduler.assert_running()
-        if herd_done_at is not None and now >= herd_done_at + args.after or now >= give_up_at:
+        if (herd_done_at is not None and now >= herd_done_at + args.after) or now >= give_up_at:
             break
         target = started + i / args.ordinary_rate
         if now < target:
@@ -197,8 +240,12 @@ def mixed(env: Environment, args) -> dict:
         return sum(1 for key, _, _ in reader.rows if key not in cancelled)
 
     try:
-        wait_until(lambda: kept_delivered() >= expected, ORDINARY_DUE_S + 120, "the ordinary deliveries",
-                   progress=lambda: f"{kept_delivered():,} of {expected:,}")
+        wait_until(
+            lambda: kept_delivered() >= expected,
+            ORDINARY_DUE_S + 120,
+            "the ordinary deliveries",
+            progress=lambda: f"{kept_delivered():,} of {expected:,}",
+        )
     except TimeoutError as exc:
         log(f"  {exc}: counting what arrived")
     settle_until = time.time() + 5
@@ -211,18 +258,25 @@ def mixed(env: Environment, args) -> dict:
     herd_last_ms = appended[-1] if appended else instant_ms
     herd_figures = herd.lateness_figures()
     figures = {
-        "herd": {"count": args.count, "delivered": herd.count, "lost": args.count - herd.count,
-                 "early": herd_figures["early"], "duplicates": herd.duplicates,
-                 "first_after_instant_s": round((appended[0] - instant_ms) / 1000, 2) if appended else None,
-                 "last_after_instant_s": round((herd_last_ms - instant_ms) / 1000, 2) if appended else None,
-                 "deliveries_per_s": round(len(appended) / max(1e-9, (appended[-1] - appended[0]) / 1000))
-                 if len(appended) > 1 else None,
-                 "ingest_accepted_per_s": ingest["accepted_per_s_overall"]},
+        "herd": {
+            "count": args.count,
+            "delivered": herd.count,
+            "lost": args.count - herd.count,
+            "early": herd_figures["early"],
+            "duplicates": herd.duplicates,
+            "first_after_instant_s": round((appended[0] - instant_ms) / 1000, 2) if appended else None,
+            "last_after_instant_s": round((herd_last_ms - instant_ms) / 1000, 2) if appended else None,
+            "deliveries_per_s": round(len(appended) / max(1e-9, (appended[-1] - appended[0]) / 1000))
+            if len(appended) > 1
+            else None,
+            "ingest_accepted_per_s": ingest["accepted_per_s_overall"],
+        },
         "ordinary": ordinary_figures(sent, cancelled, reader.rows, instant_ms, herd_last_ms),
         "ordinary_duplicates": reader.duplicates,
     }
-    figures["batches"], figures["longest_batch"] = batch_figures(scheduler.follower.snapshot(), started,
-                                                                 instant_ms, herd_last_ms)
+    figures["batches"], figures["longest_batch"] = batch_figures(
+        scheduler.follower.snapshot(), started, instant_ms, herd_last_ms
+    )
     figures["load_average_at_start"] = [round(x, 1) for x in load_at_start]
     figures["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
     reader.close()
@@ -237,9 +291,21 @@ def targets_met(figures: dict) -> dict:
     the herd 0 early, 0 lost, first <= 1 s and last <= 15 s (1M) or 30 s (10M) after its instant."""
     herd = figures["herd"]
     last_limit = 15 if herd["count"] <= 1_000_000 else 30
-    met = {f"ordinary_{w}": (o["lateness_p99_s"] is not None and o["lateness_p99_s"] <= 1.0 and not o["early"]
-                             and not o["cancelled_delivered"] and not o["lost"])
-           for w, o in figures["ordinary"].items()}
-    met["herd"] = (not herd["early"] and not herd["lost"] and herd["first_after_instant_s"] is not None
-                   and herd["first_after_instant_s"] <= 1.0 and herd["last_after_instant_s"] <= last_limit)
+    met = {
+        f"ordinary_{w}": (
+            o["lateness_p99_s"] is not None
+            and o["lateness_p99_s"] <= 1.0
+            and not o["early"]
+            and not o["cancelled_delivered"]
+            and not o["lost"]
+        )
+        for w, o in figures["ordinary"].items()
+    }
+    met["herd"] = (
+        not herd["early"]
+        and not herd["lost"]
+        and herd["first_after_instant_s"] is not None
+        and herd["first_after_instant_s"] <= 1.0
+        and herd["last_after_instant_s"] <= last_limit
+    )
     return met

@@ -4,7 +4,8 @@
 
 Files ROWS schedules (one user header each, as ``bench`` sends them) into one chunk, then times what a herd's
 preparing batch does with them in the state step's Python worker: the chunk read back (``from_blob``), the delivery
-rows made of it (``deliveries_frame``), and PySpark's conversion of those rows to Arrow as ``transformWithStateInPandas``
+rows made of it (``deliveries_frame``), and PySpark's conversion of those rows to Arrow as
+``transformWithStateInPandas``
 hands them to the JVM (``PandasToArrowConversion``, its worker's call); and what ingest does with them, the chunk
 written (``to_blob``). The best of three rounds, in seconds per 100,000 rows. ``--code``: time another checkout's
 ``src`` (an A/B against an older commit); the result file (``bench/results/*-processor-output.json``) names its
@@ -39,20 +40,31 @@ def main() -> None:
     from kafka_scheduler.engine.schedule import Schedule
 
     now = 1_900_000_000_000
-    schedules = [Schedule(now + i, "out", b"key-%d" % i, b"v" * 100, (("x-bench-sent-ms", b"1900000000000"),),
-                          f"requests-0-{i}") for i in range(args.rows)]
+    schedules = [
+        Schedule(now + i, "out", b"key-%d" % i, b"v" * 100, (("x-bench-sent-ms", b"1900000000000"),), f"requests-0-{i}")
+        for i in range(args.rows)
+    ]
     entries = wheel.entries_frame(schedules, [(None, None)] * args.rows)
     blob = wheel_processor.to_blob(entries)
     output_type = StructType([StructField("_0", wheel_processor.OUTPUT_SCHEMA)])
 
     def to_arrow(frame):
-        return PandasToArrowConversion.convert([frame], output_type, timezone="UTC", safecheck=True, arrow_cast=True,
-                                               assign_cols_by_name=True, int_to_decimal_coercion_enabled=False)
+        return PandasToArrowConversion.convert(
+            [frame],
+            output_type,
+            timezone="UTC",
+            safecheck=True,
+            arrow_cast=True,
+            assign_cols_by_name=True,
+            int_to_decimal_coercion_enabled=False,
+        )
 
-    steps = {"from_blob": lambda _: wheel_processor.from_blob(blob),
-             "deliveries_frame": lambda read: wheel_processor.deliveries_frame(read, now - 1),
-             "to_arrow": to_arrow,
-             "to_blob": lambda _: wheel_processor.to_blob(entries)}
+    steps = {
+        "from_blob": lambda _: wheel_processor.from_blob(blob),
+        "deliveries_frame": lambda read: wheel_processor.deliveries_frame(read, now - 1),
+        "to_arrow": to_arrow,
+        "to_blob": lambda _: wheel_processor.to_blob(entries),
+    }
     best = dict.fromkeys(steps, float("inf"))
     for _ in range(ROUNDS):
         value = None
@@ -63,13 +75,17 @@ def main() -> None:
             value = result if name != "to_arrow" else value
     per_100k = {name: round(seconds * 100_000 / args.rows, 3) for name, seconds in best.items()}
     per_100k["herd_total"] = round(per_100k["from_blob"] + per_100k["deliveries_frame"] + per_100k["to_arrow"], 3)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.code, capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=args.code, capture_output=True, text=True
+    ).stdout.strip()
     for name, seconds in per_100k.items():
         print(f"{name:>17}: {seconds:.3f} s per 100,000 rows")
-    path = write_result("processor-output", {"rows": args.rows, "rounds": ROUNDS, "code": str(args.code),
-                                             "code_commit": commit}, {"seconds_per_100k": per_100k},
-                        notes="best of the rounds; one user header per schedule")
+    path = write_result(
+        "processor-output",
+        {"rows": args.rows, "rounds": ROUNDS, "code": str(args.code), "code_commit": commit},
+        {"seconds_per_100k": per_100k},
+        notes="best of the rounds; one user header per schedule",
+    )
     print(f"written to {path}")
 
 

@@ -81,21 +81,36 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
-from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.engine.checkpoint import last_committed_batch
+from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
+from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.protocol import DIALECT_NAMES
 
-from .hostile import hostile
-from . import soak as soak_module
 from . import mixed as mixed_scenario
-from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
-
-from .harness import (INGEST_PLANNED_PER_S, CronProducer, DeliveryReader, EndOffsets, Environment, FiringReader,
-                      LiveState, RequestProducer, batch_profile, checkpoint_breakdown, cpu_between, directory_bytes,
-                      index_entries, log, percentile, wait_until, write_result)
+from . import soak as soak_module
+from .harness import (
+    INGEST_PLANNED_PER_S,
+    CronProducer,
+    DeliveryReader,
+    EndOffsets,
+    Environment,
+    FiringReader,
+    LiveState,
+    RequestProducer,
+    batch_profile,
+    checkpoint_breakdown,
+    cpu_between,
+    directory_bytes,
+    index_entries,
+    log,
+    percentile,
+    wait_until,
+    write_result,
+)
+from .hostile import hostile
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
@@ -104,10 +119,21 @@ def _ids(prefix: str, count: int):
     return (f"{prefix}-{i}" for i in range(count))
 
 
-def _ingest(env: Environment, scheduler, destination: str, count: int, due_ms: Callable[[int], int],
-            prefix: str, time_budget: float, no_ids: bool = False, requests: Optional[str] = None,
-            dialect: str = "native", send: Optional[Callable[[RequestProducer, int], None]] = None,
-            finish_by: Optional[float] = None, too_slow: str = "") -> dict:
+def _ingest(
+    env: Environment,
+    scheduler,
+    destination: str,
+    count: int,
+    due_ms: Callable[[int], int],
+    prefix: str,
+    time_budget: float,
+    no_ids: bool = False,
+    requests: str | None = None,
+    dialect: str = "native",
+    send: Callable[[RequestProducer, int], None] | None = None,
+    finish_by: float | None = None,
+    too_slow: str = "",
+) -> dict:
     """Produce ``count`` requests as fast as possible and wait until the scheduler has committed them all.
 
     ``send(producer, i)`` sends the i-th request (default: an ADD due at ``due_ms(i)``). ``finish_by``
@@ -122,12 +148,17 @@ def _ingest(env: Environment, scheduler, destination: str, count: int, due_ms: C
     base = scheduler.committed(requests)
     producer = RequestProducer(env.bootstrap, requests, dialect)
     if send is None:
+
         def send(producer_: RequestProducer, i: int) -> None:
             producer_.add(destination, due_ms(i), None if no_ids else f"{prefix}-{i}")
+
     progress_points: list[tuple[float, int]] = []
     started = time.time()
-    what = ("without request ids" if no_ids else "with unique request ids") if prefix != "mix" else \
-        "(adds, replaces and cancels)"
+    what = (
+        ("without request ids" if no_ids else "with unique request ids")
+        if prefix != "mix"
+        else "(adds, replaces and cancels)"
+    )
     log(f"producing {count:,} {dialect} requests {what}")
     for i in range(count):
         send(producer, i)
@@ -155,16 +186,21 @@ def _ingest(env: Environment, scheduler, destination: str, count: int, due_ms: C
                     raise RuntimeError(
                         f"ingest too slow: {pace:,.0f}/s between commits ({done:,} of {count:,} committed); "
                         f"the rest would need {(count - done) / max(pace, 1e-9):,.0f}s, {finish_by - now:,.0f}s "
-                        f"are left{too_slow}")
+                        f"are left{too_slow}"
+                    )
         return done >= count
 
     wait_until(committed_all, time_budget, "the requests to be committed", interval=0.2, progress=progress)
     finished = time.time()
     (t0, n0), (t1, n1) = progress_points[0], progress_points[-1]
     sustained = (n1 - n0) / (t1 - t0) if t1 > t0 else None
-    return {"produced_per_s": round(count / produced_s), "accepted_per_s_overall": round(count / (finished - started)),
-            "accepted_per_s_between_commits": round(sustained) if sustained else None,
-            "commits_observed": len(progress_points), "ingest_seconds": round(finished - started, 1)}
+    return {
+        "produced_per_s": round(count / produced_s),
+        "accepted_per_s_overall": round(count / (finished - started)),
+        "accepted_per_s_between_commits": round(sustained) if sustained else None,
+        "commits_observed": len(progress_points),
+        "ingest_seconds": round(finished - started, 1),
+    }
 
 
 def _dialect_inputs(env: Environment, args) -> tuple[tuple, dict[str, str]]:
@@ -177,7 +213,7 @@ def _dialect_inputs(env: Environment, args) -> tuple[tuple, dict[str, str]]:
     return tuple(a for t, d in inputs.items() for a in ("--input", f"{t}:{d}")), inputs
 
 
-def _warmed_up(env: Environment, args, app_id: Optional[str] = None, inputs: tuple = ()):
+def _warmed_up(env: Environment, args, app_id: str | None = None, inputs: tuple = ()):
     """A started scheduler that has already delivered something: the first batches with data are slow
     (Python workers start, code paths warm up), and the figures should show the steady state."""
     app_id = app_id or f"bench-{uuid.uuid4().hex[:6]}"
@@ -193,7 +229,7 @@ def _warmed_up(env: Environment, args, app_id: Optional[str] = None, inputs: tup
             producer.add(warm_topic, now + 500, f"warm-up-{round_number}-{i}")
             producer.add(warm_topic, now + 500, None)
         producer.flush()
-        wait_until(lambda: reader.poll() >= 200 * (round_number + 1), 300, "the warm-up deliveries")
+        wait_until(lambda n=round_number: reader.poll() >= 200 * (n + 1), 300, "the warm-up deliveries")
     reader.close()
     log("scheduler warmed up")
     return scheduler
@@ -207,8 +243,9 @@ def _settle_and_count(reader: DeliveryReader, expected: int, timeout: float, wha
     """Wait for ``expected`` deliveries; on a timeout keep going (what is missing is counted as lost),
     and read a few seconds more so that duplicates arriving late are counted too."""
     try:
-        wait_until(lambda: reader.poll() >= expected, timeout, what,
-                   progress=lambda: f"{reader.count:,} of {expected:,}")
+        wait_until(
+            lambda: reader.poll() >= expected, timeout, what, progress=lambda: f"{reader.count:,} of {expected:,}"
+        )
     except TimeoutError as exc:
         log(f"  {exc}: counting what arrived")
     settle_until = time.time() + 3
@@ -219,11 +256,13 @@ def _settle_and_count(reader: DeliveryReader, expected: int, timeout: float, wha
 def _send_to_delivery(sent: list[tuple[int, int, int]], prefix: str) -> dict:
     """Figures of deliveries measured from their send time: (append ms, due ms, sent ms) each."""
     delays = sorted((appended - sent_ms) / 1000 for appended, _, sent_ms in sent)
-    return {f"{prefix}_delivered": len(delays),
-            f"{prefix}_early": sum(1 for appended, due, _ in sent if appended < due),
-            f"{prefix}_send_to_delivery_p50_s": round(percentile(delays, 0.5), 3) if delays else None,
-            f"{prefix}_send_to_delivery_p99_s": round(percentile(delays, 0.99), 3) if delays else None,
-            f"{prefix}_send_to_delivery_max_s": round(delays[-1], 3) if delays else None}
+    return {
+        f"{prefix}_delivered": len(delays),
+        f"{prefix}_early": sum(1 for appended, due, _ in sent if appended < due),
+        f"{prefix}_send_to_delivery_p50_s": round(percentile(delays, 0.5), 3) if delays else None,
+        f"{prefix}_send_to_delivery_p99_s": round(percentile(delays, 0.99), 3) if delays else None,
+        f"{prefix}_send_to_delivery_max_s": round(delays[-1], 3) if delays else None,
+    }
 
 
 def steady(env: Environment, args) -> dict:
@@ -237,8 +276,10 @@ def steady(env: Environment, args) -> dict:
     reader = DeliveryReader(env.bootstrap, destination)
     producer = RequestProducer(env.bootstrap, f"{scheduler.app_id}-schedule-requests")
     total = int(args.rate * args.duration)
-    log(f"steady: {args.rate}/s for {args.duration}s, each due {args.lead}s after it is sent, "
-        f"every {ALREADY_DUE_EVERY}th already due {ALREADY_DUE_BY_MS / 1000:.0f}s before")
+    log(
+        f"steady: {args.rate}/s for {args.duration}s, each due {args.lead}s after it is sent, "
+        f"every {ALREADY_DUE_EVERY}th already due {ALREADY_DUE_BY_MS / 1000:.0f}s before"
+    )
     started = time.time()
     already_due = 0
     for i, request_id in enumerate(_ids("steady", total)):
@@ -259,12 +300,19 @@ def steady(env: Environment, args) -> dict:
     _settle_and_count(reader, total, args.lead + 120, "all deliveries")
     appended = reader.appended()
     figures = reader.lateness_figures()
-    figures["deliveries_per_s"] = round((len(appended) - 1) / max(1e-9, (appended[-1] - appended[0]) / 1000)) \
-        if len(appended) > 1 else None
+    figures["deliveries_per_s"] = (
+        round((len(appended) - 1) / max(1e-9, (appended[-1] - appended[0]) / 1000)) if len(appended) > 1 else None
+    )
     figures.update(_send_to_delivery(reader.sent_deliveries, "already_due"))
-    figures.update({"sent": total, "already_due_sent": already_due,
-                    "early_all": figures["early"] + figures["already_due_early"],
-                    "lost": total - reader.count, "pending": args.pending})
+    figures.update(
+        {
+            "sent": total,
+            "already_due_sent": already_due,
+            "early_all": figures["early"] + figures["already_due_early"],
+            "lost": total - reader.count,
+            "pending": args.pending,
+        }
+    )
     figures.update(batch_profile(scheduler.log(), after_batch))
     reader.close()
     scheduler.stop()
@@ -296,11 +344,12 @@ def _mix_sender(destination: str, far: int, counts: Counter) -> Callable[[Reques
             producer.add(destination, far + i, request_id)
             pending.append(request_id)
             counts["add"] += 1
+
     return send
 
 
 def _logged_outcomes(log_text: str, after_batch: int) -> dict[str, int]:
-    """Outcome counts summed over the job's batch lines after ``after_batch`` (engine.batch_summary.BatchSummary.log_line)."""
+    """Outcome counts summed over the job's batch lines after ``after_batch`` (BatchSummary.log_line)."""
     outcomes: Counter = Counter()
     for match in re.finditer(r"batch (\d+): (\d+) requests \(([^)]*)\)", log_text):
         if int(match.group(1)) > after_batch:
@@ -328,10 +377,19 @@ def ingest(env: Environment, args) -> dict:
     # As native: due times 1 ms apart (Karafka and ETF1 round them up to whole seconds: the same buckets); with
     # --spread, apart by the spread over the count (over 30 days, 300,000 ids fall ~8.6 s apart: a second each).
     step_ms = args.spread * 86_400_000 / args.count if args.spread else 1
-    figures = _ingest(env, scheduler, destination, args.count, lambda i: far + int(i * step_ms),
-                      "mix" if args.mix else "ingest",
-                      args.time_budget, args.no_ids, requests, args.dialect,
-                      send=_mix_sender(destination, far, counts) if args.mix else None)
+    figures = _ingest(
+        env,
+        scheduler,
+        destination,
+        args.count,
+        lambda i: far + int(i * step_ms),
+        "mix" if args.mix else "ingest",
+        args.time_budget,
+        args.no_ids,
+        requests,
+        args.dialect,
+        send=_mix_sender(destination, far, counts) if args.mix else None,
+    )
     figures["spread_days"] = args.spread
     if args.mix:
         figures.update({"adds": counts["add"], "replaces": counts["replace"], "cancels": counts["cancel"]})
@@ -351,23 +409,40 @@ def herd(env: Environment, args) -> dict:
     scheduler = _warmed_up(env, args)
     destination = env.topic("herd", partitions=4)
     due = int(time.time() * 1000 + args.lead * 1000)
-    log(f"herd: {args.count:,} due {args.lead:.0f}s from now, "
-        f"{'without ids' if args.no_ids else 'with unique request ids'}")
-    too_slow = (f" before the herd falls due: --lead {args.lead:.0f}s for {args.count:,} needs about "
-                f"{args.count / max(1.0, args.lead - HERD_LEAD_SPARE_S):,.0f}/s "
-                f"(the default plans for {INGEST_PLANNED_PER_S:,}/s; "
-                f"the issue targets >= 30,000/s with ids); give a longer --lead to measure the herd anyway")
-    ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: due, "herd",
-                             max(1.0, due / 1000 - 1 - time.time()), args.no_ids,
-                             finish_by=due / 1000 - 1, too_slow=too_slow)
+    log(
+        f"herd: {args.count:,} due {args.lead:.0f}s from now, "
+        f"{'without ids' if args.no_ids else 'with unique request ids'}"
+    )
+    too_slow = (
+        f" before the herd falls due: --lead {args.lead:.0f}s for {args.count:,} needs about "
+        f"{args.count / max(1.0, args.lead - HERD_LEAD_SPARE_S):,.0f}/s "
+        f"(the default plans for {INGEST_PLANNED_PER_S:,}/s; "
+        f"the issue targets >= 30,000/s with ids); give a longer --lead to measure the herd anyway"
+    )
+    ingest_figures = _ingest(
+        env,
+        scheduler,
+        destination,
+        args.count,
+        lambda i: due,
+        "herd",
+        max(1.0, due / 1000 - 1 - time.time()),
+        args.no_ids,
+        finish_by=due / 1000 - 1,
+        too_slow=too_slow,
+    )
     if time.time() * 1000 > due:
         raise RuntimeError("ingest took longer than --lead: the herd was not all pending at its due instant")
     at_due = index_entries(scheduler)
     log(f"all {args.count:,} pending (index: {at_due} entries); due in {(due - time.time() * 1000) / 1000:.1f}s")
     # Counted on the broker, read afterwards: a consumer reading millions meanwhile would take a core from the job.
     offsets = EndOffsets(env.bootstrap, destination)
-    wait_until(lambda: offsets.total() >= args.count, args.lead + args.time_budget, "the herd to be delivered",
-               progress=lambda: f"{offsets.total():,} of {args.count:,}")
+    wait_until(
+        lambda: offsets.total() >= args.count,
+        args.lead + args.time_budget,
+        "the herd to be delivered",
+        progress=lambda: f"{offsets.total():,} of {args.count:,}",
+    )
     delivered_at = time.time()
     offsets.close()
 
@@ -375,8 +450,12 @@ def herd(env: Environment, args) -> dict:
     if index_after is not None:
         log(f"all delivered; waiting up to {INDEX_SETTLE_S}s for the id index to empty (now {index_after:,})")
         try:
-            wait_until(lambda: index_entries(scheduler) == 0, INDEX_SETTLE_S, "the index to empty",
-                       progress=lambda: f"index: {index_entries(scheduler)} entries")
+            wait_until(
+                lambda: index_entries(scheduler) == 0,
+                INDEX_SETTLE_S,
+                "the index to empty",
+                progress=lambda: f"index: {index_entries(scheduler)} entries",
+            )
         except TimeoutError as exc:
             log(f"  {exc}")
         index_after = index_entries(scheduler)
@@ -387,14 +466,20 @@ def herd(env: Environment, args) -> dict:
     reader.read_until_quiet()
     appended = reader.appended()
     figures = reader.lateness_figures()
-    figures.update({"due_to_last_delivery_s": round((appended[-1] - due) / 1000, 2),
-                    "due_to_first_delivery_s": round((appended[0] - due) / 1000, 2),
-                    "deliveries_per_s": round(len(appended) / max(1e-9, (appended[-1] - appended[0]) / 1000)),
-                    "lost": args.count - reader.count,
-                    "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],
-                    "index_entries_at_due": at_due, "index_entries_after": index_after,
-                    "index_last_logged_after_all_delivered_s":
-                        round(last_line[0] - delivered_at, 1) if last_line and index_after is not None else None})
+    figures.update(
+        {
+            "due_to_last_delivery_s": round((appended[-1] - due) / 1000, 2),
+            "due_to_first_delivery_s": round((appended[0] - due) / 1000, 2),
+            "deliveries_per_s": round(len(appended) / max(1e-9, (appended[-1] - appended[0]) / 1000)),
+            "lost": args.count - reader.count,
+            "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],
+            "index_entries_at_due": at_due,
+            "index_entries_after": index_after,
+            "index_last_logged_after_all_delivered_s": round(last_line[0] - delivered_at, 1)
+            if last_line and index_after is not None
+            else None,
+        }
+    )
     reader.close()
     scheduler.stop()
     return figures
@@ -405,38 +490,45 @@ def pending(env: Environment, args) -> dict:
     scheduler = env.scheduler(extra_args=(*args.scheduler_args, "--metrics-port", str(port))).start()
     destination = env.topic("pending")
     far = int(time.time() * 1000) + FAR_FUTURE_MS
-    ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: far + i, "pending", args.time_budget,
-                             args.no_ids)
+    ingest_figures = _ingest(
+        env, scheduler, destination, args.count, lambda i: far + i, "pending", args.time_budget, args.no_ids
+    )
     log("sampling memory for 20 s more (idle batches, RocksDB flushes)")
     settle_until = time.time() + 20
-    wait_until(lambda: scheduler.sample_memory() is not None and time.time() > settle_until, 60, "settling",
-               interval=1)
+    wait_until(lambda: scheduler.sample_memory() is not None and time.time() > settle_until, 60, "settling", interval=1)
     peak = dict(scheduler.peak_rss)
     checkpoint_bytes = directory_bytes(scheduler.checkpoint)
     log("counting the pending schedules from the checkpoint (the read a scrape or the status page starts)")
     started = time.monotonic()
     during: list[int] = [0]  # the job's largest RSS while it counts
 
-    def counted() -> Optional[dict]:
+    def counted() -> dict | None:
         during[0] = max(during[0], sum(scheduler.sample_memory().values()))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/upcoming", timeout=30) as answer:
             upcoming = json.loads(answer.read())
         return upcoming if upcoming.get("state") == "ready" else None
 
-    upcoming = wait_until(counted, args.time_budget, "the state count", interval=0.5,
-                          progress=lambda: f"{time.monotonic() - started:.0f}s")
+    upcoming = wait_until(
+        counted,
+        args.time_budget,
+        "the state count",
+        interval=0.5,
+        progress=lambda: f"{time.monotonic() - started:.0f}s",
+    )
     count_s = time.monotonic() - started
     if upcoming["total"] != args.count:
         raise RuntimeError(f"the state count found {upcoming['total']} pending, not {args.count}")
     log(f"counted {upcoming['total']:,} pending in {count_s:.1f}s")
     scheduler.stop()
-    return {"state_count_s": round(count_s, 1),
-            "rss_total_during_count_mib": round(during[0] / 2**20),
-            "peak_rss_total_mib": round(sum(peak.values()) / 2**20),
-            **{f"peak_rss_{k}_mib": round(v / 2**20) for k, v in peak.items()},
-            "checkpoint_bytes_per_pending": round(checkpoint_bytes / args.count, 1),
-            "checkpoint_mib": round(checkpoint_bytes / 2**20, 1),
-            "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"]}
+    return {
+        "state_count_s": round(count_s, 1),
+        "rss_total_during_count_mib": round(during[0] / 2**20),
+        "peak_rss_total_mib": round(sum(peak.values()) / 2**20),
+        **{f"peak_rss_{k}_mib": round(v / 2**20) for k, v in peak.items()},
+        "checkpoint_bytes_per_pending": round(checkpoint_bytes / args.count, 1),
+        "checkpoint_mib": round(checkpoint_bytes / 2**20, 1),
+        "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],
+    }
 
 
 def restart(env: Environment, args) -> dict:
@@ -463,11 +555,17 @@ def restart(env: Environment, args) -> dict:
             jvm_seen.append(time.time())
         return reader.poll() >= 1
 
-    wait_until(delivered, args.time_budget, "the overdue delivery",
-               progress=lambda: "restoring" if "first batch" not in scheduler.log() else "first batch done")
+    wait_until(
+        delivered,
+        args.time_budget,
+        "the overdue delivery",
+        progress=lambda: "restoring" if "first batch" not in scheduler.log() else "first batch done",
+    )
     first_delivery = reader.deliveries[0][0] / 1000
-    figures = {"start_to_first_overdue_delivery_s": round(first_delivery - scheduler.started_at, 2),
-               "pending_at_restart": args.count + 1}
+    figures = {
+        "start_to_first_overdue_delivery_s": round(first_delivery - scheduler.started_at, 2),
+        "pending_at_restart": args.count + 1,
+    }
     figures.update(_startup_breakdown(scheduler, jvm_seen[0] if jvm_seen else None, first_delivery))
     reader.close()
     scheduler.stop()
@@ -475,11 +573,14 @@ def restart(env: Environment, args) -> dict:
 
 
 # Start-up milestones in the job's log (pipeline.py), in the order they appear.
-STARTUP_LINES = (("spark_starting", r"spark: starting"), ("running", r"running: reading"),
-                 ("first_batch_done", r"first batch done ([\d.]+)s after start"))
+STARTUP_LINES = (
+    ("spark_starting", r"spark: starting"),
+    ("running", r"running: reading"),
+    ("first_batch_done", r"first batch done ([\d.]+)s after start"),
+)
 
 
-def _startup_breakdown(scheduler, jvm_seen: Optional[float], first_delivery: float) -> dict:
+def _startup_breakdown(scheduler, jvm_seen: float | None, first_delivery: float) -> dict:
     """Seconds from process start to each milestone, as the bench saw the log lines appear (the log's own
     timestamps are whole seconds), and the steps between them. The JVM milestone is when a java process
     first showed in the job's process tree (polled with the delivery, every 0.2 s)."""
@@ -517,8 +618,10 @@ def idle(env: Environment, args) -> dict:
     early_reader = DeliveryReader(env.bootstrap, pending_topic)
     far = int(time.time() * 1000) + IDLE_PENDING_AHEAD_MS
     _ingest(env, scheduler, pending_topic, args.count, lambda i: far + i, "idle", args.time_budget)
-    log(f"{args.count:,} pending an hour ahead, committed; quiet for {IDLE_SETTLE_S}s, "
-        f"then measuring CPU for {args.duration:.0f}s")
+    log(
+        f"{args.count:,} pending an hour ahead, committed; quiet for {IDLE_SETTLE_S}s, "
+        f"then measuring CPU for {args.duration:.0f}s"
+    )
     time.sleep(IDLE_SETTLE_S)
 
     pid = scheduler.process.pid
@@ -533,8 +636,10 @@ def idle(env: Environment, args) -> dict:
         previous, previous_at = sample, at
     measured = cpu_between(first, previous, previous_at - started)
     batches = (last_committed_batch(scheduler.checkpoint) or 0) - batch_before
-    log(f"idle: {measured['cpu_percent_of_one_core']}% of one core, {batches} micro-batches in "
-        f"{previous_at - started:.0f}s; now {WAKEUPS} requests, one every {WAKEUP_EVERY_S}s, due {args.lead}s later")
+    log(
+        f"idle: {measured['cpu_percent_of_one_core']}% of one core, {batches} micro-batches in "
+        f"{previous_at - started:.0f}s; now {WAKEUPS} requests, one every {WAKEUP_EVERY_S}s, due {args.lead}s later"
+    )
 
     wake_topic = env.topic("wake-up")
     reader = DeliveryReader(env.bootstrap, wake_topic)
@@ -550,17 +655,28 @@ def idle(env: Environment, args) -> dict:
     wake_cpu = cpu_between(wake_cpu_before, tree_cpu(pid), time.monotonic() - wake_started)
     early_reader.poll(1.0)
     wake = reader.lateness_figures()
-    figures = {"cpu_percent_of_one_core": measured["cpu_percent_of_one_core"],
-               **{k: v for k, v in measured.items() if k.startswith("cpu_percent_") and k != "cpu_percent_of_one_core"},
-               "measured_s": round(previous_at - started, 1), "micro_batches_while_idle": batches,
-               "pending": args.count, "pending_delivered_early": early_reader.count,
-               "wakeups_sent": WAKEUPS, "wakeups_delivered": wake["delivered"], "wakeups_lost": WAKEUPS - reader.count,
-               "wakeups_early": wake["early"], "wakeups_duplicates": wake["duplicates"],
-               "wakeup_lateness_p50_s": wake["lateness_p50_s"], "wakeup_lateness_max_s": wake["lateness_max_s"],
-               "cpu_percent_during_wakeups": wake_cpu["cpu_percent_of_one_core"],
-               "details": {"cpu_percent_per_5s": timeline, "processes": measured["processes"],
-                           "ended_processes": measured["ended_processes"],
-                           "wakeup_lateness_s": sorted(round((a - d) / 1000, 3) for a, d in reader.deliveries)}}
+    figures = {
+        "cpu_percent_of_one_core": measured["cpu_percent_of_one_core"],
+        **{k: v for k, v in measured.items() if k.startswith("cpu_percent_") and k != "cpu_percent_of_one_core"},
+        "measured_s": round(previous_at - started, 1),
+        "micro_batches_while_idle": batches,
+        "pending": args.count,
+        "pending_delivered_early": early_reader.count,
+        "wakeups_sent": WAKEUPS,
+        "wakeups_delivered": wake["delivered"],
+        "wakeups_lost": WAKEUPS - reader.count,
+        "wakeups_early": wake["early"],
+        "wakeups_duplicates": wake["duplicates"],
+        "wakeup_lateness_p50_s": wake["lateness_p50_s"],
+        "wakeup_lateness_max_s": wake["lateness_max_s"],
+        "cpu_percent_during_wakeups": wake_cpu["cpu_percent_of_one_core"],
+        "details": {
+            "cpu_percent_per_5s": timeline,
+            "processes": measured["processes"],
+            "ended_processes": measured["ended_processes"],
+            "wakeup_lateness_s": sorted(round((a - d) / 1000, 3) for a, d in reader.deliveries),
+        },
+    }
     reader.close()
     early_reader.close()
     scheduler.stop()
@@ -579,11 +695,11 @@ def _strike_plan(count: int, strikes: int):
         yield f"strikes-{j * count // strikes}", ("cancel" if j % 2 == 0 else "replace")
 
 
-def _rate_groups(waves: list[tuple[int, float]], groups: int) -> list[Optional[float]]:
+def _rate_groups(waves: list[tuple[int, float]], groups: int) -> list[float | None]:
     """Requests per second of ``waves`` cut into ``groups`` consecutive slices of (nearly) equal length."""
     rates = []
     for g in range(groups):
-        part = waves[g * len(waves) // groups:(g + 1) * len(waves) // groups]
+        part = waves[g * len(waves) // groups : (g + 1) * len(waves) // groups]
         seconds = sum(t for _, t in part)
         rates.append(round(sum(n for n, _ in part) / seconds) if part and seconds > 0 else None)
     return rates
@@ -624,14 +740,17 @@ def strikes(env: Environment, args) -> dict:
         return (due / 1000 - 1 - time.time()) if args.deliver else args.time_budget
 
     try:
-        ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: due, "strikes",
-                                 min(args.time_budget, before_due()))
+        ingest_figures = _ingest(
+            env, scheduler, destination, args.count, lambda i: due, "strikes", min(args.time_budget, before_due())
+        )
     except TimeoutError as exc:
         if args.deliver and time.time() >= due / 1000 - 1:
             raise RuntimeError(f"{exc}: the bucket fell due first; give a longer --lead than {args.lead:.0f}s") from exc
         raise
-    log(f"phase 1 done: {args.count:,} pending in one bucket; phase 2: {args.strikes:,} strikes "
-        f"in waves of {args.wave:,}, each sent once the previous one is committed")
+    log(
+        f"phase 1 done: {args.count:,} pending in one bucket; phase 2: {args.strikes:,} strikes "
+        f"in waves of {args.wave:,}, each sent once the previous one is committed"
+    )
 
     phase2_after_batch = last_committed_batch(scheduler.checkpoint) or -1
     base = scheduler.committed(requests)
@@ -646,7 +765,7 @@ def strikes(env: Environment, args) -> dict:
     sent = 0
     error = None
     for number, start in enumerate(range(0, len(plan), args.wave), 1):
-        wave = plan[start:start + args.wave]
+        wave = plan[start : start + args.wave]
         wave_started = time.time()
         for request_id, action in wave:
             if action == "cancel":
@@ -656,21 +775,29 @@ def strikes(env: Environment, args) -> dict:
         producer.flush()
         sent += len(wave)
         try:
-            wait_until(lambda: scheduler.committed(requests) - base >= sent,
-                       min(deadline - time.time(), before_due()), f"wave {number} of {total_waves} to be committed",
-                       interval=0.05,
-                       progress=lambda: f"{scheduler.committed(requests) - base:,} of {sent:,} committed")
+            wait_until(
+                lambda sent=sent: scheduler.committed(requests) - base >= sent,
+                min(deadline - time.time(), before_due()),
+                f"wave {number} of {total_waves} to be committed",
+                interval=0.05,
+                progress=lambda sent=sent: f"{scheduler.committed(requests) - base:,} of {sent:,} committed",
+            )
         except TimeoutError as exc:
             # Keep the waves measured so far: a slowdown that outlasts the budget is a result too.
-            error = (f"{exc} (the bucket fell due first: give a longer --lead than {args.lead:.0f}s)"
-                     if args.deliver and time.time() >= due / 1000 - 1 else str(exc))
+            error = (
+                f"{exc} (the bucket fell due first: give a longer --lead than {args.lead:.0f}s)"
+                if args.deliver and time.time() >= due / 1000 - 1
+                else str(exc)
+            )
             log(f"  {error}; the figures cover the {len(waves)} waves committed before")
             break
         waves.append((len(wave), time.time() - wave_started))
         if time.time() >= next_report:
             done_s = time.time() - phase_started
-            log(f"  wave {number} of {total_waves}: {sent:,} of {len(plan):,} strikes committed, "
-                f"{sent / done_s:,.0f}/s so far, last wave {waves[-1][1]:.2f}s ({len(wave) / waves[-1][1]:,.0f}/s)")
+            log(
+                f"  wave {number} of {total_waves}: {sent:,} of {len(plan):,} strikes committed, "
+                f"{sent / done_s:,.0f}/s so far, last wave {waves[-1][1]:.2f}s ({len(wave) / waves[-1][1]:,.0f}/s)"
+            )
             next_report = time.time() + 10
     phase_seconds = time.time() - phase_started
     committed = sum(n for n, _ in waves)
@@ -679,15 +806,21 @@ def strikes(env: Environment, args) -> dict:
     edge = max(1, round(len(waves) / 10))  # the first and last 10% of waves, at least one each
     first, last = _rate_groups(waves[:edge], 1)[0], _rate_groups(waves[-edge:], 1)[0]
     wave_times = sorted(t for _, t in waves)
-    figures = {"pending_in_bucket": args.count, "strikes": len(plan), "cancels": cancels,
-               "replaces": len(plan) - cancels, "waves": len(waves),
-               "strikes_per_s_overall": round(committed / phase_seconds),
-               "strikes_per_s_first_10pct": first, "strikes_per_s_last_10pct": last,
-               "last_to_first": round(last / first, 2) if first and last else None,
-               "strikes_per_s_by_decile": _rate_groups(waves, min(10, len(waves))),
-               "wave_s_p50": round(percentile(wave_times, 0.5), 3) if waves else None,
-               "wave_s_max": round(wave_times[-1], 3) if waves else None,
-               "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"]}
+    figures = {
+        "pending_in_bucket": args.count,
+        "strikes": len(plan),
+        "cancels": cancels,
+        "replaces": len(plan) - cancels,
+        "waves": len(waves),
+        "strikes_per_s_overall": round(committed / phase_seconds),
+        "strikes_per_s_first_10pct": first,
+        "strikes_per_s_last_10pct": last,
+        "last_to_first": round(last / first, 2) if first and last else None,
+        "strikes_per_s_by_decile": _rate_groups(waves, min(10, len(waves))),
+        "wave_s_p50": round(percentile(wave_times, 0.5), 3) if waves else None,
+        "wave_s_max": round(wave_times[-1], 3) if waves else None,
+        "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],
+    }
     if error:
         figures["strikes_committed"] = committed
 
@@ -698,12 +831,20 @@ def strikes(env: Environment, args) -> dict:
         for name, n in counts.items():
             outcomes[name] = outcomes.get(name, 0) + n
     edge = max(1, round(len(logged) / 10))
-    figures.update({"batches_with_strikes": len(logged), "logged_outcomes": outcomes,
-                    "batch_state_s_first_10pct": round(sum(s for _, s in logged[:edge]) / edge, 3) if logged else None,
-                    "batch_state_s_last_10pct": round(sum(s for _, s in logged[-edge:]) / edge, 3) if logged else None})
-    figures["details"] = {"wave_requests": [n for n, _ in waves], "wave_seconds": [round(t, 3) for _, t in waves],
-                          "batch_state_seconds": [s for _, s in logged],
-                          "batch_strikes": [sum(n for k, n in c.items() if k != "scheduled") for c, _ in logged]}
+    figures.update(
+        {
+            "batches_with_strikes": len(logged),
+            "logged_outcomes": outcomes,
+            "batch_state_s_first_10pct": round(sum(s for _, s in logged[:edge]) / edge, 3) if logged else None,
+            "batch_state_s_last_10pct": round(sum(s for _, s in logged[-edge:]) / edge, 3) if logged else None,
+        }
+    )
+    figures["details"] = {
+        "wave_requests": [n for n, _ in waves],
+        "wave_seconds": [round(t, 3) for _, t in waves],
+        "batch_state_seconds": [s for _, s in logged],
+        "batch_strikes": [sum(n for k, n in c.items() if k != "scheduled") for c, _ in logged],
+    }
 
     if error:
         figures["error"] = error
@@ -716,22 +857,34 @@ def strikes(env: Environment, args) -> dict:
     return figures
 
 
-def _check_deliveries(reader: DeliveryReader, plan: list[tuple[str, str]], count: int, due: int,
-                      time_budget: float) -> dict:
+def _check_deliveries(
+    reader: DeliveryReader, plan: list[tuple[str, str]], count: int, due: int, time_budget: float
+) -> dict:
     """After the bucket falls due: exactly the uncancelled schedules, replaced ones with their new value."""
     cancelled = {request_id.encode() for request_id, action in plan if action == "cancel"}
     replaced = {request_id.encode() for request_id, action in plan if action == "replace"}
     expected = count - len(cancelled)
-    log(f"waiting for the bucket to fall due in {max(0.0, due / 1000 - time.time()):.0f}s, "
-        f"then for {expected:,} deliveries")
+    log(
+        f"waiting for the bucket to fall due in {max(0.0, due / 1000 - time.time()):.0f}s, "
+        f"then for {expected:,} deliveries"
+    )
     # Polling meanwhile: anything delivered early shows up here, and counts as early below.
-    wait_until(lambda: reader.poll(0.5) is not None and time.time() >= due / 1000, due / 1000 - time.time() + 10,
-               "the due instant", interval=0, progress=lambda: f"due in {due / 1000 - time.time():.0f}s, "
-                                                               f"{len(reader.deliveries):,} delivered already")
+    wait_until(
+        lambda: reader.poll(0.5) is not None and time.time() >= due / 1000,
+        due / 1000 - time.time() + 10,
+        "the due instant",
+        interval=0,
+        progress=lambda: f"due in {due / 1000 - time.time():.0f}s, {len(reader.deliveries):,} delivered already",
+    )
     try:
         # The herd scenario delivers 1,000,000 due at once within ~16 s; a minute more is plenty.
-        wait_until(lambda: reader.poll(0.5) >= expected, min(time_budget, 60 + expected / 10_000),
-                   "the deliveries", interval=0, progress=lambda: f"{len(reader.deliveries):,} of {expected:,}")
+        wait_until(
+            lambda: reader.poll(0.5) >= expected,
+            min(time_budget, 60 + expected / 10_000),
+            "the deliveries",
+            interval=0,
+            progress=lambda: f"{len(reader.deliveries):,} of {expected:,}",
+        )
     except TimeoutError as exc:
         log(f"  {exc}: checking what arrived")
     # A few seconds more, so that anything delivered beyond the expected count is seen and counted.
@@ -740,20 +893,37 @@ def _check_deliveries(reader: DeliveryReader, plan: list[tuple[str, str]], count
         reader.poll(0.5)
     values = reader.values
     missing = sum(1 for i in range(count) if (key := f"strikes-{i}".encode()) not in values and key not in cancelled)
-    untouched_wrong = sum(1 for key, value in values.items()
-                          if key not in replaced and key not in cancelled and value != b"payload")
+    untouched_wrong = sum(
+        1 for key, value in values.items() if key not in replaced and key not in cancelled and value != b"payload"
+    )
     figures = reader.lateness_figures()
     appended = sorted(a for a, _ in reader.deliveries)
-    figures = {"delivered": figures["delivered"], "expected_deliveries": expected, "early": figures["early"],
-               "duplicates": figures["duplicates"], "missing": missing,
-               "cancelled_delivered": sum(1 for key in cancelled if key in values),
-               "replaced_with_new_value": sum(1 for key in replaced if values.get(key) == STRUCK_VALUE),
-               "replaced_with_old_value": sum(1 for key in replaced if values.get(key) == b"payload"),
-               "versions_delivered_twice": len(reader.keys_delivered_twice),
-               "untouched_with_wrong_value": untouched_wrong,
-               "due_to_last_delivery_s": round((appended[-1] - due) / 1000, 2) if appended else None}
-    problems = [name for name in ("early", "duplicates", "missing", "cancelled_delivered", "replaced_with_old_value",
-                                  "versions_delivered_twice", "untouched_with_wrong_value") if figures[name]]
+    figures = {
+        "delivered": figures["delivered"],
+        "expected_deliveries": expected,
+        "early": figures["early"],
+        "duplicates": figures["duplicates"],
+        "missing": missing,
+        "cancelled_delivered": sum(1 for key in cancelled if key in values),
+        "replaced_with_new_value": sum(1 for key in replaced if values.get(key) == STRUCK_VALUE),
+        "replaced_with_old_value": sum(1 for key in replaced if values.get(key) == b"payload"),
+        "versions_delivered_twice": len(reader.keys_delivered_twice),
+        "untouched_with_wrong_value": untouched_wrong,
+        "due_to_last_delivery_s": round((appended[-1] - due) / 1000, 2) if appended else None,
+    }
+    problems = [
+        name
+        for name in (
+            "early",
+            "duplicates",
+            "missing",
+            "cancelled_delivered",
+            "replaced_with_old_value",
+            "versions_delivered_twice",
+            "untouched_with_wrong_value",
+        )
+        if figures[name]
+    ]
     if figures["delivered"] != expected:
         problems.append(f"delivered {figures['delivered']:,} != {expected:,}")
     if figures["replaced_with_new_value"] != len(replaced):
@@ -772,9 +942,16 @@ def cron(env: Environment, args) -> dict:
     scheduler = _warmed_up(env, args)
     destination = env.topic("cron", partitions=4)
     log(f"cron: {args.count:,} crons firing every minute, watched for {args.minutes} minutes")
-    ingest_figures = _ingest(env, scheduler, destination, args.count, lambda i: 0, "cron", args.time_budget,
-                             send=lambda producer, i: CronProducer.cron(producer, destination, f"cron-{i}",
-                                                                        "* * * * *"))
+    ingest_figures = _ingest(
+        env,
+        scheduler,
+        destination,
+        args.count,
+        lambda i: 0,
+        "cron",
+        args.time_budget,
+        send=lambda producer, i: CronProducer.cron(producer, destination, f"cron-{i}", "* * * * *"),
+    )
     first_minute = (int(time.time()) // 60 + 1) * 60 * 1000
     if first_minute - time.time() * 1000 < 10_000:
         first_minute += 60_000  # a minute that is whole: every cron's first firing is at or before it
@@ -782,16 +959,21 @@ def cron(env: Environment, args) -> dict:
     minutes = [first_minute + 60_000 * k for k in range(args.minutes)]
     offsets = EndOffsets(env.bootstrap, destination)
     samples = []
-    live_state: Optional[LiveState] = None
+    live_state: LiveState | None = None
     for k, minute in enumerate(minutes):
         # Counted from the minute itself: the firings of the minutes before it (crons registered during the ingest
         # fired then) are all on the broker by then, and a count taken earlier let a minute's wait end on them.
         time.sleep(max(0.0, minute / 1000 - time.time()))
         at_minute = offsets.total()
         try:
-            wait_until(lambda: offsets.total() >= at_minute + args.count or time.time() * 1000 > minute + 120_000,
-                       (minute + 130_000) / 1000 - time.time(), f"minute {k}'s firings",
-                       progress=lambda: f"{offsets.total() - at_minute:,} of {args.count:,}")
+            wait_until(
+                lambda at_minute=at_minute, minute=minute: (
+                    offsets.total() >= at_minute + args.count or time.time() * 1000 > minute + 120_000
+                ),
+                (minute + 130_000) / 1000 - time.time(),
+                f"minute {k}'s firings",
+                progress=lambda at_minute=at_minute: f"{offsets.total() - at_minute:,} of {args.count:,}",
+            )
         except TimeoutError as exc:
             log(f"  {exc}")
         index = index_entries(scheduler)
@@ -799,14 +981,20 @@ def cron(env: Environment, args) -> dict:
         # Read while the job waits for the next minute (a read takes seconds; the firings take under five).
         live_state = live_state or LiveState(scheduler.checkpoint)
         state = live_state.sample()
-        samples.append({"minute": k, "delivered_in_minute": offsets.total() - at_minute,
-                        "live_state": state, "live_state_mib": round(sum(v["mib"] for v in state.values()
-                                                                         if isinstance(v, dict)), 1),
-                        "checkpoint_mib": round(directory_bytes(scheduler.checkpoint) / 2**20, 1),
-                        "checkpoint": checkpoint_breakdown(scheduler.checkpoint),
-                        "batches": state["batch"],
-                        "rss_mib": round(sum(memory.values()) / 2**20), "index_entries": index,
-                        **{f"rss_{name}_mib": round(v / 2**20) for name, v in memory.items()}})
+        samples.append(
+            {
+                "minute": k,
+                "delivered_in_minute": offsets.total() - at_minute,
+                "live_state": state,
+                "live_state_mib": round(sum(v["mib"] for v in state.values() if isinstance(v, dict)), 1),
+                "checkpoint_mib": round(directory_bytes(scheduler.checkpoint) / 2**20, 1),
+                "checkpoint": checkpoint_breakdown(scheduler.checkpoint),
+                "batches": state["batch"],
+                "rss_mib": round(sum(memory.values()) / 2**20),
+                "index_entries": index,
+                **{f"rss_{name}_mib": round(v / 2**20) for name, v in memory.items()},
+            }
+        )
         log(f"  minute {k}: {samples[-1]}")
     scheduler.stop()
     if live_state:
@@ -824,12 +1012,17 @@ def cron(env: Environment, args) -> dict:
     per_minute = []
     for k, minute in enumerate(minutes):
         fired = reader.fired(minute)
-        per_minute.append({"minute": k, "fired": fired, "lost": args.count - fired,
-                           "records": reader.records.get(minute, 0), "early": reader.early.get(minute, 0),
-                           "first_s": round((reader.first[minute] - minute) / 1000, 2) if minute in reader.first
-                           else None,
-                           "last_s": round((reader.last[minute] - minute) / 1000, 2) if minute in reader.last
-                           else None})
+        per_minute.append(
+            {
+                "minute": k,
+                "fired": fired,
+                "lost": args.count - fired,
+                "records": reader.records.get(minute, 0),
+                "early": reader.early.get(minute, 0),
+                "first_s": round((reader.first[minute] - minute) / 1000, 2) if minute in reader.first else None,
+                "last_s": round((reader.last[minute] - minute) / 1000, 2) if minute in reader.last else None,
+            }
+        )
         log(f"  {per_minute[-1]}")
     reader.close()
     lasts = [m["last_s"] for m in per_minute if m["last_s"] is not None]
@@ -839,23 +1032,37 @@ def cron(env: Environment, args) -> dict:
         values = [s[key] for s in later if s.get(key) is not None]
         return round(max(values) / max(min(values), 1e-9), 2) if values else None
 
-    return {"crons": args.count, "minutes": args.minutes,
-            "all_fired_every_minute": all(m["lost"] == 0 for m in per_minute),
-            "lost": sum(m["lost"] for m in per_minute), "duplicates": reader.duplicates,
-            "early": sum(m["early"] for m in per_minute),
-            "last_after_minute_max_s": max(lasts) if lasts else None,
-            "last_after_minute_p50_s": round(percentile(sorted(lasts), 0.5), 2) if lasts else None,
-            "minutes_last_within_target": sum(1 for v in lasts if v <= CRON_LAST_TARGET_S),
-            "live_state_mib_max_over_min_from_minute_2": spread("live_state_mib"),
-            "checkpoint_mib_max_over_min_from_minute_2": spread("checkpoint_mib"),
-            "rss_max_over_min_from_minute_2": spread("rss_mib"),
-            "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],
-            "details": {"per_minute": per_minute, "samples": samples}}
+    return {
+        "crons": args.count,
+        "minutes": args.minutes,
+        "all_fired_every_minute": all(m["lost"] == 0 for m in per_minute),
+        "lost": sum(m["lost"] for m in per_minute),
+        "duplicates": reader.duplicates,
+        "early": sum(m["early"] for m in per_minute),
+        "last_after_minute_max_s": max(lasts) if lasts else None,
+        "last_after_minute_p50_s": round(percentile(sorted(lasts), 0.5), 2) if lasts else None,
+        "minutes_last_within_target": sum(1 for v in lasts if v <= CRON_LAST_TARGET_S),
+        "live_state_mib_max_over_min_from_minute_2": spread("live_state_mib"),
+        "checkpoint_mib_max_over_min_from_minute_2": spread("checkpoint_mib"),
+        "rss_max_over_min_from_minute_2": spread("rss_mib"),
+        "ingest_accepted_per_s": ingest_figures["accepted_per_s_overall"],
+        "details": {"per_minute": per_minute, "samples": samples},
+    }
 
 
-SCENARIOS = {"steady": steady, "ingest": ingest, "herd": herd, "pending": pending, "restart": restart,
-             "strikes": strikes, "idle": idle, "hostile": hostile, "cron": cron, "soak": soak_module.soak,
-             "mixed": mixed_scenario.mixed}
+SCENARIOS = {
+    "steady": steady,
+    "ingest": ingest,
+    "herd": herd,
+    "pending": pending,
+    "restart": restart,
+    "strikes": strikes,
+    "idle": idle,
+    "hostile": hostile,
+    "cron": cron,
+    "soak": soak_module.soak,
+    "mixed": mixed_scenario.mixed,
+}
 
 # The issue's target sizes, as a single scenario runs them by default.
 TARGETS = {
@@ -891,56 +1098,106 @@ PLAN = [
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", choices=[*SCENARIOS, "all"], help="which scenario ('all' = make bench)")
-    parser.add_argument("--rate", type=float, default=None,
-                        help="steady: schedules per second (default 1000); soak: new schedules per second (500)")
-    parser.add_argument("--duration", type=float, default=None,
-                        help="steady: seconds of load; idle: seconds of CPU measurement (default 60 each); soak: "
-                             "seconds of load (default 3600)")
-    parser.add_argument("--lead", type=float, default=None,
-                        help="steady: due this many seconds after sending (default 2); idle: the wake-up requests "
-                             "likewise (default 3); herd, strikes --deliver: the instant all are due, in seconds "
-                             "from the start of ingest (default: enough to ingest them first, for herd at "
-                             f"{INGEST_PLANNED_PER_S:,}/s, and for strikes to send the strikes too)")
-    parser.add_argument("--count", type=int, default=None,
-                        help="ingest/herd/pending/restart/strikes/hostile/cron: number of requests (default 1,000,000; "
-                             "herd and pending 10,000,000); idle: schedules pending an hour ahead (default 10,000)")
-    parser.add_argument("--minutes", type=int, default=None,
-                        help="cron: minutes of firings watched (default 10)")
-    parser.add_argument("--strikes", type=int, default=None,
-                        help="strikes: cancels and replaces (half each) of distinct pending schedules "
-                             "(default 500,000)")
-    parser.add_argument("--wave", type=int, default=None,
-                        help="strikes: requests sent at a time, each wave once the previous one is committed "
-                             "(default 5,000)")
-    parser.add_argument("--deliver", action="store_true",
-                        help="strikes: make the bucket due just after the strikes (see --lead), then check what "
-                             "is delivered: the uncancelled schedules, replaced ones with their new value")
-    parser.add_argument("--mix", action="store_true",
-                        help="ingest: 20%% replaces and 5%% cancels of ids sent before and still pending, the rest "
-                             "adds with new ids (--count is all of them)")
-    parser.add_argument("--spread", type=float, default=0,
-                        help="ingest: due times spread evenly over this many days from a month ahead, as reminders "
-                             "are (default 0: 1 ms apart, a few one-second buckets)")
-    parser.add_argument("--dialect", choices=DIALECT_NAMES, default="native",
-                        help="ingest: write the requests in this dialect, to a topic of their own")
-    parser.add_argument("--with-dialects", action="store_true",
-                        help="steady, ingest: the job also reads an idle topic of every other dialect")
-    parser.add_argument("--pending", type=int, default=0,
-                        help="steady: first file this many schedules with ids due a month ahead (default 0)")
-    parser.add_argument("--no-ids", action="store_true",
-                        help="send ADDs without request ids (they cannot be replaced; they skip the id index)")
-    parser.add_argument("--time-budget", type=float, default=1800,
-                        help="give up waiting after this many seconds (default 1800)")
-    parser.add_argument("--bootstrap-servers", default=None,
-                        help="use this broker instead of starting a local one")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="steady: schedules per second (default 1000); soak: new schedules per second (500)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="steady: seconds of load; idle: seconds of CPU measurement (default 60 each); soak: "
+        "seconds of load (default 3600)",
+    )
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=None,
+        help="steady: due this many seconds after sending (default 2); idle: the wake-up requests "
+        "likewise (default 3); herd, strikes --deliver: the instant all are due, in seconds "
+        "from the start of ingest (default: enough to ingest them first, for herd at "
+        f"{INGEST_PLANNED_PER_S:,}/s, and for strikes to send the strikes too)",
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        help="ingest/herd/pending/restart/strikes/hostile/cron: number of requests (default 1,000,000; "
+        "herd and pending 10,000,000); idle: schedules pending an hour ahead (default 10,000)",
+    )
+    parser.add_argument("--minutes", type=int, default=None, help="cron: minutes of firings watched (default 10)")
+    parser.add_argument(
+        "--strikes",
+        type=int,
+        default=None,
+        help="strikes: cancels and replaces (half each) of distinct pending schedules (default 500,000)",
+    )
+    parser.add_argument(
+        "--wave",
+        type=int,
+        default=None,
+        help="strikes: requests sent at a time, each wave once the previous one is committed (default 5,000)",
+    )
+    parser.add_argument(
+        "--deliver",
+        action="store_true",
+        help="strikes: make the bucket due just after the strikes (see --lead), then check what "
+        "is delivered: the uncancelled schedules, replaced ones with their new value",
+    )
+    parser.add_argument(
+        "--mix",
+        action="store_true",
+        help="ingest: 20%% replaces and 5%% cancels of ids sent before and still pending, the rest "
+        "adds with new ids (--count is all of them)",
+    )
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0,
+        help="ingest: due times spread evenly over this many days from a month ahead, as reminders "
+        "are (default 0: 1 ms apart, a few one-second buckets)",
+    )
+    parser.add_argument(
+        "--dialect",
+        choices=DIALECT_NAMES,
+        default="native",
+        help="ingest: write the requests in this dialect, to a topic of their own",
+    )
+    parser.add_argument(
+        "--with-dialects",
+        action="store_true",
+        help="steady, ingest: the job also reads an idle topic of every other dialect",
+    )
+    parser.add_argument(
+        "--pending",
+        type=int,
+        default=0,
+        help="steady: first file this many schedules with ids due a month ahead (default 0)",
+    )
+    parser.add_argument(
+        "--no-ids",
+        action="store_true",
+        help="send ADDs without request ids (they cannot be replaced; they skip the id index)",
+    )
+    parser.add_argument(
+        "--time-budget", type=float, default=1800, help="give up waiting after this many seconds (default 1800)"
+    )
+    parser.add_argument("--bootstrap-servers", default=None, help="use this broker instead of starting a local one")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (broker data, checkpoints, logs)")
     mixed_scenario.add_arguments(parser)
-    parser.add_argument("--scheduler-arg", dest="scheduler_args", action="append", default=[],
-                        help="extra argument for `kafka-scheduler run`, e.g. --scheduler-arg=--partitions=4")
+    parser.add_argument(
+        "--scheduler-arg",
+        dest="scheduler_args",
+        action="append",
+        default=[],
+        help="extra argument for `kafka-scheduler run`, e.g. --scheduler-arg=--partitions=4",
+    )
     soak_module.add_arguments(parser)
 
 
-def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = None) -> dict:
+def run_one(name: str, args: argparse.Namespace, overrides: dict | None = None) -> dict:
     defaults = TARGETS[name]
     scenario_args = argparse.Namespace(**vars(args))
     scenario_args.scheduler_args = tuple(args.scheduler_args)
@@ -980,9 +1237,12 @@ def run_one(name: str, args: argparse.Namespace, overrides: Optional[dict] = Non
             shutil.rmtree(workdir, ignore_errors=True)
     details = figures.pop("details", None)
     log(f"{name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
-    parameters = {k: v for k, v in vars(scenario_args).items()
-                  if k not in ("scenario", "keep", "bootstrap_servers", "command", "handler")
-                  and isinstance(v, (int, float, str, bool, type(None)))}
+    parameters = {
+        k: v
+        for k, v in vars(scenario_args).items()
+        if k not in ("scenario", "keep", "bootstrap_servers", "command", "handler")
+        and isinstance(v, (int, float, str, bool, type(None)))
+    }
     parameters["scheduler_args"] = list(scenario_args.scheduler_args)
     path = write_result(name, parameters, figures, details=details)
     log(f"{name}: written to {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
@@ -998,8 +1258,10 @@ def main(args: argparse.Namespace) -> int:
         strikes_ = args.strikes if args.strikes is not None else TARGETS["strikes"]["strikes"]
         wave = args.wave if args.wave is not None else TARGETS["strikes"]["wave"]
         if not 0 < strikes_ <= count or wave < 1:
-            log(f"strikes: need 0 < --strikes <= --count and --wave >= 1 "
-                f"(got --count {count:,}, --strikes {strikes_:,}, --wave {wave:,})")
+            log(
+                f"strikes: need 0 < --strikes <= --count and --wave >= 1 "
+                f"(got --count {count:,}, --strikes {strikes_:,}, --wave {wave:,})"
+            )
             return 2
     results = []
     for name, overrides in plan:

@@ -50,11 +50,20 @@ def host(bootstrap: str, work: Path) -> None:
         command, _, app_id = line.strip().partition(" ")
         if command != "start":
             continue
-        args = build_parser().parse_args(["run", "--bootstrap-servers", bootstrap, "--app-id", app_id,
-                                          "--checkpoint-dir", str(work / app_id / "checkpoint")])
+        args = build_parser().parse_args(
+            [
+                "run",
+                "--bootstrap-servers",
+                bootstrap,
+                "--app-id",
+                app_id,
+                "--checkpoint-dir",
+                str(work / app_id / "checkpoint"),
+            ]
+        )
         scheduler = Scheduler(resolve(args), keep_session=True)
         outcome: list[int] = []
-        job = threading.Thread(target=lambda: outcome.append(scheduler.run()), daemon=True)
+        job = threading.Thread(target=lambda job=scheduler, out=outcome: out.append(job.run()), daemon=True)
         job.start()
         while scheduler.query is None and job.is_alive():
             time.sleep(0.05)
@@ -67,13 +76,24 @@ def host(bootstrap: str, work: Path) -> None:
 
 class Host:
     def __init__(self, bootstrap: str, work: Path, submit_options: str):
-        env = {**os.environ, "SPARK_SUBMIT_OPTS": submit_options, "SPARK_LAUNCHER_OPTS": TEST_JVM_OPTIONS,
-               "KAFKA_SCHEDULER_METRICS_PORT": "0", "PYTHONPATH": str(ROOT)}
-        self.log = open(work / "host.log", "w")
+        env = {
+            **os.environ,
+            "SPARK_SUBMIT_OPTS": submit_options,
+            "SPARK_LAUNCHER_OPTS": TEST_JVM_OPTIONS,
+            "KAFKA_SCHEDULER_METRICS_PORT": "0",
+            "PYTHONPATH": str(ROOT),
+        }
+        self.log = open(work / "host.log", "w")  # noqa: SIM115 - the host writes to it for as long as it lives
         # Unbuffered bytes: select() then tells truly whether a reply waits (a buffered reader may hold one).
-        self.process = subprocess.Popen([sys.executable, "-m", "bench.shared_driver", "--host", bootstrap, str(work)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, bufsize=0,
-                                        cwd=ROOT, env=env)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.shared_driver", "--host", bootstrap, str(work)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            bufsize=0,
+            cwd=ROOT,
+            env=env,
+        )
         self.replies = b""
 
     def say(self, line: str, answer: str, timeout: float = 300) -> str:
@@ -118,15 +138,20 @@ def shared_run(broker: LocalBroker, host_: Host) -> dict:
     if not stopped.endswith(" 0"):
         raise RuntimeError(f"the job ended with {stopped!r}")
     after = host_.cpu()
-    return {"running_s": running_s, "delivered_s": delivered_s,
-            "total_cpu": {kind: round(after[kind] - before[kind], 1) for kind in after}}
+    return {
+        "running_s": running_s,
+        "delivered_s": delivered_s,
+        "total_cpu": {kind: round(after[kind] - before[kind], 1) for kind in after},
+    }
 
 
 def summary(results: list[dict]) -> dict:
-    return {"delivered_s_median": statistics.median(r["delivered_s"] for r in results),
-            "jvm_cpu_total_median": statistics.median(r["total_cpu"]["jvm"] for r in results),
-            "python_cpu_total_median": statistics.median(r["total_cpu"]["python"] for r in results),
-            "cpu_total_median": statistics.median(r["total_cpu"]["jvm"] + r["total_cpu"]["python"] for r in results)}
+    return {
+        "delivered_s_median": statistics.median(r["delivered_s"] for r in results),
+        "jvm_cpu_total_median": statistics.median(r["total_cpu"]["jvm"] for r in results),
+        "python_cpu_total_median": statistics.median(r["total_cpu"]["python"] for r in results),
+        "cpu_total_median": statistics.median(r["total_cpu"]["jvm"] + r["total_cpu"]["python"] for r in results),
+    }
 
 
 def main() -> None:
@@ -157,13 +182,19 @@ def main() -> None:
         finally:
             shared_host.close()
             broker.stop()
-    figures = {"own process": summary(own), "shared driver, after its first job": summary(shared),
-               "shared driver, its first job": summary([first])}
+    figures = {
+        "own process": summary(own),
+        "shared driver, after its first job": summary(shared),
+        "shared driver, its first job": summary([first]),
+    }
     for name, values in figures.items():
         print(f"{name}: {values}")
-    path = write_result("shared-driver", {"runs": args.runs, "schedules": jvm_archive.SCHEDULES,
-                                          "submit_options": options},
-                        figures, details={"own process": own, "shared driver": [first, *shared]})
+    path = write_result(
+        "shared-driver",
+        {"runs": args.runs, "schedules": jvm_archive.SCHEDULES, "submit_options": options},
+        figures,
+        details={"own process": own, "shared driver": [first, *shared]},
+    )
     print(f"written to {path}")
 
 

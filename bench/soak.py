@@ -46,7 +46,6 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 from confluent_kafka import Producer
@@ -80,36 +79,69 @@ GROWTH_LIMIT = 0.05  # flat: at most 5% over the run after the warm-up
 
 NONE = -1
 FOLLOW_NONE, FOLLOW_REPLACE, FOLLOW_CANCEL = 0, 1, 2
-_BATCH_LINE = re.compile(r"batch (\d+): (?:(\d+) requests \([^)]*\); )?(\d+) delivered.*"
-                         r"\[state ([\d.]+)s, write ([\d.]+)s\]")
+_BATCH_LINE = re.compile(
+    r"batch (\d+): (?:(\d+) requests \([^)]*\); )?(\d+) delivered.*"
+    r"\[state ([\d.]+)s, write ([\d.]+)s\]"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The soak's own options (--duration, --rate are shared with the other scenarios)."""
     group = parser.add_argument_group("soak")
-    group.add_argument("--window", type=float, default=None,
-                       help=f"soak: length of a window of the figures, seconds (default {WINDOW_S}, or a twelfth "
-                            f"of --duration when shorter)")
-    group.add_argument("--warm-up", type=float, default=None,
-                       help=f"soak: memory and checkpoint must be flat after this many seconds (default "
-                            f"{WARM_UP_S}, or a sixth of --duration when shorter)")
-    group.add_argument("--herd-every", type=float, default=HERD_EVERY_S,
-                       help=f"soak: a herd every this many seconds, the first at half of it (default {HERD_EVERY_S})")
-    group.add_argument("--herd-count", type=int, default=HERD_COUNT,
-                       help=f"soak: schedules in each herd, all due at one instant (default {HERD_COUNT:,}; 0: none)")
-    group.add_argument("--due-max", type=float, default=None,
-                       help=f"soak: schedules are due {DUE_MIN_S:.0f} s to this many seconds after sending (default "
-                            f"{DUE_MAX_S:.0f}, or a sixth of --duration when shorter: the pending set is full, and "
-                            f"memory and checkpoint can be flat, once the warm-up has passed)")
-    group.add_argument("--settle", type=float, default=SETTLE_S,
-                       help=f"soak: after the load and the grace, wait at most this long for the job to commit every "
-                            f"request and deliver what is due (default {SETTLE_S:.0f}); what never arrives is lost")
-    group.add_argument("--grace", type=float, default=GRACE_S,
-                       help=f"soak: a schedule not delivered this long after its due time is lost (default "
-                            f"{GRACE_S:.0f})")
-    group.add_argument("--scrape-every", type=float, default=SCRAPE_EVERY_S,
-                       help=f"soak: seconds between scrapes of /metrics and /api/status and between memory "
-                            f"samples (default {SCRAPE_EVERY_S:.0f})")
+    group.add_argument(
+        "--window",
+        type=float,
+        default=None,
+        help=f"soak: length of a window of the figures, seconds (default {WINDOW_S}, or a twelfth "
+        f"of --duration when shorter)",
+    )
+    group.add_argument(
+        "--warm-up",
+        type=float,
+        default=None,
+        help=f"soak: memory and checkpoint must be flat after this many seconds (default "
+        f"{WARM_UP_S}, or a sixth of --duration when shorter)",
+    )
+    group.add_argument(
+        "--herd-every",
+        type=float,
+        default=HERD_EVERY_S,
+        help=f"soak: a herd every this many seconds, the first at half of it (default {HERD_EVERY_S})",
+    )
+    group.add_argument(
+        "--herd-count",
+        type=int,
+        default=HERD_COUNT,
+        help=f"soak: schedules in each herd, all due at one instant (default {HERD_COUNT:,}; 0: none)",
+    )
+    group.add_argument(
+        "--due-max",
+        type=float,
+        default=None,
+        help=f"soak: schedules are due {DUE_MIN_S:.0f} s to this many seconds after sending (default "
+        f"{DUE_MAX_S:.0f}, or a sixth of --duration when shorter: the pending set is full, and "
+        f"memory and checkpoint can be flat, once the warm-up has passed)",
+    )
+    group.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE_S,
+        help=f"soak: after the load and the grace, wait at most this long for the job to commit every "
+        f"request and deliver what is due (default {SETTLE_S:.0f}); what never arrives is lost",
+    )
+    group.add_argument(
+        "--grace",
+        type=float,
+        default=GRACE_S,
+        help=f"soak: a schedule not delivered this long after its due time is lost (default {GRACE_S:.0f})",
+    )
+    group.add_argument(
+        "--scrape-every",
+        type=float,
+        default=SCRAPE_EVERY_S,
+        help=f"soak: seconds between scrapes of /metrics and /api/status and between memory "
+        f"samples (default {SCRAPE_EVERY_S:.0f})",
+    )
     group.add_argument("--seed", type=int, default=18, help="soak: seed of the load (default 18)")
 
 
@@ -177,7 +209,7 @@ class Deliveries(TopicReader):
         self.ledger = ledger
         self.read = 0
         self.stopping = threading.Event()
-        self.failure: Optional[BaseException] = None
+        self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True, name="soak-deliveries")
         self.thread.start()
 
@@ -189,7 +221,7 @@ class Deliveries(TopicReader):
         try:
             while not self.stopping.is_set():
                 self.poll(0.2)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             self.failure = exc
 
     def finish(self, timeout: float = 120.0) -> None:
@@ -213,12 +245,20 @@ class Requests:
 
     def __init__(self, bootstrap: str, topic: str, destination: str, ledger: Ledger):
         self.topic, self.destination, self.ledger = topic, destination, ledger
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                                  "enable.idempotence": True, "compression.type": "lz4",
-                                  "queue.buffering.max.messages": 1_000_000, "log_level": 3})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 5,
+                "acks": "all",
+                "enable.idempotence": True,
+                "compression.type": "lz4",
+                "queue.buffering.max.messages": 1_000_000,
+                "log_level": 3,
+            }
+        )
         self.failed = 0
 
-    def _produce(self, key: str, value: Optional[bytes], headers: list, on_delivery=None) -> None:
+    def _produce(self, key: str, value: bytes | None, headers: list, on_delivery=None) -> None:
         def delivered(err, msg):
             if err is not None:
                 self.failed += 1
@@ -227,8 +267,7 @@ class Requests:
 
         while True:
             try:
-                self.producer.produce(self.topic, key=key.encode(), value=value, headers=headers,
-                                      on_delivery=delivered)
+                self.producer.produce(self.topic, key=key.encode(), value=value, headers=headers, on_delivery=delivered)
                 return
             except BufferError:
                 self.producer.poll(0.05)
@@ -241,6 +280,7 @@ class Requests:
     def _noted(self, row: int):
         def note(msg) -> None:
             self.ledger.follow_where[row] = (msg.topic(), msg.partition(), msg.offset())
+
         return note
 
     def replace(self, row: int, due_ms: int) -> None:
@@ -251,8 +291,9 @@ class Requests:
 
     def cancel(self, row: int) -> None:
         key = f"s{row}"
-        self._produce(key, None, [("x-scheduler-action", b"CANCEL"), ("x-scheduler-request-id", key.encode())],
-                      self._noted(row))
+        self._produce(
+            key, None, [("x-scheduler-action", b"CANCEL"), ("x-scheduler-request-id", key.encode())], self._noted(row)
+        )
 
     def poll(self) -> None:
         self.producer.poll(0)
@@ -282,8 +323,14 @@ def process_memory(root: int) -> dict:
     for pid in process_tree.descendants(root):
         try:
             command = process_tree.command_line(pid)
-            rss = next((int(line.split()[1]) * 1024 for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                        if line.startswith("VmRSS:")), 0)
+            rss = next(
+                (
+                    int(line.split()[1]) * 1024
+                    for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("VmRSS:")
+                ),
+                0,
+            )
         except (OSError, ValueError, IndexError):
             continue
         group = process_tree.group_of(pid, root, command)
@@ -310,8 +357,10 @@ def jvm_heap(root: int) -> dict:
             continue
         parts = _HEAP_LINE.findall(out.stdout)
         if parts:
-            return {"jvm_heap_committed": sum(int(total) for total, _ in parts) * 1024,
-                    "jvm_heap_used": sum(int(used) for _, used in parts) * 1024}
+            return {
+                "jvm_heap_committed": sum(int(total) for total, _ in parts) * 1024,
+                "jvm_heap_used": sum(int(used) for _, used in parts) * 1024,
+            }
     return {}
 
 
@@ -327,13 +376,13 @@ def tree_bytes(path: Path) -> int:
     return total
 
 
-def scrape(url: str, timeout: float = 10.0) -> tuple[Optional[bytes], float, Optional[str]]:
+def scrape(url: str, timeout: float = 10.0) -> tuple[bytes | None, float, str | None]:
     started = time.monotonic()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as answer:
             body = answer.read()
         return body, time.monotonic() - started, None
-    except Exception as exc:  # noqa: BLE001 - a failed scrape is a figure
+    except Exception as exc:
         return None, time.monotonic() - started, f"{type(exc).__name__}: {exc}"[:200]
 
 
@@ -351,9 +400,13 @@ class Sampler(threading.Thread):
             if not self.scheduler.running:
                 self.samples.append({"t": round(time.time() - self.t0, 1), "job_running": False})
                 continue
-            sample = {"t": round(time.time() - self.t0, 1), "job_running": True,
-                      **process_memory(self.scheduler.process.pid), **jvm_heap(self.scheduler.process.pid),
-                      "checkpoint_bytes": tree_bytes(self.scheduler.checkpoint)}
+            sample = {
+                "t": round(time.time() - self.t0, 1),
+                "job_running": True,
+                **process_memory(self.scheduler.process.pid),
+                **jvm_heap(self.scheduler.process.pid),
+                "checkpoint_bytes": tree_bytes(self.scheduler.checkpoint),
+            }
             body, seconds, error = scrape(f"http://127.0.0.1:{self.port}/metrics")
             sample["metrics_s"], sample["metrics_error"] = round(seconds, 3), error
             body, seconds, error = scrape(f"http://127.0.0.1:{self.port}/api/status")
@@ -375,8 +428,11 @@ def _percentiles(values: np.ndarray) -> dict:
     if len(values) == 0:
         return {"lateness_p50_s": None, "lateness_p99_s": None, "lateness_max_s": None}
     p50, p99 = np.percentile(values, [50, 99], method="nearest")
-    return {"lateness_p50_s": round(float(p50), 3), "lateness_p99_s": round(float(p99), 3),
-            "lateness_max_s": round(float(values.max()), 3)}
+    return {
+        "lateness_p50_s": round(float(p50), 3),
+        "lateness_p99_s": round(float(p99), 3),
+        "lateness_max_s": round(float(values.max()), 3),
+    }
 
 
 def ordinary_outcomes(ledger: Ledger) -> dict:
@@ -392,9 +448,17 @@ def ordinary_outcomes(ledger: Ledger) -> dict:
     forbidden0 = in_time
     allowed0 = has_follow & ~in_time
     required1 = follow == FOLLOW_REPLACE
-    return {"due": due, "delivered": delivered, "required0": required0, "forbidden0": forbidden0,
-            "allowed0": allowed0, "required1": required1, "cancelled": follow == FOLLOW_CANCEL,
-            "replaced": follow == FOLLOW_REPLACE, "copies": ledger.copies[:n]}
+    return {
+        "due": due,
+        "delivered": delivered,
+        "required0": required0,
+        "forbidden0": forbidden0,
+        "allowed0": allowed0,
+        "required1": required1,
+        "cancelled": follow == FOLLOW_CANCEL,
+        "replaced": follow == FOLLOW_REPLACE,
+        "copies": ledger.copies[:n],
+    }
 
 
 def window_figures(ledger: Ledger, t0_ms: int, start_s: float, end_s: float, checked_ms: int, grace_s: float) -> dict:
@@ -421,14 +485,23 @@ def window_figures(ledger: Ledger, t0_ms: int, start_s: float, end_s: float, che
     lateness = np.sort(np.concatenate(lateness_parts)) if lateness_parts else np.zeros(0)
     in_window0 = (due[:, 0] >= lo) & (due[:, 0] < hi)
     delivered0 = delivered[:, 0] != NONE
-    figures.update({"due": due_count, "delivered": int(len(lateness)), **_percentiles(lateness),
-                    "early": early, "lost": lost, "beyond_grace": beyond_grace,
-                    "stale_delivered": int((in_window0 & o["forbidden0"] & o["replaced"] & delivered0).sum()),
-                    "cancelled_delivered": int((in_window0 & o["forbidden0"] & o["cancelled"] & delivered0).sum()),
-                    "superseded_late_delivered": int((in_window0 & o["allowed0"] & delivered0).sum()),
-                    "duplicates": int(np.clip(o["copies"][in_window0, 0] - 1, 0, None).sum()
-                                      + np.clip(o["copies"][(due[:, 1] >= lo) & (due[:, 1] < hi), 1] - 1, 0,
-                                                None).sum())})
+    figures.update(
+        {
+            "due": due_count,
+            "delivered": len(lateness),
+            **_percentiles(lateness),
+            "early": early,
+            "lost": lost,
+            "beyond_grace": beyond_grace,
+            "stale_delivered": int((in_window0 & o["forbidden0"] & o["replaced"] & delivered0).sum()),
+            "cancelled_delivered": int((in_window0 & o["forbidden0"] & o["cancelled"] & delivered0).sum()),
+            "superseded_late_delivered": int((in_window0 & o["allowed0"] & delivered0).sum()),
+            "duplicates": int(
+                np.clip(o["copies"][in_window0, 0] - 1, 0, None).sum()
+                + np.clip(o["copies"][(due[:, 1] >= lo) & (due[:, 1] < hi), 1] - 1, 0, None).sum()
+            ),
+        }
+    )
     return figures
 
 
@@ -437,13 +510,22 @@ def herd_figures(ledger: Ledger, herd: int, count: int, t0_ms: int) -> dict:
     sent = int(ledger.herd_sent[herd])
     got = ledger.herd_delivered[herd, :sent]
     arrived = got[got != NONE]
-    figures = {"instant_s": round((due - t0_ms) / 1000, 1), "count": count, "sent": sent,
-               "delivered": int(len(arrived)), "lost": sent - int(len(arrived)),
-               "early": int((arrived < due).sum()),
-               "duplicates": int(np.clip(ledger.herd_copies[herd, :sent] - 1, 0, None).sum())}
+    figures = {
+        "instant_s": round((due - t0_ms) / 1000, 1),
+        "count": count,
+        "sent": sent,
+        "delivered": len(arrived),
+        "lost": sent - len(arrived),
+        "early": int((arrived < due).sum()),
+        "duplicates": int(np.clip(ledger.herd_copies[herd, :sent] - 1, 0, None).sum()),
+    }
     if len(arrived):
-        figures.update({"first_after_instant_s": round((int(arrived.min()) - due) / 1000, 3),
-                        "last_after_instant_s": round((int(arrived.max()) - due) / 1000, 3)})
+        figures.update(
+            {
+                "first_after_instant_s": round((int(arrived.min()) - due) / 1000, 3),
+                "last_after_instant_s": round((int(arrived.max()) - due) / 1000, 3),
+            }
+        )
     return figures
 
 
@@ -468,7 +550,7 @@ def sample_windows(samples: list[dict], windows: list[tuple[float, float]]) -> l
     return result
 
 
-def growth(samples: list[dict], name: str, after_s: float, end_s: float) -> Optional[dict]:
+def growth(samples: list[dict], name: str, after_s: float, end_s: float) -> dict | None:
     """The least-squares line through ``name``'s samples after ``after_s``: its value there and at ``end_s``, and
     the rise between them relative to the first (None with fewer than 3 samples)."""
     points = [(s["t"], s[name]) for s in samples if s.get("job_running") and s["t"] >= after_s and name in s]
@@ -478,9 +560,12 @@ def growth(samples: list[dict], name: str, after_s: float, end_s: float) -> Opti
     v = np.array([p[1] for p in points], dtype=float)
     slope, intercept = np.polyfit(t, v, 1)
     at_start, at_end = slope * after_s + intercept, slope * end_s + intercept
-    return {"fit_start_mib": round(at_start / 2**20, 1), "fit_end_mib": round(at_end / 2**20, 1),
-            "growth_pct": round(100 * (at_end - at_start) / at_start, 2) if at_start > 0 else None,
-            "samples": len(points)}
+    return {
+        "fit_start_mib": round(at_start / 2**20, 1),
+        "fit_end_mib": round(at_end / 2**20, 1),
+        "growth_pct": round(100 * (at_end - at_start) / at_start, 2) if at_start > 0 else None,
+        "samples": len(points),
+    }
 
 
 def batch_windows(lines: list[tuple[float, str]], t0: float, windows: list[tuple[float, float]]) -> list[dict]:
@@ -493,38 +578,68 @@ def batch_windows(lines: list[tuple[float, str]], t0: float, windows: list[tuple
     rows = []
     for start, end in windows:
         inside = [b for b in batches if start <= b[0] < end]
-        rows.append({"batches_logged": len(inside), "requests": sum(b[1] for b in inside),
-                     "batch_max_s": round(max((b[2] + b[3] for b in inside), default=0.0), 2),
-                     "state_max_s": round(max((b[2] for b in inside), default=0.0), 2)})
+        rows.append(
+            {
+                "batches_logged": len(inside),
+                "requests": sum(b[1] for b in inside),
+                "batch_max_s": round(max((b[2] + b[3] for b in inside), default=0.0), 2),
+                "state_max_s": round(max((b[2] for b in inside), default=0.0), 2),
+            }
+        )
     return rows
 
 
 def verdicts(windows: list[dict], herds: list[dict], flat: dict) -> dict:
     # A window whose schedules were all lost has no lateness: missed too.
-    late = [w["index"] for w in windows if w["due"] and (w["lateness_p99_s"] is None
-                                                          or w["lateness_p99_s"] > LATENESS_P99_TARGET_S)]
-    wrong = [w["index"] for w in windows
-             if w["early"] or w["lost"] or w["stale_delivered"] or w["cancelled_delivered"]]
-    grown = {name: f["growth_pct"] for name, f in flat.items() if f and f["growth_pct"] is not None
-             and f["growth_pct"] > 100 * GROWTH_LIMIT}
+    late = [
+        w["index"]
+        for w in windows
+        if w["due"] and (w["lateness_p99_s"] is None or w["lateness_p99_s"] > LATENESS_P99_TARGET_S)
+    ]
+    wrong = [w["index"] for w in windows if w["early"] or w["lost"] or w["stale_delivered"] or w["cancelled_delivered"]]
+    grown = {
+        name: f["growth_pct"]
+        for name, f in flat.items()
+        if f and f["growth_pct"] is not None and f["growth_pct"] > 100 * GROWTH_LIMIT
+    }
     herd_wrong = [h["instant_s"] for h in herds if h["early"] or h["lost"]]
     scrape_failures = sum(w.get("scrape_failures") or 0 for w in windows)
     return {
         "windows_lateness_p99_met": f"{len(windows) - len(late)} of {len(windows)}",
         "windows_lateness_p99_missed": late,
         "windows_with_early_lost_stale_or_cancelled": wrong,
-        "flat": "yes" if not grown and all(flat.values()) else ("no: " + ", ".join(
-            f"{k} +{v}%" for k, v in grown.items()) if grown else "not enough samples after the warm-up"),
+        "flat": "yes"
+        if not grown and all(flat.values())
+        else (
+            "no: " + ", ".join(f"{k} +{v}%" for k, v in grown.items())
+            if grown
+            else "not enough samples after the warm-up"
+        ),
         "herds_early_or_lost": herd_wrong,
         "scrape_failures": scrape_failures,
-        "met": bool(windows) and not late and not wrong and not grown and all(flat.values()) and not herd_wrong
-               and not scrape_failures,
+        "met": bool(windows)
+        and not late
+        and not wrong
+        and not grown
+        and all(flat.values())
+        and not herd_wrong
+        and not scrape_failures,
     }
 
 
-def summarize(ledger: Ledger, samples: list[dict], job_log: list[tuple[float, str]], t0: float, duration: float,
-              window: float, warm_up: float, grace: float, checked_ms: int, herd_instants: list[float],
-              herd_count: int) -> dict:
+def summarize(
+    ledger: Ledger,
+    samples: list[dict],
+    job_log: list[tuple[float, str]],
+    t0: float,
+    duration: float,
+    window: float,
+    warm_up: float,
+    grace: float,
+    checked_ms: int,
+    herd_instants: list[float],
+    herd_count: int,
+) -> dict:
     """The figures of a soak from what it recorded: per window, per herd, flatness, the verdicts; the series go in
     ``details`` (the result file keeps them, the chart draws them)."""
     t0_ms = int(t0 * 1000)
@@ -537,30 +652,53 @@ def summarize(ledger: Ledger, samples: list[dict], job_log: list[tuple[float, st
     memory_rows = sample_windows(samples, spans)
     batch_rows = batch_windows(job_log, t0, spans)
     for index, (start, stop) in enumerate(spans):
-        windows.append({"index": index, **window_figures(ledger, t0_ms, start, stop, checked_ms, grace),
-                        "herds": [h for h, instant in enumerate(herd_instants) if start <= instant < stop],
-                        **memory_rows[index], **batch_rows[index]})
+        windows.append(
+            {
+                "index": index,
+                **window_figures(ledger, t0_ms, start, stop, checked_ms, grace),
+                "herds": [h for h, instant in enumerate(herd_instants) if start <= instant < stop],
+                **memory_rows[index],
+                **batch_rows[index],
+            }
+        )
     herds = [herd_figures(ledger, herd, herd_count, t0_ms) for herd in range(len(herd_instants))]
     flat = {name: growth(samples, name, warm_up, duration) for name in (*process_tree.GROUPS[:3], "checkpoint_bytes")}
     verdict = verdicts(windows, herds, flat)
     total = window_figures(ledger, t0_ms, 0, duration, checked_ms, grace)
     running = [s for s in samples if s.get("job_running")]
-    figures = {"verdict": "met" if verdict["met"] else "missed", **{k: v for k, v in verdict.items() if k != "met"},
-               "schedules_sent": ledger.sent, "replaces_and_cancels_sent": int((ledger.follow[:ledger.sent] != 0).sum()),
-               "herds": len(herds), "herd_count": herd_count,
-               **{f"all_{k}": v for k, v in total.items() if k not in ("start_s", "end_s")},
-               "worst_window_lateness_p99_s": max((w["lateness_p99_s"] for w in windows
-                                                  if w["lateness_p99_s"] is not None), default=None),
-               "herd_last_after_instant_max_s": max((h.get("last_after_instant_s", 0) for h in herds), default=None),
-               "unknown_deliveries": ledger.unknown,
-               **{f"growth_{name}_pct": (f or {}).get("growth_pct") for name, f in flat.items()},
-               "peak_rss_total_mib": round(max((sum(s.get(g, 0) for g in process_tree.GROUPS[:3]) for s in running),
-                                               default=0) / 2**20),
-               "load_average_end": [round(v, 1) for v in os.getloadavg()]}
-    figures["details"] = {"windows": windows, "herd_figures": herds, "flat": flat, "samples": samples,
-                          "targets": {"lateness_p99_s": LATENESS_P99_TARGET_S, "growth_pct": 100 * GROWTH_LIMIT,
-                                      "warm_up_s": warm_up, "window_s": window, "duration_s": duration,
-                                      "herd_instants_s": herd_instants}}
+    figures = {
+        "verdict": "met" if verdict["met"] else "missed",
+        **{k: v for k, v in verdict.items() if k != "met"},
+        "schedules_sent": ledger.sent,
+        "replaces_and_cancels_sent": int((ledger.follow[: ledger.sent] != 0).sum()),
+        "herds": len(herds),
+        "herd_count": herd_count,
+        **{f"all_{k}": v for k, v in total.items() if k not in ("start_s", "end_s")},
+        "worst_window_lateness_p99_s": max(
+            (w["lateness_p99_s"] for w in windows if w["lateness_p99_s"] is not None), default=None
+        ),
+        "herd_last_after_instant_max_s": max((h.get("last_after_instant_s", 0) for h in herds), default=None),
+        "unknown_deliveries": ledger.unknown,
+        **{f"growth_{name}_pct": (f or {}).get("growth_pct") for name, f in flat.items()},
+        "peak_rss_total_mib": round(
+            max((sum(s.get(g, 0) for g in process_tree.GROUPS[:3]) for s in running), default=0) / 2**20
+        ),
+        "load_average_end": [round(v, 1) for v in os.getloadavg()],
+    }
+    figures["details"] = {
+        "windows": windows,
+        "herd_figures": herds,
+        "flat": flat,
+        "samples": samples,
+        "targets": {
+            "lateness_p99_s": LATENESS_P99_TARGET_S,
+            "growth_pct": 100 * GROWTH_LIMIT,
+            "warm_up_s": warm_up,
+            "window_s": window,
+            "duration_s": duration,
+            "herd_instants_s": herd_instants,
+        },
+    }
     return figures
 
 
@@ -574,15 +712,22 @@ def soak(env: Environment, args) -> dict:
 
     settle_arguments(args)
     port = free_port()
-    job_args = argparse.Namespace(**{**vars(args), "scheduler_args": (*args.scheduler_args, "--metrics-port",
-                                                                     str(port))})
+    job_args = argparse.Namespace(
+        **{**vars(args), "scheduler_args": (*args.scheduler_args, "--metrics-port", str(port))}
+    )
     scheduler = _warmed_up(env, job_args)
     requests_topic = f"{scheduler.app_id}-schedule-requests"
     destination = env.topic("soak", partitions=4)
-    herd_instants = [] if args.herd_count <= 0 else \
-        [args.herd_every / 2 + k * args.herd_every for k in range(int(args.duration // args.herd_every) + 1)
-         if args.herd_every / 2 + k * args.herd_every < args.duration]
-    capacity = int(math.ceil(args.rate * args.duration)) + 1
+    herd_instants = (
+        []
+        if args.herd_count <= 0
+        else [
+            args.herd_every / 2 + k * args.herd_every
+            for k in range(int(args.duration // args.herd_every) + 1)
+            if args.herd_every / 2 + k * args.herd_every < args.duration
+        ]
+    )
+    capacity = math.ceil(args.rate * args.duration) + 1
     ledger = Ledger(capacity, len(herd_instants), args.herd_count)
     exactly_once = "--exactly-once" in args.scheduler_args
     reader = Deliveries(env.bootstrap, destination, ledger, committed=exactly_once)
@@ -597,12 +742,17 @@ def soak(env: Environment, args) -> dict:
     for herd, instant in enumerate(herd_instants):
         ledger.herd_due[herd] = t0_ms + int(instant * 1000)
     herd_sends = [(max(0.0, instant - herd_lead), herd) for herd, instant in enumerate(herd_instants)]
-    log(f"soak: {args.duration:.0f}s: {args.rate:g} schedules/s with ids due {DUE_MIN_S:.0f}-{args.due_max:.0f}s "
+    log(
+        f"soak: {args.duration:.0f}s: {args.rate:g} schedules/s with ids due {DUE_MIN_S:.0f}-{args.due_max:.0f}s "
         f"ahead ({REPLACE_SHARE:.0%} replaced, {CANCEL_SHARE:.0%} cancelled); "
-        + (f"herds of {args.herd_count:,} at " + ", ".join(f"{i:.0f}s" for i in herd_instants)
-           if herd_instants else "no herds")
+        + (
+            f"herds of {args.herd_count:,} at " + ", ".join(f"{i:.0f}s" for i in herd_instants)
+            if herd_instants
+            else "no herds"
+        )
         + f"; scrapes every {args.scrape_every:.0f}s on port {port}; windows of {args.window:.0f}s, "
-          f"flat after {args.warm_up:.0f}s")
+        f"flat after {args.warm_up:.0f}s"
+    )
     sampler = Sampler(scheduler, port, t0, args.scrape_every)
     sampler.start()
     herd_threads: list[threading.Thread] = []
@@ -610,7 +760,7 @@ def soak(env: Environment, args) -> dict:
     wait_until(lambda: time.time() >= t0, 5, "T0", interval=0.01)
     end = t0 + args.duration
     next_report = t0 + max(args.window, 60)
-    ended: Optional[str] = None  # why the job stopped under the load: the figures then cover the time until then
+    ended: str | None = None  # why the job stopped under the load: the figures then cover the time until then
     while (now := time.time()) < end:
         try:
             scheduler.assert_running()
@@ -621,9 +771,12 @@ def soak(env: Environment, args) -> dict:
         while herd_sends and t0 + herd_sends[0][0] <= now:
             _, herd = herd_sends.pop(0)
             log(f"  sending herd {herd} ({args.herd_count:,}, due at {herd_instants[herd]:.0f}s)")
-            thread = threading.Thread(target=send_herd, daemon=True, name=f"soak-herd-{herd}",
-                                      args=(env.bootstrap, requests_topic, destination, ledger, herd,
-                                            args.herd_count))
+            thread = threading.Thread(
+                target=send_herd,
+                daemon=True,
+                name=f"soak-herd-{herd}",
+                args=(env.bootstrap, requests_topic, destination, ledger, herd, args.herd_count),
+            )
             thread.start()
             herd_threads.append(thread)
         while follow_ups and follow_ups[0][0] <= now:
@@ -647,21 +800,26 @@ def soak(env: Environment, args) -> dict:
             if roll < REPLACE_SHARE + CANCEL_SHARE and room > 0:
                 at = sent + 1.0 + rng.uniform(0, room)
                 if roll < REPLACE_SHARE:
-                    heapq.heappush(follow_ups, (at, row, FOLLOW_REPLACE,
-                                                int((at + rng.uniform(DUE_MIN_S, args.due_max)) * 1000)))
+                    heapq.heappush(
+                        follow_ups, (at, row, FOLLOW_REPLACE, int((at + rng.uniform(DUE_MIN_S, args.due_max)) * 1000))
+                    )
                 else:
                     heapq.heappush(follow_ups, (at, row, FOLLOW_CANCEL, 0))
         requests.poll()
         if now >= next_report:
             next_report += max(args.window, 60)
             sample = sampler.samples[-1] if sampler.samples else {}
-            log(f"  {now - t0:.0f}s: {ledger.sent:,} schedules sent, {reader.read:,} deliveries read; job "
+            log(
+                f"  {now - t0:.0f}s: {ledger.sent:,} schedules sent, {reader.read:,} deliveries read; job "
                 f"{sum(sample.get(g, 0) for g in process_tree.GROUPS[:3]) / 2**20:,.0f} MiB, checkpoint "
-                f"{sample.get('checkpoint_bytes', 0) / 2**20:,.1f} MiB, health {sample.get('health')}")
+                f"{sample.get('checkpoint_bytes', 0) / 2**20:,.1f} MiB, health {sample.get('health')}"
+            )
         time.sleep(0.005)
     if ended is None:
-        log(f"soak: load done ({ledger.sent:,} schedules, {len(ledger.follow_where):,} replaces and cancels); "
-            f"waiting {args.grace:.0f}s for the last window's schedules")
+        log(
+            f"soak: load done ({ledger.sent:,} schedules, {len(ledger.follow_where):,} replaces and cancels); "
+            f"waiting {args.grace:.0f}s for the last window's schedules"
+        )
     requests.flush()
     for thread in herd_threads:
         thread.join(300)
@@ -669,32 +827,62 @@ def soak(env: Environment, args) -> dict:
         raise RuntimeError(f"{requests.failed} requests were not acknowledged by the broker")
     if ended is None:
         try:
-            figures = _settled_figures(env, requests_topic, ledger, reader, sampler, watcher, scheduler, t0, end,
-                                       args, herd_instants)
+            figures = _settled_figures(
+                env, requests_topic, ledger, reader, sampler, watcher, scheduler, t0, end, args, herd_instants
+            )
         except JobNotRunning as exc:
             ended = " ".join(str(exc).split("--- log tail")[0].split())[:500]
             log(f"soak: the job ended at {time.time() - t0:.0f}s, after the load: {ended}")
     if ended is not None:
-        figures = _ended_figures(ended, min(time.time() - t0, args.duration + args.grace), ledger, reader, sampler,
-                                 watcher, scheduler, t0, args, herd_instants)
+        figures = _ended_figures(
+            ended,
+            min(time.time() - t0, args.duration + args.grace),
+            ledger,
+            reader,
+            sampler,
+            watcher,
+            scheduler,
+            t0,
+            args,
+            herd_instants,
+        )
     for w in figures["details"]["windows"]:
-        log(f"  window {w['index']} [{w['start_s']:.0f}-{w['end_s']:.0f}s): due {w['due']:,}, p50 "
+        log(
+            f"  window {w['index']} [{w['start_s']:.0f}-{w['end_s']:.0f}s): due {w['due']:,}, p50 "
             f"{w['lateness_p50_s']}s p99 {w['lateness_p99_s']}s max {w['lateness_max_s']}s, early {w['early']}, "
             f"lost {w['lost']}, stale {w['stale_delivered']}, cancelled {w['cancelled_delivered']}; JVM "
             f"{w['jvm_mean_mib']} MiB, driver {w['python_driver_mean_mib']} MiB, workers "
             f"{w['python_workers_mean_mib']} MiB, checkpoint {w['checkpoint_bytes_mean_mib']} MiB; batch max "
-            f"{w['batch_max_s']}s" + (f"; herd {w['herds']}" if w["herds"] else ""))
+            f"{w['batch_max_s']}s" + (f"; herd {w['herds']}" if w["herds"] else "")
+        )
     for h in figures["details"]["herd_figures"]:
-        log(f"  herd at {h['instant_s']:.0f}s: {h['delivered']:,} of {h['sent']:,}, first "
-            f"{h.get('first_after_instant_s')}s, last {h.get('last_after_instant_s')}s, early {h['early']}")
+        log(
+            f"  herd at {h['instant_s']:.0f}s: {h['delivered']:,} of {h['sent']:,}, first "
+            f"{h.get('first_after_instant_s')}s, last {h.get('last_after_instant_s')}s, early {h['early']}"
+        )
     return figures
 
 
-def _settled_figures(env: Environment, requests_topic: str, ledger: Ledger, reader: "Deliveries", sampler: Sampler,
-                     watcher, scheduler, t0: float, end: float, args, herd_instants: list[float]) -> dict:
+def _settled_figures(
+    env: Environment,
+    requests_topic: str,
+    ledger: Ledger,
+    reader: Deliveries,
+    sampler: Sampler,
+    watcher,
+    scheduler,
+    t0: float,
+    end: float,
+    args,
+    herd_instants: list[float],
+) -> dict:
     """After the load: the grace, then the job settles, then the figures of the whole run."""
-    wait_until(lambda: scheduler.assert_running() or time.time() >= end + args.grace, args.grace + 5,
-               "the grace after the last window", interval=0.5)
+    wait_until(
+        lambda: scheduler.assert_running() or time.time() >= end + args.grace,
+        args.grace + 5,
+        "the grace after the last window",
+        interval=0.5,
+    )
     # A job behind its due times is still delivering: until it has committed every request and nothing came for
     # QUIET_S (at most --settle), then the destination is read to its end. Arrived late is lateness; never, lost.
     requests_end = env.end_offsets(requests_topic)
@@ -713,8 +901,17 @@ def _settled_figures(env: Environment, requests_topic: str, ledger: Ledger, read
     return _figures(ledger, reader, sampler, watcher, scheduler, t0, args.duration, args, herd_instants)
 
 
-def _figures(ledger: Ledger, reader: "Deliveries", sampler: Sampler, watcher, scheduler, t0: float, duration: float,
-             args, herd_instants: list[float]) -> dict:
+def _figures(
+    ledger: Ledger,
+    reader: Deliveries,
+    sampler: Sampler,
+    watcher,
+    scheduler,
+    t0: float,
+    duration: float,
+    args,
+    herd_instants: list[float],
+) -> dict:
     """Stop reading and sampling, then the figures of the first ``duration`` seconds."""
     checked_ms = int(time.time() * 1000)
     reader.finish()
@@ -727,12 +924,33 @@ def _figures(ledger: Ledger, reader: "Deliveries", sampler: Sampler, watcher, sc
             ledger.follow_committed[row] = committed
     job_log = scheduler.follower.snapshot() if scheduler.follower else []
     scheduler.stop()
-    return summarize(ledger, sampler.samples, job_log, t0, duration, args.window, args.warm_up, args.grace,
-                     checked_ms, [i for i in herd_instants if i < duration], args.herd_count)
+    return summarize(
+        ledger,
+        sampler.samples,
+        job_log,
+        t0,
+        duration,
+        args.window,
+        args.warm_up,
+        args.grace,
+        checked_ms,
+        [i for i in herd_instants if i < duration],
+        args.herd_count,
+    )
 
 
-def _ended_figures(ended: str, ended_s: float, ledger: Ledger, reader: "Deliveries", sampler: Sampler, watcher,
-                   scheduler, t0: float, args, herd_instants: list[float]) -> dict:
+def _ended_figures(
+    ended: str,
+    ended_s: float,
+    ledger: Ledger,
+    reader: Deliveries,
+    sampler: Sampler,
+    watcher,
+    scheduler,
+    t0: float,
+    args,
+    herd_instants: list[float],
+) -> dict:
     """The job stopped under the load: the figures of the windows that ended a grace before it did (what was due
     later may have been lost with it), the samples until then, and why it stopped. Always missed."""
     covered = max(0.0, ended_s - args.grace)
@@ -769,32 +987,67 @@ def chart(result_path: Path) -> Path:
     for group, colour in zip(labels, ("tab:blue", "tab:orange", "tab:green")):
         memory.plot(t, [s.get(group, 0) / 2**20 for s in running], color=colour, alpha=0.25, linewidth=0.8)
         if windows:
-            memory.step(edges, [w[f"{group}_mean_mib"] or 0 for w in windows]
-                        + [windows[-1][f"{group}_mean_mib"] or 0], where="post", color=colour, linewidth=2,
-                        label=f"{labels[group]}, mean per window")
+            memory.step(
+                edges,
+                [w[f"{group}_mean_mib"] or 0 for w in windows] + [windows[-1][f"{group}_mean_mib"] or 0],
+                where="post",
+                color=colour,
+                linewidth=2,
+                label=f"{labels[group]}, mean per window",
+            )
     heap = [(s["t"] / 60, s["jvm_heap_used"] / 2**20) for s in running if "jvm_heap_used" in s]
     if heap:
-        memory.plot([h[0] for h in heap], [h[1] for h in heap], color="tab:blue", linestyle=":", linewidth=1,
-                    label="JVM heap in use (garbage included)")
+        memory.plot(
+            [h[0] for h in heap],
+            [h[1] for h in heap],
+            color="tab:blue",
+            linestyle=":",
+            linewidth=1,
+            label="JVM heap in use (garbage included)",
+        )
     memory.set_ylabel("resident memory (MiB)")
     memory.legend(loc="best", fontsize=8)
     memory.set_ylim(bottom=0)
-    checkpoint.plot(t, [s.get("checkpoint_bytes", 0) / 2**20 for s in running], color="tab:purple", alpha=0.3,
-                    linewidth=0.8, label="every sample")
-    checkpoint.step(edges, [w["checkpoint_bytes_mean_mib"] or 0 for w in windows]
-                    + [windows[-1]["checkpoint_bytes_mean_mib"] or 0 for _ in windows[-1:]], where="post",
-                    color="tab:purple",
-                    linewidth=2, label="mean per window")
+    checkpoint.plot(
+        t,
+        [s.get("checkpoint_bytes", 0) / 2**20 for s in running],
+        color="tab:purple",
+        alpha=0.3,
+        linewidth=0.8,
+        label="every sample",
+    )
+    checkpoint.step(
+        edges,
+        [w["checkpoint_bytes_mean_mib"] or 0 for w in windows]
+        + [windows[-1]["checkpoint_bytes_mean_mib"] or 0 for _ in windows[-1:]],
+        where="post",
+        color="tab:purple",
+        linewidth=2,
+        label="mean per window",
+    )
     checkpoint.set_ylabel("checkpoint size (MiB)")
     checkpoint.legend(loc="best", fontsize=8)
     checkpoint.set_ylim(bottom=0)
     floor = 0.001
-    for key, colour, label in (("lateness_p50_s", "tab:green", "p50"), ("lateness_p99_s", "tab:orange", "p99"),
-                               ("lateness_max_s", "tab:red", "max")):
-        lateness.plot(mid, [max(floor, w[key]) if w[key] is not None else None for w in windows], marker="o",
-                      color=colour, label=f"lateness {label} (schedules due in the window)")
-    lateness.axhline(targets["lateness_p99_s"], color="tab:orange", linestyle="--", linewidth=1,
-                     label=f"p99 target {targets['lateness_p99_s'] * 1000:.0f} ms")
+    for key, colour, label in (
+        ("lateness_p50_s", "tab:green", "p50"),
+        ("lateness_p99_s", "tab:orange", "p99"),
+        ("lateness_max_s", "tab:red", "max"),
+    ):
+        lateness.plot(
+            mid,
+            [max(floor, w[key]) if w[key] is not None else None for w in windows],
+            marker="o",
+            color=colour,
+            label=f"lateness {label} (schedules due in the window)",
+        )
+    lateness.axhline(
+        targets["lateness_p99_s"],
+        color="tab:orange",
+        linestyle="--",
+        linewidth=1,
+        label=f"p99 target {targets['lateness_p99_s'] * 1000:.0f} ms",
+    )
     lateness.set_yscale("log")
     lateness.set_ylabel("lateness (s, log)")
     lateness.set_xlabel("minutes since the load started")
@@ -802,8 +1055,7 @@ def chart(result_path: Path) -> Path:
         for axis in axes:
             axis.axvline(herd["instant_s"] / 60, color="grey", linestyle=":", linewidth=1)
         if herd.get("last_after_instant_s") is not None:
-            lateness.plot(herd["instant_s"] / 60, max(floor, herd["last_after_instant_s"]), marker="^",
-                          color="grey")
+            lateness.plot(herd["instant_s"] / 60, max(floor, herd["last_after_instant_s"]), marker="^", color="grey")
     lateness.plot([], [], marker="^", color="grey", linestyle=":", label="herd instant; ^ its last delivery")
     lateness.legend(loc="best", fontsize=8)
     for axis in axes:
@@ -811,11 +1063,14 @@ def chart(result_path: Path) -> Path:
         axis.grid(True, alpha=0.3)
     f = record["figures"]
     wrong = f["windows_with_early_lost_stale_or_cancelled"]
-    fig.suptitle(f"bench soak {record['finished_at']} ({record['git_commit'][:12]}), "
-                 f"{_span(targets['duration_s'])}: targets {f['verdict']}\n"
-                 f"lateness p99 <= {targets['lateness_p99_s'] * 1000:.0f} ms in {f['windows_lateness_p99_met']} "
-                 f"windows; {'windows with early/lost/stale: ' + str(wrong) if wrong else 'nothing early, lost or stale'}"
-                 f"\nflat after {_span(targets['warm_up_s'])}: {f['flat']}", fontsize=9)
+    fig.suptitle(
+        f"bench soak {record['finished_at']} ({record['git_commit'][:12]}), "
+        f"{_span(targets['duration_s'])}: targets {f['verdict']}\n"
+        f"lateness p99 <= {targets['lateness_p99_s'] * 1000:.0f} ms in {f['windows_lateness_p99_met']} "
+        f"windows; {'windows with early/lost/stale: ' + str(wrong) if wrong else 'nothing early, lost or stale'}"
+        f"\nflat after {_span(targets['warm_up_s'])}: {f['flat']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     path = Path(result_path).with_suffix(".png")
     fig.savefig(path, dpi=100)

@@ -14,8 +14,8 @@ version may be delivered, and that is counted (``superseded_late``), not failed.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
 
 DELIVERY_ID = "x-scheduler-delivery-id"
 
@@ -24,33 +24,42 @@ DELIVERY_ID = "x-scheduler-delivery-id"
 # instant: the deliveries by which "never early" is exercised (a writer writing early would have made them early).
 ON_TIME_MS = 100
 
-VIOLATIONS = ("lost", "early", "cancelled_delivered", "stale_version", "wrong_content", "unknown_delivery",
-              "missing_delivery_id", "duplicate_id_mismatch")
+VIOLATIONS = (
+    "lost",
+    "early",
+    "cancelled_delivered",
+    "stale_version",
+    "wrong_content",
+    "unknown_delivery",
+    "missing_delivery_id",
+    "duplicate_id_mismatch",
+)
 
 
 @dataclass(frozen=True)
 class Sent:
     """One request as the suite sent it."""
+
     sid: str
     seq: int  # order among the requests of ``sid``
     action: str  # "schedule", "replace" or "cancel"
-    version: Optional[str] = None  # None for a cancel
-    due_ms: Optional[int] = None  # the due time the scheduler reads from the request (dialect rounding applied)
-    key: Optional[bytes] = None  # what a delivery of this version carries
-    value: Optional[bytes] = None
-    committed_ms: Optional[int] = None  # first seen covered by a committed batch; None: never seen
+    version: str | None = None  # None for a cancel
+    due_ms: int | None = None  # the due time the scheduler reads from the request (dialect rounding applied)
+    key: bytes | None = None  # what a delivery of this version carries
+    value: bytes | None = None
+    committed_ms: int | None = None  # first seen covered by a committed batch; None: never seen
 
 
 @dataclass(frozen=True)
 class Delivery:
-    key: Optional[bytes]
-    value: Optional[bytes]
+    key: bytes | None
+    value: bytes | None
     appended_ms: int  # the broker's append time (destination topics use LogAppendTime)
-    delivery_id: Optional[bytes]
+    delivery_id: bytes | None
     where: str = ""  # topic-partition@offset, for the examples in the report
 
 
-def version_of(value: Optional[bytes]) -> Optional[tuple[str, str]]:
+def version_of(value: bytes | None) -> tuple[str, str] | None:
     """(sid, version) of a delivered value written by ``value_for``; None for anything else."""
     if not value:
         return None
@@ -83,8 +92,9 @@ class Verdict:
         return not self.failures
 
 
-def check(sent: Iterable[Sent], deliveries: Iterable[Delivery], expect_no_duplicates: bool = False,
-          examples_per_kind: int = 5) -> Verdict:
+def check(
+    sent: Iterable[Sent], deliveries: Iterable[Delivery], expect_no_duplicates: bool = False, examples_per_kind: int = 5
+) -> Verdict:
     by_sid: dict[str, list[Sent]] = defaultdict(list)
     for request in sent:
         by_sid[request.sid].append(request)
@@ -132,26 +142,48 @@ def check(sent: Iterable[Sent], deliveries: Iterable[Delivery], expect_no_duplic
         if delivery.key != request.key or delivery.value != request.value:
             violation("wrong_content", {"sid": key[0], "version": key[1], "where": delivery.where})
         if delivery.appended_ms < request.due_ms:
-            violation("early", {"sid": key[0], "version": key[1], "due_ms": request.due_ms,
-                                "appended_ms": delivery.appended_ms, "where": delivery.where})
+            violation(
+                "early",
+                {
+                    "sid": key[0],
+                    "version": key[1],
+                    "due_ms": request.due_ms,
+                    "appended_ms": delivery.appended_ms,
+                    "where": delivery.where,
+                },
+            )
         if key in forbidden:
             after = by_sid[key[0]][by_sid[key[0]].index(request) + 1]
-            violation(forbidden[key], {"sid": key[0], "version": key[1], "due_ms": request.due_ms,
-                                       "superseded_committed_ms": after.committed_ms, "where": delivery.where})
+            violation(
+                forbidden[key],
+                {
+                    "sid": key[0],
+                    "version": key[1],
+                    "due_ms": request.due_ms,
+                    "superseded_committed_ms": after.committed_ms,
+                    "where": delivery.where,
+                },
+            )
 
-    lateness_ms = sorted(min(c.appended_ms for c in delivered[key]) - versions[key].due_ms
-                         for key in required if key in delivered)
+    lateness_ms = sorted(
+        min(c.appended_ms for c in delivered[key]) - versions[key].due_ms for key in required if key in delivered
+    )
 
-    def quantile(fraction: float) -> Optional[float]:
-        return round(lateness_ms[min(len(lateness_ms) - 1, int(fraction * len(lateness_ms)))] / 1000, 3) \
-            if lateness_ms else None
+    def quantile(fraction: float) -> float | None:
+        return (
+            round(lateness_ms[min(len(lateness_ms) - 1, int(fraction * len(lateness_ms)))] / 1000, 3)
+            if lateness_ms
+            else None
+        )
 
     duplicates = 0
     for key, copies in delivered.items():
         duplicates += len(copies) - 1
         if len({c.delivery_id for c in copies}) > 1:
-            violation("duplicate_id_mismatch", {"sid": key[0], "version": key[1],
-                                                "delivery_ids": sorted({repr(c.delivery_id) for c in copies})})
+            violation(
+                "duplicate_id_mismatch",
+                {"sid": key[0], "version": key[1], "delivery_ids": sorted({repr(c.delivery_id) for c in copies})},
+            )
     for key in sorted(required):
         if key not in delivered:
             violation("lost", {"sid": key[0], "version": key[1], "due_ms": versions[key].due_ms})

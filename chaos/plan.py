@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Optional
 
 SUPERSEDE_LEAD_S = 10.0  # replaces and cancels leave the job this long before the due time they act on
 FIRST_FAULT_S = 30.0  # the first fault comes after the job has ingested for a while
@@ -43,11 +42,11 @@ class PlannedRequest:
     dialect: str
     seq: int  # 0 for the ADD, then 1, 2 for what follows it
     action: str  # "schedule", "replace" or "cancel"
-    due_s: Optional[float]  # None for a cancel; may be before at_s (already due)
+    due_s: float | None  # None for a cancel; may be before at_s (already due)
     destination: int  # index of the destination topic
 
     @property
-    def version(self) -> Optional[str]:
+    def version(self) -> str | None:
         return None if self.action == "cancel" else f"v{self.seq}"
 
 
@@ -66,8 +65,9 @@ class Plan:
     counts: dict = field(default_factory=dict)
 
 
-def fault_times(kills: int, broker_restarts: int, spread_s: float,
-                allowance_s: float = RESTART_ALLOWANCE_S) -> list[Fault]:
+def fault_times(
+    kills: int, broker_restarts: int, spread_s: float, allowance_s: float = RESTART_ALLOWANCE_S
+) -> list[Fault]:
     """Kills cycle through ingest, herd and writes; the broker restarts come after the first kill."""
     kinds = [FAULT_KINDS[i % len(FAULT_KINDS)] for i in range(kills)]
     for n in range(broker_restarts):
@@ -82,8 +82,14 @@ def plan_end_s(kills: int, broker_restarts: int, spread_s: float, allowance_s: f
     return max(spread_s, (faults[-1].at_s if faults else 0.0) + allowance_s)
 
 
-def paced(count: Optional[int], pace: str, kills: int, broker_restarts: int, spread_s: float,
-          allowance_s: float = RESTART_ALLOWANCE_S) -> tuple[int, float]:
+def paced(
+    count: int | None,
+    pace: str,
+    kills: int,
+    broker_restarts: int,
+    spread_s: float,
+    allowance_s: float = RESTART_ALLOWANCE_S,
+) -> tuple[int, float]:
     """(count, spread_s) for a pace: at "keep-up" no more than KEEP_UP_PER_S schedules per second of the plan
     (``count`` None: as many as that allows; a larger count stretches the spread), the same faults either way."""
     if pace not in PACES:
@@ -95,8 +101,16 @@ def paced(count: Optional[int], pace: str, kills: int, broker_restarts: int, spr
     return count, max(spread_s, count / KEEP_UP_PER_S)
 
 
-def make_plan(count: int, kills: int, broker_restarts: int, spread_s: float, seed: int, dialects: list[str],
-              destinations: int = 2, allowance_s: float = RESTART_ALLOWANCE_S) -> Plan:
+def make_plan(
+    count: int,
+    kills: int,
+    broker_restarts: int,
+    spread_s: float,
+    seed: int,
+    dialects: list[str],
+    destinations: int = 2,
+    allowance_s: float = RESTART_ALLOWANCE_S,
+) -> Plan:
     rng = random.Random(seed)
     faults = fault_times(kills, broker_restarts, spread_s, allowance_s)
     last_fault = faults[-1].at_s if faults else 0.0
@@ -104,8 +118,7 @@ def make_plan(count: int, kills: int, broker_restarts: int, spread_s: float, see
     # A herd falls due on a whole second (karafka and ETF1 carry seconds, so their members fall due with the
     # rest), and its kill comes 0.05-0.4 s later, while the writer is writing it.
     herds = [float(int(f.at_s)) for f in faults if f.kind == "herd"]
-    faults = [Fault(int(f.at_s) + round(rng.uniform(0.05, 0.4), 2), f.kind) if f.kind == "herd" else f
-              for f in faults]
+    faults = [Fault(int(f.at_s) + round(rng.uniform(0.05, 0.4), 2), f.kind) if f.kind == "herd" else f for f in faults]
     bursts = [f.at_s - rng.uniform(1.0, 3.0) for f in faults if f.kind == "ingest"]
 
     requests: list[PlannedRequest] = []
@@ -138,11 +151,11 @@ def make_plan(count: int, kills: int, broker_restarts: int, spread_s: float, see
         requests.append(PlannedRequest(at, sid, dialect, 0, "schedule", due, destination))
         seq, last_at = 0, at
 
-        def room() -> bool:  # a request fits no later than SUPERSEDE_LEAD_S before the due time it acts on
+        def room(due: float, last_at: float) -> bool:  # fits no later than SUPERSEDE_LEAD_S before the due
             return due - SUPERSEDE_LEAD_S - last_at > 1.0
 
         roll = rng.random()
-        if roll < REPLACE_SHARE and room():
+        if roll < REPLACE_SHARE and room(due, last_at):
             seq += 1
             last_at = rng.uniform(last_at + 0.5, due - SUPERSEDE_LEAD_S)
             # A herd member keeps the herd's instant; the others move, earlier or later.
@@ -150,7 +163,8 @@ def make_plan(count: int, kills: int, broker_restarts: int, spread_s: float, see
             requests.append(PlannedRequest(last_at, sid, dialect, seq, "replace", due, destination))
             counts["replaces"] += 1
         # Cancels: CANCEL_SHARE of the ids, a fifth of them after a replace.
-        if (REPLACE_SHARE <= roll < REPLACE_SHARE + CANCEL_SHARE * 0.8 or roll < CANCEL_SHARE * 0.2) and room():
+        cancelled = REPLACE_SHARE <= roll < REPLACE_SHARE + CANCEL_SHARE * 0.8 or roll < CANCEL_SHARE * 0.2
+        if cancelled and room(due, last_at):
             seq += 1
             last_at = rng.uniform(last_at + 0.5, due - SUPERSEDE_LEAD_S)
             requests.append(PlannedRequest(last_at, sid, dialect, seq, "cancel", None, destination))

@@ -20,21 +20,20 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Optional
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from bench.harness import git_commit, machine
-from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
-from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.client.encoders import DIALECTS, effective_due, encode
-from kafka_scheduler.kafka.topics import wait_for_broker
+from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.harness.job_process import JobProcess
 from kafka_scheduler.harness.topic_reader import TopicReader
 from kafka_scheduler.harness.waiting import wait_until
+from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
+from kafka_scheduler.kafka.topics import wait_for_broker
 
 from .checker import DELIVERY_ID, Delivery, Sent, Verdict, check, value_for, version_of
 from .plan import FULL_COUNT, KEEP_UP_PER_S, PACES, Plan, make_plan, paced
@@ -92,7 +91,7 @@ class CommitWatcher(threading.Thread):
                             ends.append(offset)
                             self.latest[(topic, partition)] = offset
 
-    def committed_ms(self, topic: str, partition: int, offset: int) -> Optional[int]:
+    def committed_ms(self, topic: str, partition: int, offset: int) -> int | None:
         with self._lock:
             times, ends = self.seen.get((topic, partition), ([], []))
             index = bisect.bisect_right(ends, offset)  # the first end beyond the record: the batch covered it
@@ -111,12 +110,12 @@ class Outgoing:
     planned: object  # PlannedRequest
     topic: str
     key: bytes
-    value: Optional[bytes]
+    value: bytes | None
     headers: list
-    due_ms: Optional[int]
-    partition: Optional[int] = None
-    offset: Optional[int] = None
-    error: Optional[str] = None
+    due_ms: int | None
+    partition: int | None = None
+    offset: int | None = None
+    error: str | None = None
 
 
 def padding(sid: str, version: str) -> int:
@@ -132,29 +131,45 @@ class Sender(threading.Thread):
         self.t0_ms = t0_ms
         # Long timeouts: requests sent while the broker restarts wait in the producer and go when it is back
         # (its refused connections meanwhile are expected: not logged).
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                                  "linger.ms": 5, "message.timeout.ms": 600_000, "log_level": 0,
-                                  "queue.buffering.max.messages": 2_000_000})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 600_000,
+                "log_level": 0,
+                "queue.buffering.max.messages": 2_000_000,
+            }
+        )
         topic_of = {dialect: topic for topic, dialect in inputs.items()}
         self.outgoing = [self._encode(r, topic_of[r.dialect], destinations) for r in plan.requests]
         self.sent = 0
-        self.failure: Optional[BaseException] = None
+        self.failure: BaseException | None = None
 
     def _encode(self, request, topic: str, destinations: list[str]) -> Outgoing:
         due_ms = None
         due = None
         value = None
         if request.due_s is not None:
-            due = effective_due(request.dialect, datetime.fromtimestamp(
-                (self.t0_ms + round(request.due_s * 1000)) / 1000, timezone.utc))
+            due = effective_due(
+                request.dialect, datetime.fromtimestamp((self.t0_ms + round(request.due_s * 1000)) / 1000, UTC)
+            )
             due_ms = round(due.timestamp() * 1000)
             value = value_for(request.sid, request.version, padding(request.sid, request.version))
-        record = encode(request.dialect, request.action, request_id=request.sid,
-                        topic=destinations[request.destination] if due else None, due=due,
-                        key=request.sid if due else None, value=value)
+        record = encode(
+            request.dialect,
+            request.action,
+            request_id=request.sid,
+            topic=destinations[request.destination] if due else None,
+            due=due,
+            key=request.sid if due else None,
+            value=value,
+        )
         # A native cancel has no key of its own; the id as key routes it to the partition of the id's other requests.
-        return Outgoing(request, topic, record.key or request.sid.encode(), record.value, list(record.headers or ()),
-                        due_ms)
+        return Outgoing(
+            request, topic, record.key or request.sid.encode(), record.value, list(record.headers or ()), due_ms
+        )
 
     def run(self) -> None:
         try:
@@ -166,7 +181,7 @@ class Sender(threading.Thread):
             remaining = self.producer.flush(900)
             if remaining:
                 raise RuntimeError(f"{remaining} requests still unacknowledged after 900 s")
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             self.failure = exc
 
     def _produce(self, item: Outgoing) -> None:
@@ -178,8 +193,9 @@ class Sender(threading.Thread):
 
         while True:
             try:
-                self.producer.produce(item.topic, key=item.key, value=item.value, headers=item.headers,
-                                      on_delivery=on_delivery)
+                self.producer.produce(
+                    item.topic, key=item.key, value=item.value, headers=item.headers, on_delivery=on_delivery
+                )
                 break
             except BufferError:
                 self.producer.poll(0.05)
@@ -214,9 +230,13 @@ class DeliveryCollector(threading.Thread):
 
     def take(self, message) -> None:
         delivery_ids = [v for k, v in message.headers() or [] if k == DELIVERY_ID]
-        delivery = Delivery(message.key(), message.value(), message.timestamp()[1],
-                            delivery_ids[0] if len(delivery_ids) == 1 else None,
-                            f"{message.topic()}-{message.partition()}@{message.offset()}")
+        delivery = Delivery(
+            message.key(),
+            message.value(),
+            message.timestamp()[1],
+            delivery_ids[0] if len(delivery_ids) == 1 else None,
+            f"{message.topic()}-{message.partition()}@{message.offset()}",
+        )
         with self._lock:
             self.deliveries.append(delivery)
             self.last_delivery = time.time()
@@ -230,8 +250,9 @@ class DeliveryCollector(threading.Thread):
 
     def caught_up(self, bootstrap: str) -> bool:
         """Read up to the current end of every destination partition."""
-        probe = TopicReader(bootstrap, sorted({tp.topic for tp in self.reader.partitions}), committed=True,
-                            settings={"log_level": 0})
+        probe = TopicReader(
+            bootstrap, sorted({tp.topic for tp in self.reader.partitions}), committed=True, settings={"log_level": 0}
+        )
         try:
             ends = probe.ends()
         finally:
@@ -245,18 +266,18 @@ class DeliveryCollector(threading.Thread):
 
 @dataclass
 class Options:
-    count: Optional[int] = FULL_COUNT  # None: as many as the pace allows (plan.paced)
+    count: int | None = FULL_COUNT  # None: as many as the pace allows (plan.paced)
     kills: int = 5
     broker_restarts: int = 1
     minutes: float = 4.0
-    seed: Optional[int] = None
+    seed: int | None = None
     scheduler_args: tuple = ()
     expect_no_duplicates: bool = False
     keep: bool = False
     dialects: tuple = DIALECTS
-    workdir: Optional[Path] = None
-    results_dir: Optional[Path] = RESULTS_DIR
-    restart_allowance_s: Optional[float] = None  # least time between faults (default: plan.RESTART_ALLOWANCE_S)
+    workdir: Path | None = None
+    results_dir: Path | None = RESULTS_DIR
+    restart_allowance_s: float | None = None  # least time between faults (default: plan.RESTART_ALLOWANCE_S)
     pace: str = "full"  # plan.PACES: "keep-up" sends few enough per second that the job stays ahead of its due times
 
 
@@ -265,7 +286,7 @@ class Outcome:
     verdict: Verdict
     figures: dict
     faults: list = field(default_factory=list)
-    result_path: Optional[Path] = None
+    result_path: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -277,12 +298,12 @@ class Run:
         self.options = options
         self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(1_000_000)
         self.workdir = options.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
-        self.broker: Optional[LocalBroker] = None
-        self.scheduler: Optional[JobProcess] = None
+        self.broker: LocalBroker | None = None
+        self.scheduler: JobProcess | None = None
         self.faults: list[dict] = []
         self.unexpected_exits: list[str] = []
         self.expected_down = False
-        self.batch_at_start: Optional[int] = None
+        self.batch_at_start: int | None = None
 
     # The job must keep running between our own kills; if it stops by itself, that is noted and it is restarted.
     def guard(self) -> None:
@@ -316,13 +337,19 @@ class Run:
         plan_kwargs = {} if o.restart_allowance_s is None else {"allowance_s": o.restart_allowance_s}
         count, spread_s = paced(o.count, o.pace, o.kills, o.broker_restarts, o.minutes * 60, **plan_kwargs)
         self.count = count
-        plan = make_plan(count, o.kills, o.broker_restarts, spread_s, self.seed, list(o.dialects),
-                         DESTINATIONS, **plan_kwargs)
-        log(f"pace {o.pace}: {count / plan.end_s:,.0f} schedules/s ({len(plan.requests) / plan.end_s:,.0f} "
-            f"requests/s) over {plan.end_s:.0f}s")
-        log(f"seed {self.seed}; work folder {self.workdir}; {len(plan.requests):,} requests for {count:,} "
+        plan = make_plan(
+            count, o.kills, o.broker_restarts, spread_s, self.seed, list(o.dialects), DESTINATIONS, **plan_kwargs
+        )
+        log(
+            f"pace {o.pace}: {count / plan.end_s:,.0f} schedules/s ({len(plan.requests) / plan.end_s:,.0f} "
+            f"requests/s) over {plan.end_s:.0f}s"
+        )
+        log(
+            f"seed {self.seed}; work folder {self.workdir}; {len(plan.requests):,} requests for {count:,} "
             f"schedules ({', '.join(f'{k} {v:,}' for k, v in plan.counts.items() if k != 'schedules')}); faults at "
-            + ", ".join(f"{f.at_s:.1f}s {f.kind}" for f in plan.faults) + f"; last due at {plan.end_s:.0f}s")
+            + ", ".join(f"{f.at_s:.1f}s {f.kind}" for f in plan.faults)
+            + f"; last due at {plan.end_s:.0f}s"
+        )
         self.broker = LocalBroker(free_port(), self.workdir / "broker", heap="512m")
         log(f"starting a broker on port {self.broker.port}")
         self.broker.start()
@@ -332,13 +359,15 @@ class Run:
         destinations = [f"chaos-out-{i}" for i in range(DESTINATIONS)]
         inputs = {f"{app_id}-schedule-requests": "native"} if "native" in o.dialects else {}
         inputs.update({f"chaos-in-{d}": d for d in o.dialects if d != "native"})
-        topics = [NewTopic(t, PARTITIONS, 1, config={"message.timestamp.type": "LogAppendTime"})
-                  for t in destinations] + [NewTopic(t, PARTITIONS, 1) for t in inputs]
+        topics = [
+            NewTopic(t, PARTITIONS, 1, config={"message.timestamp.type": "LogAppendTime"}) for t in destinations
+        ] + [NewTopic(t, PARTITIONS, 1) for t in inputs]
         for future in admin.create_topics(topics).values():
             future.result()
         flags = tuple(a for topic, dialect in inputs.items() for a in ("--input", f"{topic}:{dialect}"))
-        self.scheduler = JobProcess(bootstrap, app_id, self.workdir / "checkpoint",
-                                          self.workdir / "scheduler.log", (*flags, *o.scheduler_args))
+        self.scheduler = JobProcess(
+            bootstrap, app_id, self.workdir / "checkpoint", self.workdir / "scheduler.log", (*flags, *o.scheduler_args)
+        )
         log("starting the job")
         first_start = self.start_scheduler()
         log(f"job running after {first_start:.0f}s")
@@ -355,8 +384,10 @@ class Run:
                 self.sleep_until(t0 + fault.at_s)
                 self.inject(fault, t0, sender)
             expected = {(r.sid, r.version) for r in self.last_requests(plan) if r.action != "cancel"}
-            log(f"faults done; waiting for the sender, then for {len(expected):,} expected deliveries "
-                f"(the last is due at {plan.end_s:.0f}s)")
+            log(
+                f"faults done; waiting for the sender, then for {len(expected):,} expected deliveries "
+                f"(the last is due at {plan.end_s:.0f}s)"
+            )
             wait_until(lambda: not sender.is_alive(), SETTLE_TIMEOUT_S, "the sender", guard=self.guard)
             if sender.failure:
                 raise RuntimeError(f"sending failed: {sender.failure}")
@@ -368,14 +399,17 @@ class Run:
                 tp = (item.topic, item.partition)
                 ends[tp] = max(ends.get(tp, 0), item.offset + 1)
             self.sleep_until(t0 + plan.end_s)
+
             def settled() -> bool:
                 if not (watcher.covers(ends) and self.committed_since_start()):
                     return False
                 if collector.has(expected):
                     return True
                 if time.time() - max(watcher.last_commit, collector.last_delivery) > QUIET_S:
-                    log(f"every request committed, nothing new for {QUIET_S:.0f}s, some expected deliveries "
-                        f"missing: checking what arrived")
+                    log(
+                        f"every request committed, nothing new for {QUIET_S:.0f}s, some expected deliveries "
+                        f"missing: checking what arrived"
+                    )
                     return True
                 return False
 
@@ -399,13 +433,20 @@ class Run:
 
         sent = [self.sent_record(item, watcher) for item in sender.outgoing]
         verdict = check(sent, collector.deliveries, expect_no_duplicates=o.expect_no_duplicates)
-        figures = {"count": count, "pace": o.pace, "schedules_per_s": round(count / plan.end_s, 1),
-                   "kills": sum(f["kind"] != "broker" for f in self.faults),
-                   "broker_restarts": sum(f["kind"] == "broker" for f in self.faults),
-                   **{k: v for k, v in verdict.figures.items() if k != "schedules"},
-                   "unexpected_exits": len(self.unexpected_exits), "seed": self.seed,
-                   "dialects": list(o.dialects), "requests_by_kind": plan.counts,
-                   "first_start_s": round(first_start, 1), "run_s": round(time.time() - t0, 1)}
+        figures = {
+            "count": count,
+            "pace": o.pace,
+            "schedules_per_s": round(count / plan.end_s, 1),
+            "kills": sum(f["kind"] != "broker" for f in self.faults),
+            "broker_restarts": sum(f["kind"] == "broker" for f in self.faults),
+            **{k: v for k, v in verdict.figures.items() if k != "schedules"},
+            "unexpected_exits": len(self.unexpected_exits),
+            "seed": self.seed,
+            "dialects": list(o.dialects),
+            "requests_by_kind": plan.counts,
+            "first_start_s": round(first_start, 1),
+            "run_s": round(time.time() - t0, 1),
+        }
         outcome = Outcome(verdict, figures, self.faults)
         if o.keep:
             self.write_logs(sent, collector.deliveries)
@@ -428,24 +469,40 @@ class Run:
             time.sleep(3)
             self.broker.start(timeout=120)
             log(f"broker back after {time.time() - down:.1f}s")
-            self.faults.append({"kind": "broker", "planned_s": fault.at_s, "at_s": round(started - t0, 2),
-                                "down_s": round(time.time() - down, 1)})
+            self.faults.append(
+                {
+                    "kind": "broker",
+                    "planned_s": fault.at_s,
+                    "at_s": round(started - t0, 2),
+                    "down_s": round(time.time() - down, 1),
+                }
+            )
             return
         # A kill before the job has committed anything since its last start would only repeat its start-up (on a
         # loaded machine, a restart can outlast the planned gap): wait for one commit first.
-        wait_until(self.committed_since_start, 600, "a commit since the job's last start", interval=0.05,
-                   guard=self.guard)
+        wait_until(
+            self.committed_since_start, 600, "a commit since the job's last start", interval=0.05, guard=self.guard
+        )
         killed = self.scheduler.kill_tree()
         at = time.time() - t0
         sent_share = sender.sent / max(1, len(sender.outgoing))
-        log(f"{at:.1f}s: killed the job ({fault.kind}; {killed} processes; last commit: batch "
-            f"{last_committed_batch(self.workdir / 'checkpoint')}); restarting it on the same checkpoint")
+        log(
+            f"{at:.1f}s: killed the job ({fault.kind}; {killed} processes; last commit: batch "
+            f"{last_committed_batch(self.workdir / 'checkpoint')}); restarting it on the same checkpoint"
+        )
         self.expected_down = True
         restart = self.start_scheduler()
         log(f"job running again after {restart:.0f}s")
-        self.faults.append({"kind": fault.kind, "planned_s": fault.at_s, "at_s": round(at, 2),
-                            "late_s": round(at - fault.at_s, 2), "requests_sent_share": round(sent_share, 3),
-                            "restart_s": round(restart, 1)})
+        self.faults.append(
+            {
+                "kind": fault.kind,
+                "planned_s": fault.at_s,
+                "at_s": round(at, 2),
+                "late_s": round(at - fault.at_s, 2),
+                "requests_sent_share": round(sent_share, 3),
+                "restart_s": round(restart, 1),
+            }
+        )
 
     @staticmethod
     def sent_record(item: Outgoing, watcher: CommitWatcher) -> Sent:
@@ -453,20 +510,46 @@ class Run:
         committed = None if item.offset is None else watcher.committed_ms(item.topic, item.partition, item.offset)
         if r.action == "cancel":
             return Sent(r.sid, r.seq, "cancel", committed_ms=committed)
-        return Sent(r.sid, r.seq, r.action, r.version, item.due_ms, r.sid.encode(),
-                    value_for(r.sid, r.version, padding(r.sid, r.version)), committed)
+        return Sent(
+            r.sid,
+            r.seq,
+            r.action,
+            r.version,
+            item.due_ms,
+            r.sid.encode(),
+            value_for(r.sid, r.version, padding(r.sid, r.version)),
+            committed,
+        )
 
     def write_logs(self, sent: list[Sent], deliveries: list[Delivery]) -> None:
         with open(self.workdir / "requests.jsonl", "w") as out:
             for s in sent:
-                out.write(json.dumps({"sid": s.sid, "seq": s.seq, "action": s.action, "due_ms": s.due_ms,
-                                      "committed_ms": s.committed_ms}) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "sid": s.sid,
+                            "seq": s.seq,
+                            "action": s.action,
+                            "due_ms": s.due_ms,
+                            "committed_ms": s.committed_ms,
+                        }
+                    )
+                    + "\n"
+                )
         with open(self.workdir / "deliveries.jsonl", "w") as out:
             for d in deliveries:
-                out.write(json.dumps({"where": d.where, "key": (d.key or b"").decode(errors="replace"),
-                                      "value": (d.value or b"")[:40].decode(errors="replace"),
-                                      "appended_ms": d.appended_ms,
-                                      "delivery_id": None if d.delivery_id is None else d.delivery_id.decode()}) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "where": d.where,
+                            "key": (d.key or b"").decode(errors="replace"),
+                            "value": (d.value or b"")[:40].decode(errors="replace"),
+                            "appended_ms": d.appended_ms,
+                            "delivery_id": None if d.delivery_id is None else d.delivery_id.decode(),
+                        }
+                    )
+                    + "\n"
+                )
 
 
 def run_suite(options: Options) -> Outcome:
@@ -485,22 +568,51 @@ def run_suite(options: Options) -> Outcome:
 
 def write_result(options: Options, outcome: Outcome) -> Path:
     options.results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = options.results_dir / f"{stamp}-chaos.json"
-    parameters = {"count": outcome.figures["count"], "pace": options.pace, "kills": options.kills,
-                  "broker_restarts": options.broker_restarts,
-                  "minutes": options.minutes, "scheduler_args": list(options.scheduler_args),
-                  "expect_no_duplicates": options.expect_no_duplicates}
-    record = {"scenario": "chaos", "finished_at": stamp, "git_commit": git_commit(), "machine": machine(),
-              "parameters": parameters, "figures": outcome.figures, "faults": outcome.faults,
-              "passed": outcome.ok, "failures": outcome.verdict.failures, "examples": outcome.verdict.examples}
+    parameters = {
+        "count": outcome.figures["count"],
+        "pace": options.pace,
+        "kills": options.kills,
+        "broker_restarts": options.broker_restarts,
+        "minutes": options.minutes,
+        "scheduler_args": list(options.scheduler_args),
+        "expect_no_duplicates": options.expect_no_duplicates,
+    }
+    record = {
+        "scenario": "chaos",
+        "finished_at": stamp,
+        "git_commit": git_commit(),
+        "machine": machine(),
+        "parameters": parameters,
+        "figures": outcome.figures,
+        "faults": outcome.faults,
+        "passed": outcome.ok,
+        "failures": outcome.verdict.failures,
+        "examples": outcome.verdict.examples,
+    }
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     return path
 
 
-SUMMARY = ("count", "kills", "broker_restarts", "expected", "delivered", "on_time", "lost", "early", "duplicates",
-           "cancelled_delivered", "stale_version", "wrong_content", "unknown_delivery", "duplicate_id_mismatch",
-           "superseded_late", "unexpected_exits")
+SUMMARY = (
+    "count",
+    "kills",
+    "broker_restarts",
+    "expected",
+    "delivered",
+    "on_time",
+    "lost",
+    "early",
+    "duplicates",
+    "cancelled_delivered",
+    "stale_version",
+    "wrong_content",
+    "unknown_delivery",
+    "duplicate_id_mismatch",
+    "superseded_late",
+    "unexpected_exits",
+)
 
 
 def summary(outcome: Outcome) -> str:
@@ -530,36 +642,63 @@ MODES = ("at-least-once", "exactly-once", "both")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pace", choices=PACES, default="full",
-                        help=f"full: --count schedules (default {FULL_COUNT:,}, ~300 requests/s; the job falls "
-                             f"behind on 2 cores); keep-up: at most {KEEP_UP_PER_S:.0f} schedules per second of the "
-                             f"plan (default --count follows: ~20,000), so the job stays ahead of its due times "
-                             f"between the faults and deliveries are written at their instant, where an early one "
-                             f"would show; the same faults either way (make chaos runs keep-up)")
-    parser.add_argument("--count", type=int, default=None,
-                        help=f"schedule ids (default {FULL_COUNT:,} at --pace full; at keep-up "
-                             f"{KEEP_UP_PER_S:.0f} per second of the plan, and a larger count stretches the plan)")
+    parser.add_argument(
+        "--pace",
+        choices=PACES,
+        default="full",
+        help=f"full: --count schedules (default {FULL_COUNT:,}, ~300 requests/s; the job falls "
+        f"behind on 2 cores); keep-up: at most {KEEP_UP_PER_S:.0f} schedules per second of the "
+        f"plan (default --count follows: ~20,000), so the job stays ahead of its due times "
+        f"between the faults and deliveries are written at their instant, where an early one "
+        f"would show; the same faults either way (make chaos runs keep-up)",
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        help=f"schedule ids (default {FULL_COUNT:,} at --pace full; at keep-up "
+        f"{KEEP_UP_PER_S:.0f} per second of the plan, and a larger count stretches the plan)",
+    )
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs of the job (default 5)")
     parser.add_argument("--broker-restarts", type=int, default=1, help="broker stops and starts (default 1)")
-    parser.add_argument("--minutes", type=float, default=4.0,
-                        help="spread of the due times (default 4); stretched to leave each fault ~50 s, the "
-                             "time the job takes to restart")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=4.0,
+        help="spread of the due times (default 4); stretched to leave each fault ~50 s, the "
+        "time the job takes to restart",
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed of the plan (default: random, printed)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the work folder (broker data, checkpoint, job log, requests.jsonl and "
-                             "deliveries.jsonl)")
-    parser.add_argument("--scheduler-arg", dest="scheduler_args", action="append", default=[], metavar="ARG",
-                        help="extra argument for `kafka-scheduler run`, e.g. --scheduler-arg=--lookahead=5s")
-    parser.add_argument("--expect-no-duplicates", action="store_true",
-                        help="fail on any duplicate delivery (implied by --mode exactly-once)")
-    parser.add_argument("--mode", choices=MODES, default="both",
-                        help="delivery mode of the job: at-least-once, exactly-once (the job runs with "
-                             "--exactly-once and any duplicate fails the run), or both, one run after the other "
-                             "(default)")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the work folder (broker data, checkpoint, job log, requests.jsonl and deliveries.jsonl)",
+    )
+    parser.add_argument(
+        "--scheduler-arg",
+        dest="scheduler_args",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for `kafka-scheduler run`, e.g. --scheduler-arg=--lookahead=5s",
+    )
+    parser.add_argument(
+        "--expect-no-duplicates",
+        action="store_true",
+        help="fail on any duplicate delivery (implied by --mode exactly-once)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="both",
+        help="delivery mode of the job: at-least-once, exactly-once (the job runs with "
+        "--exactly-once and any duplicate fails the run), or both, one run after the other "
+        "(default)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.count is not None and args.count < 1 or args.kills < 0 or args.broker_restarts < 0 or args.minutes <= 0:
+    if (args.count is not None and args.count < 1) or args.kills < 0 or args.broker_restarts < 0 or args.minutes <= 0:
         log("need --count >= 1, --kills >= 0, --broker-restarts >= 0 and --minutes > 0")
         return 2
     modes = ["at-least-once", "exactly-once"] if args.mode == "both" else [args.mode]
@@ -567,10 +706,17 @@ def main(args: argparse.Namespace) -> int:
     for mode in modes:
         exactly_once = mode == "exactly-once"
         log(f"mode: {mode}")
-        options = Options(count=args.count, kills=args.kills, broker_restarts=args.broker_restarts,
-                          minutes=args.minutes, seed=args.seed, pace=args.pace,
-                          scheduler_args=tuple(args.scheduler_args) + (("--exactly-once",) if exactly_once else ()),
-                          expect_no_duplicates=args.expect_no_duplicates or exactly_once, keep=args.keep)
+        options = Options(
+            count=args.count,
+            kills=args.kills,
+            broker_restarts=args.broker_restarts,
+            minutes=args.minutes,
+            seed=args.seed,
+            pace=args.pace,
+            scheduler_args=tuple(args.scheduler_args) + (("--exactly-once",) if exactly_once else ()),
+            expect_no_duplicates=args.expect_no_duplicates or exactly_once,
+            keep=args.keep,
+        )
         codes.append(_report(mode, run_suite(options)))
     if len(modes) > 1:
         log("both modes: " + ", ".join(f"{m} {'PASSED' if c == 0 else 'FAILED'}" for m, c in zip(modes, codes)))
@@ -584,8 +730,14 @@ def _report(mode: str, outcome: Outcome) -> int:
     if outcome.result_path:
         log(f"written to {outcome.result_path}")
     if not outcome.ok:
-        failures = {**outcome.verdict.failures, **({"unexpected_exits": outcome.figures["unexpected_exits"]}
-                                                   if outcome.figures.get("unexpected_exits") else {})}
+        failures = {
+            **outcome.verdict.failures,
+            **(
+                {"unexpected_exits": outcome.figures["unexpected_exits"]}
+                if outcome.figures.get("unexpected_exits")
+                else {}
+            ),
+        }
         log(f"FAILED: {failures}")
         for kind, cases in outcome.verdict.examples.items():
             log(f"  {kind}: {cases[:3]}")

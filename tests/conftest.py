@@ -74,7 +74,7 @@ SPARK_GROUP = "unit-spark-session"
 def file_key(item) -> str:
     """The test file's path below tests/, e.g. integration/test_chaos.py."""
     parts = item.path.parts
-    return "/".join(parts[parts.index("tests") + 1:]) if "tests" in parts else item.path.name
+    return "/".join(parts[parts.index("tests") + 1 :]) if "tests" in parts else item.path.name
 
 
 def xdist_group(item, spark_files: set) -> str | None:
@@ -84,8 +84,11 @@ def xdist_group(item, spark_files: set) -> str | None:
     if file_key(item) in spark_files:
         return SPARK_GROUP
     for name, definitions in item._fixtureinfo.name2fixturedefs.items():
-        if name not in CHEAP_MODULE_FIXTURES and definitions and definitions[-1].scope in ("module", "package",
-                                                                                          "class"):
+        if (
+            name not in CHEAP_MODULE_FIXTURES
+            and definitions
+            and definitions[-1].scope in ("module", "package", "class")
+        ):
             return file_key(item)
     return None
 
@@ -96,6 +99,7 @@ def pytest_configure(config):
     if hasattr(config, "workerinput") or not TEST_JVM_OPTIONS_SET_HERE:
         return
     from tests import jvm_archive
+
     archive = jvm_archive.ensure(TEST_JVM_OPTIONS, build=may_start_jobs(config))
     if archive is not None:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{TEST_SUBMIT_OPTIONS} {jvm_archive.options(archive)}"
@@ -118,8 +122,9 @@ def pytest_collection_modifyitems(config, items):
     # A worker has --dist as "loadgroup" in its own option (its "dist" is "no").
     if not (config.getoption("loadgroup", False) or config.getoption("dist", "no") == "loadgroup"):
         return
-    spark_files = {file_key(item) for item in items if file_key(item).startswith("unit/") and
-                   "spark" in item.fixturenames}
+    spark_files = {
+        file_key(item) for item in items if file_key(item).startswith("unit/") and "spark" in item.fixturenames
+    }
     groups = {}
     for item in items:
         group = xdist_group(item, spark_files)
@@ -150,11 +155,14 @@ def pytest_collection_finish(session):
     if hasattr(session.config, "workerinput") and session.config.getoption("loadgroup", False):
         session.config.stash[GROUPING_LOST] = any(
             item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid.rsplit("]", 1)[-1]
-            for item in session.items)
+            for item in session.items
+        )
 
 
 def pytest_runtest_setup(item):
     if item.config.stash.get(GROUPING_LOST, False) and item.get_closest_marker("xdist_group") is not None:
-        pytest.fail(f"pytest-xdist did not group this test with its file or the Spark session's tests (pytest "
-                    f"{pytest.__version__} and --dist loadgroup: pytest-xdist#1386; see requirements.lock)",
-                    pytrace=False)
+        pytest.fail(
+            f"pytest-xdist did not group this test with its file or the Spark session's tests (pytest "
+            f"{pytest.__version__} and --dist loadgroup: pytest-xdist#1386; see requirements.lock)",
+            pytrace=False,
+        )

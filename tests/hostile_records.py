@@ -19,9 +19,9 @@ import base64
 import itertools
 import json
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable, Optional, Sequence
+from datetime import UTC, datetime, timedelta, timezone
 
 from kafka_scheduler.protocol import DIALECT_NAMES
 
@@ -30,11 +30,19 @@ REQUEST, REJECT, EITHER = "request", "reject", "either"
 
 DIALECTS = DIALECT_NAMES
 
-INVALID_UTF8 = (b"\xff", b"\xfe\xff", b"\x80", b"\xc3\x28", b"\xa0\xa1", b"\xe2\x28\xa1", b"\xf0\x28\x8c\xbc",
-                b"\xed\xa0\x80",  # a UTF-16 surrogate
-                b"\xc0\xaf",  # overlong '/'
-                b"\xf4\x90\x80\x80",  # beyond U+10FFFF
-                b"\xe2\x82")  # truncated sequence
+INVALID_UTF8 = (
+    b"\xff",
+    b"\xfe\xff",
+    b"\x80",
+    b"\xc3\x28",
+    b"\xa0\xa1",
+    b"\xe2\x28\xa1",
+    b"\xf0\x28\x8c\xbc",
+    b"\xed\xa0\x80",  # a UTF-16 surrogate
+    b"\xc0\xaf",  # overlong '/'
+    b"\xf4\x90\x80\x80",  # beyond U+10FFFF
+    b"\xe2\x82",
+)  # truncated sequence
 
 SOURCE_OFFSET = "x-scheduler-source-offset"
 
@@ -100,11 +108,11 @@ class Context:
 @dataclass
 class Hostile:
     dialect: str
-    key: Optional[bytes]
-    value: Optional[bytes]
+    key: bytes | None
+    value: bytes | None
     headers: list  # [(name, bytes or None)]
     expect: str = EITHER  # request | reject | either
-    action: Optional[str] = None  # the action of an expected request: ADD, REPLACE, CANCEL, COMPLETE
+    action: str | None = None  # the action of an expected request: ADD, REPLACE, CANCEL, COMPLETE
     why: str = ""
 
     def record(self) -> dict:
@@ -115,17 +123,17 @@ class Hostile:
 class Draft:
     dialect: str
     action: str
-    key: Optional[bytes]
-    value: Optional[bytes]
+    key: bytes | None
+    value: bytes | None
     headers: list
     states: dict
     why: list = field(default_factory=list)
-    document: Optional[dict] = None  # sky: the schedule, before it is encoded
+    document: dict | None = None  # sky: the schedule, before it is encoded
 
     def header_index(self, name: str) -> list[int]:
         return [i for i, (k, _) in enumerate(self.headers) if k.lower() == name.lower()]
 
-    def set_header(self, name: str, value: Optional[bytes], chooser=None) -> None:
+    def set_header(self, name: str, value: bytes | None, chooser=None) -> None:
         """Replace the header's value (or add the header, at a random place)."""
         at = self.header_index(name)
         if at:
@@ -137,7 +145,7 @@ class Draft:
     def remove_header(self, name: str) -> None:
         self.headers = [(k, v) for k, v in self.headers if k.lower() != name.lower()]
 
-    def header(self, name: str) -> Optional[bytes]:
+    def header(self, name: str) -> bytes | None:
         at = self.header_index(name)
         return self.headers[at[0]][1] if at else None
 
@@ -159,23 +167,40 @@ def new_id(chooser, ctx: Context) -> bytes:
         return chooser.choice(ctx.ids)
     tag = b"#%d" % next(ctx.serial)
     kind = chooser.integer(0, 9)
-    made = (b"id" + tag if kind < 3 else chooser.raw(1, 8) + tag if kind < 6 else
-            chooser.choice(INVALID_UTF8) + tag if kind < 8 else b"\x00" + tag if kind == 8 else
-            b"x" * chooser.integer(100, ctx.huge_bytes) + tag)
+    made = (
+        b"id" + tag
+        if kind < 3
+        else chooser.raw(1, 8) + tag
+        if kind < 6
+        else chooser.choice(INVALID_UTF8) + tag
+        if kind < 8
+        else b"\x00" + tag
+        if kind == 8
+        else b"x" * chooser.integer(100, ctx.huge_bytes) + tag
+    )
     ctx.ids.append(made)
     return made
 
 
-def payload(chooser, ctx: Context) -> Optional[bytes]:
+def payload(chooser, ctx: Context) -> bytes | None:
     kind = chooser.integer(0, 5)
-    return (None if kind == 0 else b"" if kind == 1 else chooser.raw(1, 32) if kind < 4 else
-            chooser.choice(INVALID_UTF8) + b"\x00" + chooser.raw(0, 8) if kind == 4 else
-            b"v" * chooser.integer(0, ctx.max_value_bytes))  # at most the limit: fine
+    return (
+        None
+        if kind == 0
+        else b""
+        if kind == 1
+        else chooser.raw(1, 32)
+        if kind < 4
+        else chooser.choice(INVALID_UTF8) + b"\x00" + chooser.raw(0, 8)
+        if kind == 4
+        else b"v" * chooser.integer(0, ctx.max_value_bytes)
+    )  # at most the limit: fine
 
 
 def oversized(chooser, ctx: Context) -> bytes:
-    return b"o" * chooser.integer(ctx.max_value_bytes + 1, max(ctx.max_value_bytes + 1, min(4 * ctx.max_value_bytes,
-                                                                                          ctx.max_value_bytes + 5000)))
+    return b"o" * chooser.integer(
+        ctx.max_value_bytes + 1, max(ctx.max_value_bytes + 1, min(4 * ctx.max_value_bytes, ctx.max_value_bytes + 5000))
+    )
 
 
 def garbage_text(chooser, valid: bytes) -> bytes:
@@ -199,10 +224,25 @@ def garbage_text(chooser, valid: bytes) -> bytes:
 
 def user_headers(chooser, reserved: tuple[str, ...]) -> list:
     """Headers no dialect reads (names outside ``reserved`` prefixes), null and binary values included."""
-    names = [n for n in ("user", "trace", "", "Content-Type", "trace-\u00fc", "x-scheduler-extra", "schedule_extra",
-                         "scheduler-extra", "X-Scheduler-Delivery-Id") if not n.lower().startswith(reserved)]
-    return [(chooser.choice(names), chooser.choice([None, b"", chooser.raw(0, 12), b"\xff\x00"]))
-            for _ in range(chooser.integer(0, 3))]
+    names = [
+        n
+        for n in (
+            "user",
+            "trace",
+            "",
+            "Content-Type",
+            "trace-\u00fc",
+            "x-scheduler-extra",
+            "schedule_extra",
+            "scheduler-extra",
+            "X-Scheduler-Delivery-Id",
+        )
+        if not n.lower().startswith(reserved)
+    ]
+    return [
+        (chooser.choice(names), chooser.choice([None, b"", chooser.raw(0, 12), b"\xff\x00"]))
+        for _ in range(chooser.integer(0, 3))
+    ]
 
 
 def destination(chooser, ctx: Context, draft: Draft, field_name: str) -> bytes:
@@ -213,8 +253,19 @@ def destination(chooser, ctx: Context, draft: Draft, field_name: str) -> bytes:
         return chooser.choice(ctx.forbidden + ("__consumer_offsets", "__x")).encode()
     if kind == 1:
         draft.states[field_name] = BAD
-        return chooser.choice([b"a b", b".", b"..", b"t" * 250, b"ord\xffers", b"caf\xc3\xa9", b"t/x", b"t:x",
-                               b" " + ctx.destinations[0].encode()])
+        return chooser.choice(
+            [
+                b"a b",
+                b".",
+                b"..",
+                b"t" * 250,
+                b"ord\xffers",
+                b"caf\xc3\xa9",
+                b"t/x",
+                b"t:x",
+                b" " + ctx.destinations[0].encode(),
+            ]
+        )
     if kind == 2:
         draft.states[field_name] = BAD
         return garbage_text(chooser, ctx.destinations[0].encode())
@@ -235,13 +286,17 @@ def due_ms(chooser, ctx: Context) -> int:
 # ---------------------------------------------------------------- native
 
 
-NATIVE_FIELDS = {"action": "x-scheduler-action", "to": "x-scheduler-deliver-to", "at": "x-scheduler-deliver-at",
-                 "id": "x-scheduler-request-id"}
+NATIVE_FIELDS = {
+    "action": "x-scheduler-action",
+    "to": "x-scheduler-deliver-to",
+    "at": "x-scheduler-deliver-at",
+    "id": "x-scheduler-request-id",
+}
 
 
 def iso(ms: int, chooser=None) -> bytes:
     """An ISO-8601 instant the native dialect reads as ``ms`` or later (never earlier)."""
-    instant = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    instant = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
     kind = chooser.integer(0, 3) if chooser else 0
     if kind == 1:
         shifted = instant.astimezone(timezone(timedelta(hours=2)))
@@ -256,8 +311,9 @@ def native_base(chooser, ctx: Context) -> Draft:
     action = chooser.choice(["ADD", "ADD", "REPLACE", "CANCEL"])
     headers = user_headers(chooser, ("x-scheduler-",))
     states = {"action": OK, "to": ABSENT, "at": ABSENT, "id": ABSENT, "value": OK}
-    draft = Draft("native", action, chooser.raw(0, 16) if chooser.chance(0.7) else None, payload(chooser, ctx),
-                  headers, states)
+    draft = Draft(
+        "native", action, chooser.raw(0, 16) if chooser.chance(0.7) else None, payload(chooser, ctx), headers, states
+    )
     if action != "ADD" or chooser.chance(0.5):
         draft.set_header(spelled(chooser, NATIVE_FIELDS["action"]), action.encode(), chooser)
     else:
@@ -291,9 +347,13 @@ def mutate_native(chooser, ctx: Context, draft: Draft, name: str) -> None:
         return mutate_value(chooser, ctx, draft)
     if name == "extra":
         for _ in range(chooser.integer(1, 4)):
-            draft.headers.insert(chooser.integer(0, len(draft.headers)),
-                                 (chooser.choice(["x-scheduler-foo", "X-Scheduler-Delivery-Id", "noise"]),
-                                  chooser.choice([None, chooser.raw(0, 20), b"\x00" * ctx.huge_bytes])))
+            draft.headers.insert(
+                chooser.integer(0, len(draft.headers)),
+                (
+                    chooser.choice(["x-scheduler-foo", "X-Scheduler-Delivery-Id", "noise"]),
+                    chooser.choice([None, chooser.raw(0, 20), b"\x00" * ctx.huge_bytes]),
+                ),
+            )
         return
     kind = chooser.integer(0, 4)
     current = draft.header(header) or b""
@@ -312,13 +372,21 @@ def mutate_native(chooser, ctx: Context, draft: Draft, name: str) -> None:
         draft.states[name] = DUP
     elif name == "action":
         if kind == 3:
-            spellings = [draft.action.encode().lower(), b" " + draft.action.encode() + b" ",
-                         draft.action.title().encode()]
+            spellings = [
+                draft.action.encode().lower(),
+                b" " + draft.action.encode() + b" ",
+                draft.action.title().encode(),
+            ]
             draft.set_header(header, chooser.choice(spellings), chooser)
             draft.states[name] = OK
         else:
-            draft.set_header(header, chooser.choice([garbage_text(chooser, draft.action.encode()), b"DELETE",
-                                                     b"POSTPONE", b"\tADD", b"ADD\x00", b""]), chooser)
+            draft.set_header(
+                header,
+                chooser.choice(
+                    [garbage_text(chooser, draft.action.encode()), b"DELETE", b"POSTPONE", b"\tADD", b"ADD\x00", b""]
+                ),
+                chooser,
+            )
             draft.states[name] = BAD
     elif name == "to":
         draft.set_header(header, destination(chooser, ctx, draft, "to"), chooser)
@@ -349,12 +417,15 @@ def mutate_native(chooser, ctx: Context, draft: Draft, name: str) -> None:
             draft.set_header(header, b"", chooser)
             draft.states[name] = BAD
         else:
-            draft.set_header(header, chooser.choice([new_id(chooser, ctx),
-                                                     b"\xff" * ctx.huge_bytes + b"#%d" % next(ctx.serial)]), chooser)
+            draft.set_header(
+                header,
+                chooser.choice([new_id(chooser, ctx), b"\xff" * ctx.huge_bytes + b"#%d" % next(ctx.serial)]),
+                chooser,
+            )
             draft.states[name] = OK
 
 
-def expect_native(draft: Draft) -> tuple[str, Optional[str]]:
+def expect_native(draft: Draft) -> tuple[str, str | None]:
     s = draft.states
     reject, unsure = [], []
     if DUP in (s["action"], s["to"], s["at"], s["id"]):
@@ -377,10 +448,17 @@ def expect_native(draft: Draft) -> tuple[str, Optional[str]]:
 # ---------------------------------------------------------------- karafka
 
 
-K = {"version": "schedule_schema_version", "type": "schedule_source_type", "epoch": "schedule_target_epoch",
-     "topic": "schedule_target_topic", "target_key": "schedule_target_key",
-     "partition": "schedule_target_partition", "partition_key": "schedule_target_partition_key",
-     "ours": SOURCE_OFFSET, "theirs": "schedule_source_offset"}
+K = {
+    "version": "schedule_schema_version",
+    "type": "schedule_source_type",
+    "epoch": "schedule_target_epoch",
+    "topic": "schedule_target_topic",
+    "target_key": "schedule_target_key",
+    "partition": "schedule_target_partition",
+    "partition_key": "schedule_target_partition_key",
+    "ours": SOURCE_OFFSET,
+    "theirs": "schedule_source_offset",
+}
 K_SCHEDULE_ONCE = ("epoch", "topic", "target_key", "partition", "partition_key")
 
 
@@ -393,17 +471,23 @@ def epoch_text(chooser, ms: int, fraction: bool) -> bytes:
 
 def karafka_base(chooser, ctx: Context) -> Draft:
     action = chooser.choice(["ADD", "ADD", "ADD", "CANCEL", "COMPLETE"])
-    states = {name: ABSENT for name in K} | {"key": OK, "value": OK, "version": OK, "type": OK}
+    states = dict.fromkeys(K, ABSENT) | {"key": OK, "value": OK, "version": OK, "type": OK}
     draft = Draft("karafka", action, new_id(chooser, ctx), payload(chooser, ctx), [], states)
-    draft.headers += [(spelled(chooser, K["version"]), chooser.choice([b"1.0.0", b"1", b"1.2", b"1.0.7"])),
-                      (spelled(chooser, K["type"]), {"ADD": b"schedule", "CANCEL": b"cancel",
-                                                     "COMPLETE": b"tombstone"}[action])]
+    draft.headers += [
+        (spelled(chooser, K["version"]), chooser.choice([b"1.0.0", b"1", b"1.2", b"1.0.7"])),
+        (spelled(chooser, K["type"]), {"ADD": b"schedule", "CANCEL": b"cancel", "COMPLETE": b"tombstone"}[action]),
+    ]
     if action == "ADD":
-        draft.headers += [(spelled(chooser, K["epoch"]), epoch_text(chooser, due_ms(chooser, ctx), True)),
-                          (spelled(chooser, K["topic"]), chooser.choice(ctx.destinations).encode())]
+        draft.headers += [
+            (spelled(chooser, K["epoch"]), epoch_text(chooser, due_ms(chooser, ctx), True)),
+            (spelled(chooser, K["topic"]), chooser.choice(ctx.destinations).encode()),
+        ]
         states["epoch"] = states["topic"] = OK
-        for name, value in (("target_key", chooser.raw(0, 8)), ("partition", str(chooser.integer(0, 3)).encode()),
-                            ("partition_key", chooser.raw(0, 8))):
+        for name, value in (
+            ("target_key", chooser.raw(0, 8)),
+            ("partition", str(chooser.integer(0, 3)).encode()),
+            ("partition_key", chooser.raw(0, 8)),
+        ):
             if chooser.chance(0.3):
                 draft.headers.append((K[name], value))
                 states[name] = OK
@@ -430,8 +514,9 @@ def mutate_keyed_record_key(chooser, ctx: Context, draft: Draft) -> None:
         draft.states["key"] = OK
 
 
-def mutate_header_field(chooser, draft: Draft, header: str, name: str,
-                        valid: Callable[[], bytes], bad: Callable[[], tuple[bytes, str]]) -> None:
+def mutate_header_field(
+    chooser, draft: Draft, header: str, name: str, valid: Callable[[], bytes], bad: Callable[[], tuple[bytes, str]]
+) -> None:
     """Remove, null, duplicate, re-validate or spoil one header field."""
     kind = chooser.integer(0, 4)
     current = draft.header(header)
@@ -446,8 +531,10 @@ def mutate_header_field(chooser, draft: Draft, header: str, name: str,
         first = current if current is not None else valid()
         draft.remove_header(header)
         draft.headers.insert(chooser.integer(0, len(draft.headers)), (spelled(chooser, header), first))
-        draft.headers.insert(chooser.integer(0, len(draft.headers)),
-                             (spelled(chooser, header), chooser.choice([first, valid(), bad()[0]])))
+        draft.headers.insert(
+            chooser.integer(0, len(draft.headers)),
+            (spelled(chooser, header), chooser.choice([first, valid(), bad()[0]])),
+        )
         draft.states[name] = DUP
     elif kind == 3:
         draft.set_header(spelled(chooser, header), valid(), chooser)
@@ -459,10 +546,21 @@ def mutate_header_field(chooser, draft: Draft, header: str, name: str,
 
 
 def bad_epoch(chooser, ctx: Context, fraction_ok: bool) -> tuple[bytes, str]:
-    options = [(b"-5", BAD), (b"-1.5", BAD), (b"soon", BAD), (b"1.8e9", BAD), (b"", BAD), (b" 1893456000", BAD),
-               (b"0x70", BAD), (b"99999999999", BAD),  # year 5138: too far ahead
-               (b"9" * 40, BAD), (b"9" * 40 + b".5", BAD if fraction_ok else BAD),
-               (garbage_text(chooser, b"1893456000"), BAD), (b"1893456000.", BAD), (b"0", OK)]
+    options = [
+        (b"-5", BAD),
+        (b"-1.5", BAD),
+        (b"soon", BAD),
+        (b"1.8e9", BAD),
+        (b"", BAD),
+        (b" 1893456000", BAD),
+        (b"0x70", BAD),
+        (b"99999999999", BAD),  # year 5138: too far ahead
+        (b"9" * 40, BAD),
+        (b"9" * 40 + b".5", BAD),
+        (garbage_text(chooser, b"1893456000"), BAD),
+        (b"1893456000.", BAD),
+        (b"0", OK),
+    ]
     if not fraction_ok:
         options.append((b"1893456000.5", BAD))
     return chooser.choice(options)
@@ -474,20 +572,38 @@ def mutate_karafka(chooser, ctx: Context, draft: Draft, name: str) -> None:
     if name == "value":
         return mutate_value(chooser, ctx, draft)
     if name == "extra":
-        draft.headers += [(chooser.choice(["schedule_other", "SCHEDULE_SOURCE_TOPIC", "noise"]), chooser.raw(0, 9))
-                          for _ in range(chooser.integer(1, 3))]
+        draft.headers += [
+            (chooser.choice(["schedule_other", "SCHEDULE_SOURCE_TOPIC", "noise"]), chooser.raw(0, 9))
+            for _ in range(chooser.integer(1, 3))
+        ]
         return
     header = K[name]
     valid: Callable[[], bytes]
     bad: Callable[[], tuple[bytes, str]]
     if name == "version":
         valid = lambda: chooser.choice([b"1", b"1.0", b"1.0.0", b"01.2.3"])
-        bad = lambda: chooser.choice([(b"2.0.0", BAD), (b"0.9", BAD), (b"v1", BAD), (b"1.0.0.0", BAD), (b"", BAD),
-                                      (b"9" * 40, BAD), (garbage_text(chooser, b"1.0.0"), BAD)])
+        bad = lambda: chooser.choice(
+            [
+                (b"2.0.0", BAD),
+                (b"0.9", BAD),
+                (b"v1", BAD),
+                (b"1.0.0.0", BAD),
+                (b"", BAD),
+                (b"9" * 40, BAD),
+                (garbage_text(chooser, b"1.0.0"), BAD),
+            ]
+        )
     elif name == "type":
         valid = lambda: {"ADD": b"schedule", "CANCEL": b"cancel", "COMPLETE": b"tombstone"}[draft.action]
-        bad = lambda: chooser.choice([(b"Schedule", BAD), (b"delete", BAD), (b"", BAD), (b" cancel", BAD),
-                                      (garbage_text(chooser, b"schedule"), BAD)])
+        bad = lambda: chooser.choice(
+            [
+                (b"Schedule", BAD),
+                (b"delete", BAD),
+                (b"", BAD),
+                (b" cancel", BAD),
+                (garbage_text(chooser, b"schedule"), BAD),
+            ]
+        )
     elif name == "epoch":
         valid = lambda: epoch_text(chooser, due_ms(chooser, ctx), True)
         bad = lambda: bad_epoch(chooser, ctx, True)
@@ -499,45 +615,66 @@ def mutate_karafka(chooser, ctx: Context, draft: Draft, name: str) -> None:
         bad = lambda: (chooser.raw(0, 4), OK)  # any bytes are fine
     elif name == "partition":
         valid = lambda: chooser.choice([b"0", b"1", b"007", b"99", b"2147483647"])
-        bad = lambda: chooser.choice([(b"-1", BAD), (b"first", BAD), (b"2147483648", BAD), (b"99999999999", BAD),
-                                      (b"", BAD), (b"1.0", BAD), (garbage_text(chooser, b"1"), BAD)])
+        bad = lambda: chooser.choice(
+            [
+                (b"-1", BAD),
+                (b"first", BAD),
+                (b"2147483648", BAD),
+                (b"99999999999", BAD),
+                (b"", BAD),
+                (b"1.0", BAD),
+                (garbage_text(chooser, b"1"), BAD),
+            ]
+        )
     else:  # ours, theirs: offsets
         valid = lambda: chooser.choice([b"0", b"42", b"007", b"9223372036854775807"])
-        bad = lambda: chooser.choice([(b"-1", BAD), (b"3x", BAD), (b"", BAD), (b"9" * 20, BAD),
-                                      (garbage_text(chooser, b"42"), BAD)])
+        bad = lambda: chooser.choice(
+            [(b"-1", BAD), (b"3x", BAD), (b"", BAD), (b"9" * 20, BAD), (garbage_text(chooser, b"42"), BAD)]
+        )
     mutate_header_field(chooser, draft, header, name, valid, bad)
 
 
-def expect_karafka(draft: Draft) -> tuple[str, Optional[str]]:
+def expect_karafka(draft: Draft) -> tuple[str, str | None]:
     s = draft.states
     if s["key"] != OK or s["version"] != OK or s["type"] != OK:
         return REJECT, None
-    if draft.action == "ADD":
-        if any(s[n] not in (OK, ABSENT) for n in K_SCHEDULE_ONCE) or s["epoch"] != OK or s["topic"] != OK \
-                or s["value"] != OK:
-            return REJECT, None
-    if draft.action == "COMPLETE":
-        if DUP in (s["ours"], s["theirs"]) or s["ours"] == BAD or (s["ours"] == ABSENT and s["theirs"] == BAD):
-            return REJECT, None
+    if draft.action == "ADD" and (
+        any(s[n] not in (OK, ABSENT) for n in K_SCHEDULE_ONCE)
+        or s["epoch"] != OK
+        or s["topic"] != OK
+        or s["value"] != OK
+    ):
+        return REJECT, None
+    if draft.action == "COMPLETE" and (
+        DUP in (s["ours"], s["theirs"]) or s["ours"] == BAD or (s["ours"] == ABSENT and s["theirs"] == BAD)
+    ):
+        return REJECT, None
     return REQUEST, draft.action
 
 
 # ---------------------------------------------------------------- etf1
 
 
-E = {"epoch": "scheduler-epoch", "topic": "scheduler-target-topic", "target_key": "scheduler-target-key",
-     "ours": SOURCE_OFFSET}
+E = {
+    "epoch": "scheduler-epoch",
+    "topic": "scheduler-target-topic",
+    "target_key": "scheduler-target-key",
+    "ours": SOURCE_OFFSET,
+}
 
 
 def etf1_base(chooser, ctx: Context) -> Draft:
     action = chooser.choice(["ADD", "ADD", "ADD", "CANCEL", "COMPLETE"])
-    states = {name: ABSENT for name in E} | {"key": OK, "value": OK}
-    draft = Draft("etf1", action, new_id(chooser, ctx), None, user_headers(chooser, ("scheduler-", "x-scheduler-")),
-                  states)
+    states = dict.fromkeys(E, ABSENT) | {"key": OK, "value": OK}
+    draft = Draft(
+        "etf1", action, new_id(chooser, ctx), None, user_headers(chooser, ("scheduler-", "x-scheduler-")), states
+    )
     if action == "ADD":
         draft.value = chooser.choice([b"", chooser.raw(1, 40), b"v" * ctx.max_value_bytes])
-        draft.headers += [(spelled(chooser, E["epoch"]), epoch_text(chooser, due_ms(chooser, ctx), False)),
-                          (spelled(chooser, E["topic"]), chooser.choice(ctx.destinations).encode())]
+        draft.headers += [
+            (spelled(chooser, E["epoch"]), epoch_text(chooser, due_ms(chooser, ctx), False)),
+            (spelled(chooser, E["topic"]), chooser.choice(ctx.destinations).encode()),
+        ]
         states["epoch"] = states["topic"] = OK
         if chooser.chance(0.5):
             draft.headers.append((E["target_key"], chooser.raw(0, 10)))
@@ -557,8 +694,10 @@ def mutate_etf1(chooser, ctx: Context, draft: Draft, name: str) -> None:
         draft.states["value"] = BAD if kind == 1 else OK
         return
     if name == "extra":
-        draft.headers += [(chooser.choice(["scheduler-other", "Scheduler-Timestamp", "noise"]), chooser.raw(0, 9))
-                          for _ in range(chooser.integer(1, 3))]
+        draft.headers += [
+            (chooser.choice(["scheduler-other", "Scheduler-Timestamp", "noise"]), chooser.raw(0, 9))
+            for _ in range(chooser.integer(1, 3))
+        ]
         return
     if name == "epoch":
         valid = lambda: epoch_text(chooser, due_ms(chooser, ctx), False)
@@ -575,13 +714,17 @@ def mutate_etf1(chooser, ctx: Context, draft: Draft, name: str) -> None:
     mutate_header_field(chooser, draft, E[name], name, valid, bad)
 
 
-def expect_etf1(draft: Draft) -> tuple[str, Optional[str]]:
+def expect_etf1(draft: Draft) -> tuple[str, str | None]:
     s = draft.states
     if s["key"] != OK:
         return REJECT, None
     if draft.value is not None:
-        if any(s[n] == DUP for n in ("epoch", "topic", "target_key")) or s["epoch"] != OK or s["topic"] != OK \
-                or s["value"] != OK:
+        if (
+            any(s[n] == DUP for n in ("epoch", "topic", "target_key"))
+            or s["epoch"] != OK
+            or s["topic"] != OK
+            or s["value"] != OK
+        ):
             return REJECT, None
         return REQUEST, "ADD"
     ours = draft.header(SOURCE_OFFSET)
@@ -601,15 +744,29 @@ SKY_EXPIRED = "schedule:expired"
 
 def sky_base(chooser, ctx: Context, dialect: str) -> Draft:
     action = chooser.choice(["ADD", "ADD", "ADD", "CANCEL", "COMPLETE"])
-    states = {"key": OK, "expired": ABSENT, "ours": ABSENT, "time": OK, "topic": OK, "skey": OK, "svalue": OK,
-              "headers": OK, "shape": OK}
-    draft = Draft(dialect, action, new_id(chooser, ctx), None, user_headers(chooser, ("x-scheduler-", "schedule:")),
-                  states)
+    states = {
+        "key": OK,
+        "expired": ABSENT,
+        "ours": ABSENT,
+        "time": OK,
+        "topic": OK,
+        "skey": OK,
+        "svalue": OK,
+        "headers": OK,
+        "shape": OK,
+    }
+    draft = Draft(
+        dialect, action, new_id(chooser, ctx), None, user_headers(chooser, ("x-scheduler-", "schedule:")), states
+    )
     if action == "ADD":
-        names = chooser.choice([[], ["a"], ["content-type", "trace"], ["h%d" % i for i in range(30)]])
-        draft.document = {"time": due_ms(chooser, ctx), "topic": chooser.choice(ctx.destinations),
-                          "key": chooser.raw(0, 12), "value": payload(chooser, ctx),
-                          "headers": {n: chooser.raw(0, 8) for n in names}}
+        names = chooser.choice([[], ["a"], ["content-type", "trace"], [f"h{i}" for i in range(30)]])
+        draft.document = {
+            "time": due_ms(chooser, ctx),
+            "topic": chooser.choice(ctx.destinations),
+            "key": chooser.raw(0, 12),
+            "value": payload(chooser, ctx),
+            "headers": {n: chooser.raw(0, 8) for n in names},
+        }
     elif action == "COMPLETE":
         draft.headers += [(spelled(chooser, SKY_EXPIRED), chooser.choice([b"true", b"TRUE", b" true "]))]
         states["expired"] = OK
@@ -640,9 +797,17 @@ def mutate_sky_schedule(chooser, ctx: Context, draft: Draft, name: str) -> None:
     if doc is None:
         return
     if name == "time":
-        value, state = chooser.choice([(-5, BAD), (-1, BAD), (2**62, BAD), (2**63 - 1, BAD),
-                                       (ctx.now_ms + 200 * 365 * 86_400_000, BAD), (0, OK),
-                                       (due_ms(chooser, ctx), OK)])
+        value, state = chooser.choice(
+            [
+                (-5, BAD),
+                (-1, BAD),
+                (2**62, BAD),
+                (2**63 - 1, BAD),
+                (ctx.now_ms + 200 * 365 * 86_400_000, BAD),
+                (0, OK),
+                (due_ms(chooser, ctx), OK),
+            ]
+        )
         doc["time"] = value
         draft.states["time"] = state
     elif name == "topic":
@@ -656,11 +821,12 @@ def mutate_sky_schedule(chooser, ctx: Context, draft: Draft, name: str) -> None:
         else:
             doc["value"] = payload(chooser, ctx)
     elif name == "headers":
-        doc["headers"] = chooser.choice([{}, {"x": b"\xff" * ctx.huge_bytes},
-                                         {"h%d" % i: b"%d" % i for i in range(chooser.integer(0, 2000))}])
+        doc["headers"] = chooser.choice(
+            [{}, {"x": b"\xff" * ctx.huge_bytes}, {f"h{i}": str(i).encode() for i in range(chooser.integer(0, 2000))}]
+        )
 
 
-def expect_sky(draft: Draft) -> tuple[str, Optional[str]]:
+def expect_sky(draft: Draft) -> tuple[str, str | None]:
     s = draft.states
     if s["key"] != OK:
         return REJECT, None
@@ -698,7 +864,7 @@ def avro_bytes(data: bytes) -> bytes:
     return zigzag(len(data)) + data
 
 
-def avro_schedule(doc: dict, with_headers: bool = True, header_names: Optional[list] = None) -> bytes:
+def avro_schedule(doc: dict, with_headers: bool = True, header_names: list | None = None) -> bytes:
     """The AvroSchedule record in Avro binary, written out by hand (fastavro refuses invalid UTF-8 names)."""
     topic = doc["topic"].encode("utf-8", "surrogateescape") if isinstance(doc["topic"], str) else doc["topic"]
     out = zigzag(doc["time"]) + avro_bytes(topic) + avro_bytes(doc["key"])
@@ -745,8 +911,11 @@ def mutate_avro(chooser, ctx: Context, draft: Draft, name: str) -> None:
         draft.value = zigzag(doc["time"]) + zigzag(-chooser.integer(1, 2**31)) + b"x" * 8
         s["shape"] = BAD
     elif kind == 4:  # a header name that is not UTF-8, or the same name twice (the map keeps one: shorter)
-        entries = [(chooser.choice([b"na\xffme", b"\xc3\x28", b"\xff"]), b"v")] if chooser.chance(0.5) else \
-            [(b"same", b"1"), (b"same", b"2")]
+        entries = (
+            [(chooser.choice([b"na\xffme", b"\xc3\x28", b"\xff"]), b"v")]
+            if chooser.chance(0.5)
+            else [(b"same", b"1"), (b"same", b"2")]
+        )
         draft.value = avro_schedule(doc, header_names=entries)
         s["headers"] = BAD
     elif kind == 5:  # a map written in two blocks, or with a negative block count: valid Avro, not canonical
@@ -772,10 +941,14 @@ def mutate_avro(chooser, ctx: Context, draft: Draft, name: str) -> None:
 
 
 def json_document(doc: dict) -> dict:
-    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
-    return {"time": doc["time"], "topic": doc["topic"], "key": b64(doc["key"]),
-            "value": None if doc["value"] is None else b64(doc["value"]),
-            "headers": {n: b64(v) for n, v in doc["headers"].items()}}
+    b64 = lambda data: base64.b64encode(data).decode()
+    return {
+        "time": doc["time"],
+        "topic": doc["topic"],
+        "key": b64(doc["key"]),
+        "value": None if doc["value"] is None else b64(doc["value"]),
+        "headers": {n: b64(v) for n, v in doc["headers"].items()},
+    }
 
 
 def mutate_json(chooser, ctx: Context, draft: Draft, name: str) -> None:
@@ -786,7 +959,7 @@ def mutate_json(chooser, ctx: Context, draft: Draft, name: str) -> None:
     fields = json_document(doc)
     kind = chooser.integer(0, 11)
     pretty = chooser.chance(0.2)
-    raw_text: Optional[bytes] = None
+    raw_text: bytes | None = None
     if kind == 0:  # a required field missing
         missing = chooser.choice(["time", "topic", "key"])
         del fields[missing]
@@ -800,14 +973,27 @@ def mutate_json(chooser, ctx: Context, draft: Draft, name: str) -> None:
                     fields[optional] = None
                 s["svalue" if optional == "value" else "headers"] = OK
     elif kind == 2:  # fields of the wrong type (None: the field's state stands)
-        target, value, state = chooser.choice([
-            ("time", str(fields["time"]), None),  # digits in a string are read as the number
-            ("time", 1.5, BAD), ("time", True, BAD), ("time", {"ms": 1}, BAD), ("time", [1], BAD),
-            ("time", "9" * 5000, BAD),  # more digits than a long holds: too far ahead
-            ("key", 12, UNSURE), ("key", "not base64!", BAD), ("value", "a b", BAD), ("value", "%%", BAD),
-            ("headers", ["a"], BAD), ("headers", "text", BAD), ("headers", {"x": "%%"}, BAD),
-            ("headers", {"x": None}, None), ("headers", {"x": 5}, UNSURE), ("topic", 123, UNSURE),
-            ("key", None, BAD)])
+        target, value, state = chooser.choice(
+            [
+                ("time", str(fields["time"]), None),  # digits in a string are read as the number
+                ("time", 1.5, BAD),
+                ("time", True, BAD),
+                ("time", {"ms": 1}, BAD),
+                ("time", [1], BAD),
+                ("time", "9" * 5000, BAD),  # more digits than a long holds: too far ahead
+                ("key", 12, UNSURE),
+                ("key", "not base64!", BAD),
+                ("value", "a b", BAD),
+                ("value", "%%", BAD),
+                ("headers", ["a"], BAD),
+                ("headers", "text", BAD),
+                ("headers", {"x": "%%"}, BAD),
+                ("headers", {"x": None}, None),
+                ("headers", {"x": 5}, UNSURE),
+                ("topic", 123, UNSURE),
+                ("key", None, BAD),
+            ]
+        )
         fields[target] = value
         if target == "value":
             s["svalue"] = OK  # replaced: whatever it was, it is not too large now
@@ -821,14 +1007,15 @@ def mutate_json(chooser, ctx: Context, draft: Draft, name: str) -> None:
             s["shape"] = UNSURE
     elif kind == 4:  # truncated text
         text = json.dumps(fields).encode()
-        raw_text = text[:chooser.integer(0, len(text) - 1)]
+        raw_text = text[: chooser.integer(0, len(text) - 1)]
         s["shape"] = BAD
     elif kind == 5:  # text after the object
-        raw_text = json.dumps(fields).encode() + chooser.choice([b"x", b"{}", b" {\"a\":1}", b",", b"]", b"\x00"])
+        raw_text = json.dumps(fields).encode() + chooser.choice([b"x", b"{}", b' {"a":1}', b",", b"]", b"\x00"])
         s["shape"] = BAD
     elif kind == 6:  # not an object
-        raw_text = chooser.choice([b"[]", b"[" + json.dumps(fields).encode() + b"]", b"null", b"42", b"\"x\"", b"",
-                                   b"true", b"{", b"}"])
+        raw_text = chooser.choice(
+            [b"[]", b"[" + json.dumps(fields).encode() + b"]", b"null", b"42", b'"x"', b"", b"true", b"{", b"}"]
+        )
         s["shape"] = BAD
     elif kind == 7:  # invalid UTF-8 inside the topic or the key
         text = json.dumps(fields).encode()
@@ -862,18 +1049,40 @@ def mutate_json(chooser, ctx: Context, draft: Draft, name: str) -> None:
 # ---------------------------------------------------------------- assembly
 
 
-BASES = {"native": native_base, "karafka": karafka_base, "etf1": etf1_base,
-         "sky-avro": lambda c, x: sky_base(c, x, "sky-avro"), "sky-json": lambda c, x: sky_base(c, x, "sky-json")}
+BASES = {
+    "native": native_base,
+    "karafka": karafka_base,
+    "etf1": etf1_base,
+    "sky-avro": lambda c, x: sky_base(c, x, "sky-avro"),
+    "sky-json": lambda c, x: sky_base(c, x, "sky-json"),
+}
 FIELDS = {
     "native": ["action", "to", "at", "id", "key", "value", "extra"],
-    "karafka": ["key", "version", "type", "epoch", "topic", "target_key", "partition", "partition_key", "ours",
-                "theirs", "value", "extra"],
+    "karafka": [
+        "key",
+        "version",
+        "type",
+        "epoch",
+        "topic",
+        "target_key",
+        "partition",
+        "partition_key",
+        "ours",
+        "theirs",
+        "value",
+        "extra",
+    ],
     "etf1": ["key", "epoch", "topic", "target_key", "ours", "value", "extra"],
     "sky-avro": ["key", "expired", "ours", "null", "time", "topic", "skey", "svalue", "headers", "encoding"],
     "sky-json": ["key", "expired", "ours", "null", "time", "topic", "skey", "svalue", "headers", "encoding"],
 }
-EXPECT = {"native": expect_native, "karafka": expect_karafka, "etf1": expect_etf1, "sky-avro": expect_sky,
-          "sky-json": expect_sky}
+EXPECT = {
+    "native": expect_native,
+    "karafka": expect_karafka,
+    "etf1": expect_etf1,
+    "sky-avro": expect_sky,
+    "sky-json": expect_sky,
+}
 
 
 def mutate(chooser, ctx: Context, draft: Draft, name: str) -> None:
@@ -892,17 +1101,24 @@ def mutate(chooser, ctx: Context, draft: Draft, name: str) -> None:
 
 def raw_garbage(chooser, ctx: Context, dialect: str) -> Hostile:
     """Random key, value and headers, the dialect's header names among them: anything may come of it."""
-    names = {"native": list(NATIVE_FIELDS.values()), "karafka": list(K.values()), "etf1": list(E.values()),
-             "sky-avro": [SKY_EXPIRED, SOURCE_OFFSET], "sky-json": [SKY_EXPIRED, SOURCE_OFFSET]}[dialect]
-    headers = [(chooser.choice(names + ["x", ""]), chooser.choice([None, chooser.raw(0, 24)]))
-               for _ in range(chooser.integer(0, 6))]
+    names = {
+        "native": list(NATIVE_FIELDS.values()),
+        "karafka": list(K.values()),
+        "etf1": list(E.values()),
+        "sky-avro": [SKY_EXPIRED, SOURCE_OFFSET],
+        "sky-json": [SKY_EXPIRED, SOURCE_OFFSET],
+    }[dialect]
+    headers = [
+        (chooser.choice(names + ["x", ""]), chooser.choice([None, chooser.raw(0, 24)]))
+        for _ in range(chooser.integer(0, 6))
+    ]
     value = chooser.choice([None, chooser.raw(0, 64), b"{" + chooser.raw(0, 30) + b"}", b"\x00" * 3])
-    return Hostile(dialect, chooser.choice([None, b"", chooser.raw(1, 16)]), value, headers, EITHER, None,
-                   "raw garbage")
+    return Hostile(
+        dialect, chooser.choice([None, b"", chooser.raw(1, 16)]), value, headers, EITHER, None, "raw garbage"
+    )
 
 
-def hostile(chooser, ctx: Context, dialect: str, garbage_share: float = 0.1,
-            max_mutations: int = 3) -> Hostile:
+def hostile(chooser, ctx: Context, dialect: str, garbage_share: float = 0.1, max_mutations: int = 3) -> Hostile:
     """One record of ``dialect``: a valid request with up to ``max_mutations`` fields mutated (each once), or
     (``garbage_share``) raw garbage."""
     if chooser.chance(garbage_share):
@@ -917,13 +1133,23 @@ def hostile(chooser, ctx: Context, dialect: str, garbage_share: float = 0.1,
         mutate(chooser, ctx, draft, name)
     if dialect in ("sky-avro", "sky-json"):
         if draft.document is not None:
-            draft.value = avro_schedule(draft.document) if dialect == "sky-avro" else json.dumps(
-                json_document(draft.document)).encode()
+            draft.value = (
+                avro_schedule(draft.document)
+                if dialect == "sky-avro"
+                else json.dumps(json_document(draft.document)).encode()
+            )
             if "encoding" in chosen:
                 (mutate_avro if dialect == "sky-avro" else mutate_json)(chooser, ctx, draft, "encoding")
             # the size limit applies to the value to deliver, which the doctoring above may have lost
         else:
             draft.value = None
     expect, action = EXPECT[dialect](draft)
-    return Hostile(dialect, draft.key, draft.value, draft.headers, expect, action,
-                   f"{draft.action} with {', '.join(chosen) or 'nothing'} mutated")
+    return Hostile(
+        dialect,
+        draft.key,
+        draft.value,
+        draft.headers,
+        expect,
+        action,
+        f"{draft.action} with {', '.join(chosen) or 'nothing'} mutated",
+    )

@@ -24,9 +24,8 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Optional
 
 from kafka_scheduler.harness import process_tree
 from kafka_scheduler.harness.job_process import JobProcess
@@ -50,9 +49,18 @@ def archive_path(jvm_options: str) -> Path:
     """Where the archive for this JVM, Python environment, connector jars and JVM options lives."""
     version = subprocess.run([java_command(), "-version"], capture_output=True, text=True, timeout=60).stderr
     import pyspark
+
     spark_jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    key = "\n".join([version, sys.prefix, pyspark.__version__, *spark_jars,
-                     *(p.name for p in jar_paths("spark-kafka")), jvm_options])
+    key = "\n".join(
+        [
+            version,
+            sys.prefix,
+            pyspark.__version__,
+            *spark_jars,
+            *(p.name for p in jar_paths("spark-kafka")),
+            jvm_options,
+        ]
+    )
     return cache_root() / "jvm-archive" / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
@@ -60,7 +68,7 @@ def options(archive: Path) -> str:
     return f"-XX:SharedArchiveFile={archive} {QUIET_CDS_LOGS}"
 
 
-def ensure(jvm_options: str, build: bool) -> Optional[Path]:
+def ensure(jvm_options: str, build: bool) -> Path | None:
     """The archive, built first when missing and ``build``; None when there is none (or building failed: the
     suite then runs as it would without, only slower)."""
     archive = archive_path(jvm_options)
@@ -75,8 +83,7 @@ def ensure(jvm_options: str, build: bool) -> Optional[Path]:
         try:
             _build(archive, jvm_options)
         except Exception as exc:  # a slower suite, not a failed one
-            print(f"\nJVM class archive not built ({exc}); the Spark JVMs load their classes as usual",
-                  file=sys.stderr)
+            print(f"\nJVM class archive not built ({exc}); the Spark JVMs load their classes as usual", file=sys.stderr)
             return None
         print(f"\nJVM class archive built in {time.monotonic() - started:.0f}s: {archive}", file=sys.stderr)
     return archive
@@ -113,14 +120,21 @@ def _build(archive: Path, jvm_options: str) -> None:
 def deliver_a_few(bootstrap: str, requests: str, destination: str, lead_s: float) -> None:
     """SCHEDULES native requests due ``lead_s`` from now, to ``destination``; returns once all arrived."""
     from confluent_kafka import Producer
-    due = datetime.now(timezone.utc) + timedelta(seconds=lead_s)
+
+    due = datetime.now(UTC) + timedelta(seconds=lead_s)
     due = due.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(SCHEDULES):
-        producer.produce(requests, key=f"k{i}".encode(), value=b"v",
-                         headers=[("x-scheduler-deliver-to", destination.encode()),
-                                  ("x-scheduler-deliver-at", due.encode()),
-                                  ("x-scheduler-request-id", f"k{i}".encode())])
+        producer.produce(
+            requests,
+            key=f"k{i}".encode(),
+            value=b"v",
+            headers=[
+                ("x-scheduler-deliver-to", destination.encode()),
+                ("x-scheduler-deliver-at", due.encode()),
+                ("x-scheduler-request-id", f"k{i}".encode()),
+            ],
+        )
     producer.flush(30)
     reader = TopicReader(bootstrap, [destination])
     try:

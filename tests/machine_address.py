@@ -51,11 +51,14 @@ def non_loopback_address() -> str:
         if _usable(address):
             return address
     if not _usable(DUMMY_ADDRESS):
-        for command in (["ip", "link", "add", DUMMY_INTERFACE, "type", "dummy"],
-                        ["ip", "addr", "add", DUMMY_ADDRESS + "/32", "dev", DUMMY_INTERFACE],
-                        ["ip", "link", "set", DUMMY_INTERFACE, "up"]):
+        for command in (
+            ["ip", "link", "add", DUMMY_INTERFACE, "type", "dummy"],
+            ["ip", "addr", "add", DUMMY_ADDRESS + "/32", "dev", DUMMY_INTERFACE],
+            ["ip", "link", "set", DUMMY_INTERFACE, "up"],
+        ):
             subprocess.run(command, capture_output=True, timeout=10)
     if _usable(DUMMY_ADDRESS):
         return DUMMY_ADDRESS
-    raise RuntimeError(f"no non-loopback address on this machine, and none could be added ({DUMMY_INTERFACE}): "
-                       f"candidates {candidates}")
+    raise RuntimeError(
+        f"no non-loopback address on this machine, and none could be added ({DUMMY_INTERFACE}): candidates {candidates}"
+    )

@@ -11,8 +11,9 @@ import difflib
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Optional
+from typing import Any
 
 from .protocol import DIALECT_NAMES
 
@@ -51,8 +52,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
-_UNIT_MS = {"ms": 1, "millisecond": 1, "milliseconds": 1, "s": 1000, "second": 1000, "seconds": 1000,
-            "m": 60_000, "minute": 60_000, "minutes": 60_000}
+_UNIT_MS = {
+    "ms": 1,
+    "millisecond": 1,
+    "milliseconds": 1,
+    "s": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "m": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+}
 
 
 def _port(text: str) -> int:
@@ -110,8 +120,9 @@ def _inputs(text: str) -> tuple[tuple[str, str], ...]:
         if not _TOPIC.match(topic) or topic in (".", ".."):
             raise ValueError(f"{topic!r} is not a valid Kafka topic name")
         if dialect not in DIALECT_NAMES:
-            raise ValueError(f"unknown dialect {dialect!r} for topic {topic!r} "
-                             f"(expected one of {', '.join(DIALECT_NAMES)})")
+            raise ValueError(
+                f"unknown dialect {dialect!r} for topic {topic!r} (expected one of {', '.join(DIALECT_NAMES)})"
+            )
         if inputs.get(topic, dialect) != dialect:
             raise ValueError(f"topic {topic!r} is given twice, as {inputs[topic]} and as {dialect}")
         inputs[topic] = dialect
@@ -135,8 +146,10 @@ RESERVED_KAFKA_OPTIONS = {
     "enable.auto.commit": "the scheduler tracks its offsets in the checkpoint",
     "auto.offset.reset": "the scheduler tracks its offsets in the checkpoint",
     "partitioner": "keys are partitioned as Java clients do (murmur2)",
-    "key.serializer": "records are bytes", "value.serializer": "records are bytes",
-    "key.deserializer": "records are bytes", "value.deserializer": "records are bytes",
+    "key.serializer": "records are bytes",
+    "value.serializer": "records are bytes",
+    "key.deserializer": "records are bytes",
+    "value.deserializer": "records are bytes",
 }
 # Words in an option's name that make its value a secret: shown as **** (config show, logs).
 SECRET_WORDS = ("password", "secret", "sasl.jaas.config", "ssl.key.", "ssl.keystore.key", "token")
@@ -194,96 +207,190 @@ class Option:
         return "--" + (self.name[:-1] if self.repeatable else self.name).replace("_", "-")
 
 
-
 OPTIONS: tuple[Option, ...] = (
     Option("bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers", "HOST:PORT"),
-    Option("inputs", _inputs, None,
-           "an input topic and the dialect its requests are written in (native, karafka, etf1, sky-avro, "
-           "sky-json); repeat for several topics, or give a comma list in the variable; default: "
-           "<app-id>-schedule-requests:native. With --input only the listed topics are read", "TOPIC:DIALECT",
-           repeatable=True, show=lambda inputs: [f"{t}:{d}" for t, d in inputs]),
-    Option("app_id", str, "kafka-scheduler",
-           "application id: names the app's topics (<app-id>-schedule-requests, ...)", "ID"),
-    Option("checkpoint_dir", str, None,
-           "checkpoint folder (offsets and RocksDB state); default ./checkpoints/<app-id>", "DIR"),
+    Option(
+        "inputs",
+        _inputs,
+        None,
+        "an input topic and the dialect its requests are written in (native, karafka, etf1, sky-avro, "
+        "sky-json); repeat for several topics, or give a comma list in the variable; default: "
+        "<app-id>-schedule-requests:native. With --input only the listed topics are read",
+        "TOPIC:DIALECT",
+        repeatable=True,
+        show=lambda inputs: [f"{t}:{d}" for t, d in inputs],
+    ),
+    Option(
+        "app_id",
+        str,
+        "kafka-scheduler",
+        "application id: names the app's topics (<app-id>-schedule-requests, ...)",
+        "ID",
+    ),
+    Option(
+        "checkpoint_dir",
+        str,
+        None,
+        "checkpoint folder (offsets and RocksDB state); default ./checkpoints/<app-id>",
+        "DIR",
+    ),
     Option("master", str, "local[2]", "Spark master URL (ignored under spark-submit, which sets it)", "URL"),
-    Option("trigger_interval", _trigger, "0 milliseconds",
-           "micro-batch interval; 0 runs batches back to back while there is input (an idle job runs none)", "DURATION",
-           show=lambda text: text.replace(" milliseconds", "ms")),
-    Option("partitions", _positive_int, 2,
-           "partitions of the topics the scheduler creates, and Spark shuffle partitions", "N"),
-    Option("allowed_destinations", _regex, None,
-           "regex a destination topic must fully match; default: any topic except Kafka-internal "
-           "'__*' topics and the app's own topics", "REGEX"),
+    Option(
+        "trigger_interval",
+        _trigger,
+        "0 milliseconds",
+        "micro-batch interval; 0 runs batches back to back while there is input (an idle job runs none)",
+        "DURATION",
+        show=lambda text: text.replace(" milliseconds", "ms"),
+    ),
+    Option(
+        "partitions",
+        _positive_int,
+        2,
+        "partitions of the topics the scheduler creates, and Spark shuffle partitions",
+        "N",
+    ),
+    Option(
+        "allowed_destinations",
+        _regex,
+        None,
+        "regex a destination topic must fully match; default: any topic except Kafka-internal "
+        "'__*' topics and the app's own topics",
+        "REGEX",
+    ),
     Option("max_value_bytes", _positive_int, 1_000_000, "largest accepted request value, in bytes", "BYTES"),
     Option("max_ahead_days", _positive_int, 36_525, "how far ahead a due time may be (default 100 years)", "DAYS"),
     Option("history", _bool, False, "write one record per delivery to <app-id>-schedule-history", "BOOL"),
-    Option("max_requests_per_batch", _positive_int, 500_000,
-           "cap on request records read per micro-batch: bounds memory and batch time when catching up", "N"),
+    Option(
+        "max_requests_per_batch",
+        _positive_int,
+        500_000,
+        "cap on request records read per micro-batch: bounds memory and batch time when catching up",
+        "N",
+    ),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
-    Option("state_batches_kept", _positive_int, 20,
-           "how many batches' state versions the checkpoint keeps at least (Spark's minBatchesToRetain); on disk: "
-           "between this many and this many plus twice --state-snapshot-every batches' changes, and two or three "
-           "snapshots",
-           "N"),
-    Option("state_snapshot_every", _positive_int, 10,
-           "how many batches' changelogs apart the state store writes a full snapshot (Spark's "
-           "stateStore.minDeltasForSnapshot): a restart replays at most this many; old versions are deleted only "
-           "once a newer snapshot lets them go", "N"),
-    Option("lookahead", _duration_ms, 3000,
-           "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
-           "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
-           "micro-batch after its due time", "DURATION", show=lambda ms: f"{ms}ms"),
-    Option("cron_min_interval", _interval_ms, 5000,
-           "a cron (CRON_ADD) whose firings may come closer together than this is rejected (as Kaspr's minimum, "
-           "5s); at least 1s", "DURATION", show=lambda ms: f"{ms}ms"),
-    Option("max_held", _positive_int, 20_000,
-           "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
-           "itself, each slice at its due time", "N"),
-    Option("exactly_once", _bool, False,
-           "write deliveries, write-backs and rejections in Kafka transactions, each once even across crashes, "
-           "for consumers reading with isolation.level=read_committed (the app's ledger topic records what was "
-           "written)", "BOOL"),
-    Option("metrics_port", _port, 9464,
-           "serve Prometheus metrics at http://<metrics-host>:<port>/metrics; 0 turns them off", "PORT"),
+    Option(
+        "state_batches_kept",
+        _positive_int,
+        20,
+        "how many batches' state versions the checkpoint keeps at least (Spark's minBatchesToRetain); on disk: "
+        "between this many and this many plus twice --state-snapshot-every batches' changes, and two or three "
+        "snapshots",
+        "N",
+    ),
+    Option(
+        "state_snapshot_every",
+        _positive_int,
+        10,
+        "how many batches' changelogs apart the state store writes a full snapshot (Spark's "
+        "stateStore.minDeltasForSnapshot): a restart replays at most this many; old versions are deleted only "
+        "once a newer snapshot lets them go",
+        "N",
+    ),
+    Option(
+        "lookahead",
+        _duration_ms,
+        3000,
+        "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
+        "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
+        "micro-batch after its due time",
+        "DURATION",
+        show=lambda ms: f"{ms}ms",
+    ),
+    Option(
+        "cron_min_interval",
+        _interval_ms,
+        5000,
+        "a cron (CRON_ADD) whose firings may come closer together than this is rejected (as Kaspr's minimum, "
+        "5s); at least 1s",
+        "DURATION",
+        show=lambda ms: f"{ms}ms",
+    ),
+    Option(
+        "max_held",
+        _positive_int,
+        20_000,
+        "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
+        "itself, each slice at its due time",
+        "N",
+    ),
+    Option(
+        "exactly_once",
+        _bool,
+        False,
+        "write deliveries, write-backs and rejections in Kafka transactions, each once even across crashes, "
+        "for consumers reading with isolation.level=read_committed (the app's ledger topic records what was "
+        "written)",
+        "BOOL",
+    ),
+    Option(
+        "metrics_port",
+        _port,
+        9464,
+        "serve Prometheus metrics at http://<metrics-host>:<port>/metrics; 0 turns them off",
+        "PORT",
+    ),
     Option("metrics_host", str, "0.0.0.0", "address the metrics server listens on", "HOST"),
-    Option("admin_token_file", str, None,
-           "file holding the admin token (at least 16 characters): with it, the status page's schedules (keys, "
-           "values, headers) and actions are served beyond loopback to whoever sends it (Authorization: Bearer, or "
-           "the page's login form); without it, to loopback only. /metrics and the page's counts stay open", "FILE"),
-    Option("state_layout", _choice("wheel"), "wheel",
-           "how pending schedules are kept: 'wheel' (time buckets per shard, bulk; the only layout since the "
-           "per-id one was retired); recorded in the checkpoint", "LAYOUT"),
-    Option("shards", _positive_int, None,
-           "state shards of the wheel layout (default: twice --partitions); fixed in the checkpoint at its first run",
-           "N"),
-    Option("kafka_options", _kafka_options, (),
-           "a Kafka client option for every client of the job and the CLI (security.protocol=SASL_SSL, ...); "
-           "prefix librdkafka. or java. to reach only the Python clients or only Spark's; repeat for more. The "
-           "variable takes KEY=VALUE entries separated by commas, or by newlines when a value holds a comma",
-           "KEY=VALUE", repeatable=True, flag_name="--kafka-option", show=dict),
+    Option(
+        "admin_token_file",
+        str,
+        None,
+        "file holding the admin token (at least 16 characters): with it, the status page's schedules (keys, "
+        "values, headers) and actions are served beyond loopback to whoever sends it (Authorization: Bearer, or "
+        "the page's login form); without it, to loopback only. /metrics and the page's counts stay open",
+        "FILE",
+    ),
+    Option(
+        "state_layout",
+        _choice("wheel"),
+        "wheel",
+        "how pending schedules are kept: 'wheel' (time buckets per shard, bulk; the only layout since the "
+        "per-id one was retired); recorded in the checkpoint",
+        "LAYOUT",
+    ),
+    Option(
+        "shards",
+        _positive_int,
+        None,
+        "state shards of the wheel layout (default: twice --partitions); fixed in the checkpoint at its first run",
+        "N",
+    ),
+    Option(
+        "kafka_options",
+        _kafka_options,
+        (),
+        "a Kafka client option for every client of the job and the CLI (security.protocol=SASL_SSL, ...); "
+        "prefix librdkafka. or java. to reach only the Python clients or only Spark's; repeat for more. The "
+        "variable takes KEY=VALUE entries separated by commas, or by newlines when a value holds a comma",
+        "KEY=VALUE",
+        repeatable=True,
+        flag_name="--kafka-option",
+        show=dict,
+    ),
 )
 OPTION_NAMES = {option.name: option for option in OPTIONS}
 # A key of the --config file: an option's name or its flag's ("input" for inputs), "-" or "_" alike; [kafka] apart.
-FILE_KEYS = {**{option.flag[2:].replace("-", "_"): option for option in OPTIONS if option.name != "kafka_options"},
-             **{option.name: option for option in OPTIONS if option.name != "kafka_options"},
-             "kafka": OPTION_NAMES["kafka_options"]}
+FILE_KEYS = {
+    **{option.flag[2:].replace("-", "_"): option for option in OPTIONS if option.name != "kafka_options"},
+    **{option.name: option for option in OPTIONS if option.name != "kafka_options"},
+    "kafka": OPTION_NAMES["kafka_options"],
+}
 
 
 @dataclass(frozen=True)
 class Config:
     bootstrap_servers: str = "127.0.0.1:9092"
-    inputs: Optional[tuple[tuple[str, str], ...]] = None  # (topic, dialect); None: the native requests topic
+    inputs: tuple[tuple[str, str], ...] | None = None  # (topic, dialect); None: the native requests topic
     app_id: str = "kafka-scheduler"
-    checkpoint_dir: Optional[str] = None
+    checkpoint_dir: str | None = None
     master: str = "local[2]"
     trigger_interval: str = "0 milliseconds"
     partitions: int = 2
-    allowed_destinations: Optional[str] = None
+    allowed_destinations: str | None = None
     max_value_bytes: int = 1_000_000
     max_ahead_days: int = 36_525
     history: bool = False
-    max_requests_per_batch: Optional[int] = 500_000
+    max_requests_per_batch: int | None = 500_000
     driver_memory: str = "1g"
     state_batches_kept: int = 20
     state_snapshot_every: int = 10
@@ -293,9 +400,9 @@ class Config:
     exactly_once: bool = False
     metrics_port: int = 9464  # 0: no metrics server
     metrics_host: str = "0.0.0.0"
-    admin_token_file: Optional[str] = None  # None: schedules and actions on the status page for loopback only
+    admin_token_file: str | None = None  # None: schedules and actions on the status page for loopback only
     state_layout: str = "wheel"
-    shards: Optional[int] = None  # None: twice the partitions
+    shards: int | None = None  # None: twice the partitions
     kafka_options: tuple[tuple[str, str], ...] = ()  # (key, value), scoped keys included; see kafka_settings()
     # (option name, "--flag", "KAFKA_SCHEDULER_<NAME>" or "<name> in FILE") of each option set explicitly; a Kafka
     # option's entry is named "kafka.<key>". Settings recorded in the checkpoint may replace a default, never an
@@ -347,7 +454,7 @@ class Config:
         own = (self.requests_topic, self.rejections_topic, self.history_topic, self.ticks_topic, self.ledger_topic)
         return own + tuple(t for t in self.input_topics if t not in own)
 
-    def given_by(self, name: str) -> Optional[str]:
+    def given_by(self, name: str) -> str | None:
         """The flag or variable that set option ``name``, or None if it has its default."""
         return dict(self.given).get(name)
 
@@ -367,7 +474,7 @@ def masked(options: tuple[tuple[str, str], ...]) -> dict[str, str]:
 def _scoped(options: tuple[tuple[str, str], ...], scope: str) -> dict[str, str]:
     """Unscoped options, then ``scope.``-prefixed ones (without the prefix), which win."""
     common = {k: v for k, v in options if k.partition(".")[0] not in SCOPES}
-    return {**common, **{k[len(scope) + 1:]: v for k, v in options if k.startswith(scope + ".")}}
+    return {**common, **{k[len(scope) + 1 :]: v for k, v in options if k.startswith(scope + ".")}}
 
 
 def kafka_settings(config: Config) -> dict[str, str]:
@@ -378,8 +485,10 @@ def kafka_settings(config: Config) -> dict[str, str]:
 
 def spark_kafka_options(config: Config) -> dict[str, str]:
     """Options for Spark's Kafka source and sink: the servers and the passed-through options, prefixed ``kafka.``."""
-    return {"kafka.bootstrap.servers": config.bootstrap_servers,
-            **{"kafka." + k: v for k, v in _scoped(config.kafka_options, "java").items()}}
+    return {
+        "kafka.bootstrap.servers": config.bootstrap_servers,
+        **{"kafka." + k: v for k, v in _scoped(config.kafka_options, "java").items()},
+    }
 
 
 def check_kafka_settings(config: Config) -> None:
@@ -397,20 +506,21 @@ def check_kafka_settings(config: Config) -> None:
         raise ConfigError(f"Kafka option: {text}{hint}") from None
 
 
-def env_name(option: Option) -> str:
-    return ENV_PREFIX + option.name.upper()
-
-
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
 
 
-def add_arguments(parser: argparse.ArgumentParser, names: Optional[set[str]] = None) -> None:
+def add_arguments(parser: argparse.ArgumentParser, names: set[str] | None = None) -> None:
     """Add ``--config`` and a ``--flag`` per option (all of them, or those in ``names``, "config" naming ``--config``);
     defaults stay None to see what was set."""
     if names is None or "config" in names:
-            parser.add_argument("--config", dest="config_file", default=None, metavar="FILE",
-                            help=f"TOML file of settings (keys: the option names, a [kafka] table of Kafka "
-                                 f"options); flags and variables override it [env {CONFIG_ENV}]")
+        parser.add_argument(
+            "--config",
+            dest="config_file",
+            default=None,
+            metavar="FILE",
+            help=f"TOML file of settings (keys: the option names, a [kafka] table of Kafka "
+            f"options); flags and variables override it [env {CONFIG_ENV}]",
+        )
     for option in OPTIONS:
         if names is not None and option.name not in names:
             continue
@@ -418,9 +528,14 @@ def add_arguments(parser: argparse.ArgumentParser, names: Optional[set[str]] = N
         # A yes/no option given alone means yes: --exactly-once is --exactly-once=true.
         switch = {"nargs": "?", "const": "true"} if option.parse is _bool else {}
         parser.add_argument(
-            option.flag, dest=option.name, default=None, metavar=option.metavar or None,
-            action="append" if option.repeatable else "store", **switch,
-            help=f"{option.help} [env {env_name(option)}; default {default}]")
+            option.flag,
+            dest=option.name,
+            default=None,
+            metavar=option.metavar or None,
+            action="append" if option.repeatable else "store",
+            **switch,
+            help=f"{option.help} [env {env_name(option)}; default {default}]",
+        )
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -492,7 +607,7 @@ def _parse(option: Option, raw: Any, source: str) -> Any:
         raise ConfigError(f"{source}: {exc}") from None
 
 
-def resolve(args: Optional[argparse.Namespace] = None, environ: Optional[dict[str, str]] = None) -> Config:
+def resolve(args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> Config:
     """Build a Config from parsed flags, then the environment, then the ``--config`` file, then defaults. Kafka
     options merge key by key in the same order: a flag's value for a key wins over the variable's and the file's."""
     environ = os.environ if environ is None else environ
@@ -525,7 +640,7 @@ def resolve(args: Optional[argparse.Namespace] = None, environ: Optional[dict[st
     return Config(**values, given=tuple(given))
 
 
-def source_kind(source: Optional[str]) -> str:
+def source_kind(source: str | None) -> str:
     """flag, env, file or default: where a setting's ``given`` source says it came from."""
     if source is None:
         return "default"
@@ -534,7 +649,7 @@ def source_kind(source: Optional[str]) -> str:
     return "env" if source.startswith(ENV_PREFIX) else "file"
 
 
-def shown_setting(name: str, source: Optional[str], value: Any) -> str:
+def shown_setting(name: str, source: str | None, value: Any) -> str:
     """A setting as it was set: '--shards 6', 'KAFKA_SCHEDULER_SHARDS=6', 'shards = 6 in FILE', 'the default
     --shards 4'."""
     kind = source_kind(source)

@@ -16,14 +16,21 @@ import signal
 import threading
 import time
 import uuid
-from typing import Optional
 
 from confluent_kafka import TopicPartition
 
 from .config import Config, ConfigError, kafka_settings, masked
 from .engine.batch_summary import BatchSummary, Totals
-from .engine.checkpoint import LocalFiles, checkpoint_files, committed_offsets, is_local, last_committed_batch, \
-    local_path, settle_state_settings, start_new_generation
+from .engine.checkpoint import (
+    LocalFiles,
+    checkpoint_files,
+    committed_offsets,
+    is_local,
+    last_committed_batch,
+    local_path,
+    settle_state_settings,
+    start_new_generation,
+)
 from .engine.early_cancels import CancelWatcher
 from .engine.exactly_once import TransactionalSender, herd_member, transactional_id
 from .engine.query import build_stream, reads_all_first
@@ -109,15 +116,26 @@ class Scheduler:
             offsets = json.loads(offsets) if isinstance(offsets, str) else offsets
             end = (offsets or {}).get(self.config.ticks_topic, {}).get("0")
             if end:
-                for future in self.admin.delete_records([TopicPartition(self.config.ticks_topic, 0, int(end))]).values():
+                for future in self.admin.delete_records(
+                    [TopicPartition(self.config.ticks_topic, 0, int(end))]
+                ).values():
                     future.result(10)
         except Exception as exc:  # next time, then: a few stale ticks cost nothing
             log.debug("ticks not trimmed: %s", exc)
 
     def run(self) -> int:
         # Served from the start (a port in use fails at once, before anything else starts).
-        server = serve(self.metrics, self.config.metrics_host, self.config.metrics_port, self.page,
-                       AdminAccess.from_file(self.config.admin_token_file)) if self.config.metrics_port else None
+        server = (
+            serve(
+                self.metrics,
+                self.config.metrics_host,
+                self.config.metrics_port,
+                self.page,
+                AdminAccess.from_file(self.config.admin_token_file),
+            )
+            if self.config.metrics_port
+            else None
+        )
         try:
             return self._run()
         finally:
@@ -135,12 +153,16 @@ class Scheduler:
             self._settle_state_settings()
         config = self.config
         options = masked(config.kafka_options)
-        log.info("broker: connecting to %s%s", config.bootstrap_servers,
-                 f" (Kafka options: {', '.join(f'{k}={v}' for k, v in options.items())})" if options else "")
+        log.info(
+            "broker: connecting to %s%s",
+            config.bootstrap_servers,
+            f" (Kafka options: {', '.join(f'{k}={v}' for k, v in options.items())})" if options else "",
+        )
         # A broker that is not up yet (started in parallel, restarting) is waited for, for good: said every few
         # seconds in the log, and a stop request ends the wait.
-        admin = self.admin = wait_for_broker(config.bootstrap_servers, timeout=None, stop=self.stop_requested,
-                                             settings=kafka_settings(config))
+        admin = self.admin = wait_for_broker(
+            config.bootstrap_servers, timeout=None, stop=self.stop_requested, settings=kafka_settings(config)
+        )
         if admin is None:
             log.info("stopped before the broker answered")
             return 0
@@ -149,24 +171,32 @@ class Scheduler:
         foreign = sorted(t for t, d in inputs.items() if d != "native" and t != config.requests_topic)
         absent = [t for t in foreign if t not in admin.list_topics(timeout=30).topics]
         if absent:
-            raise ConfigError(f"input topic{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
-                              f"do{'' if len(absent) > 1 else 'es'} not exist on {config.bootstrap_servers}: "
-                              f"check --input; the scheduler creates only its own topics")
+            raise ConfigError(
+                f"input topic{'s' if len(absent) > 1 else ''} {', '.join(absent)} "
+                f"do{'' if len(absent) > 1 else 'es'} not exist on {config.bootstrap_servers}: "
+                f"check --input; the scheduler creates only its own topics"
+            )
         wanted = [t for t in inputs if t not in foreign] + [config.rejections_topic, config.history_topic]
         # Records as large as the scheduler writes (a request, its rejection or history copy with their headers):
         # a stock broker's 1 MiB default would refuse some the job accepts.
-        created = ensure_topics(admin, wanted, config.partitions,
-                                config={"max.message.bytes": str(PRODUCER_MAX_BYTES)})
+        created = ensure_topics(admin, wanted, config.partitions, config={"max.message.bytes": str(PRODUCER_MAX_BYTES)})
         # One partition: a tick only has to be read. Read ticks are deleted by the job (_trim_ticks).
-        created += ensure_topics(admin, [config.ticks_topic], 1,
-                                 config={"retention.ms": "-1", "segment.ms": str(600_000)})
+        created += ensure_topics(
+            admin, [config.ticks_topic], 1, config={"retention.ms": "-1", "segment.ms": str(600_000)}
+        )
         log.info("topics: %s%s", ", ".join(wanted), f" (created {', '.join(created)})" if created else " (exist)")
         resumed = last_committed_batch(config.checkpoint_dir)
-        log.info("checkpoint: %s (%s)", os.path.abspath(config.checkpoint_dir),
-                 "new" if resumed is None else f"resuming after batch {resumed}; state restores in the first batch")
-        log.info("spark: starting (%s, %d shuffle partitions, %s)",
-                 "spark-submit" if under_spark_submit() else config.master, config.partitions,
-                 _state_text(config) if settle_first else "state settings checked once Spark is up")
+        log.info(
+            "checkpoint: %s (%s)",
+            os.path.abspath(config.checkpoint_dir),
+            "new" if resumed is None else f"resuming after batch {resumed}; state restores in the first batch",
+        )
+        log.info(
+            "spark: starting (%s, %d shuffle partitions, %s)",
+            "spark-submit" if under_spark_submit() else config.master,
+            config.partitions,
+            _state_text(config) if settle_first else "state settings checked once Spark is up",
+        )
         spark = build_session(config)
         warm_python_workers(spark)
         if not settle_first:
@@ -184,19 +214,36 @@ class Scheduler:
         self.page.attach_actions(RequestWriter(kafka_settings(config), inputs, self._committed_offsets))
         run = uuid.uuid4().hex
         sender = self._start_exactly_once(admin) if config.exactly_once else None
-        self.writer = TimedWriter(config.bootstrap_servers, config.max_held, rejections_topic=config.rejections_topic,
-                                  sender=sender, client_options=kafka_settings(config)) \
-            if config.lookahead or sender else None
+        self.writer = (
+            TimedWriter(
+                config.bootstrap_servers,
+                config.max_held,
+                rejections_topic=config.rejections_topic,
+                sender=sender,
+                client_options=kafka_settings(config),
+            )
+            if config.lookahead or sender
+            else None
+        )
         if self.writer is not None:
             self.writer.on_written = self.metrics.record_written
         # CANCELs of native inputs withdraw what the timed writer holds as they arrive, not a batch later.
         native = [t for t, d in inputs.items() if d == "native"]
-        cancels = CancelWatcher(self.writer, native, kafka_settings(config), self._committed_offsets).start() \
-            if self.writer is not None and native else None
+        cancels = (
+            CancelWatcher(self.writer, native, kafka_settings(config), self._committed_offsets).start()
+            if self.writer is not None and native
+            else None
+        )
         self.wakeups = Wakeups(config.bootstrap_servers, config.ticks_topic, client_options=kafka_settings(config))
         self.metrics.follow_next_wakeup(lambda: self.wakeups.next_instant)
-        self.sink = RecordSink(config, TopicDirectory(admin), self.stop_requested, on_batch=self._on_batch,
-                               writer=self.writer, wakeups=self.wakeups)
+        self.sink = RecordSink(
+            config,
+            TopicDirectory(admin),
+            self.stop_requested,
+            on_batch=self._on_batch,
+            writer=self.writer,
+            wakeups=self.wakeups,
+        )
         if self.sink.herds is not None:
             self.sink.herds.on_written = self.metrics.record_herd_written
         catching_up = reads_all_first(config)
@@ -213,10 +260,14 @@ class Scheduler:
                 log.info("catching up: the first batch reads every input to its end before delivering anything")
             self.wakeups.start()
             # Follows self.query, whichever query of a catch-up runs.
-            lag = LagWatcher(self.metrics, admin, lambda: self.query.lastProgress, inputs).start() \
-                if config.metrics_port else None
-            log.info("running: reading %s; stop with Ctrl-C or SIGTERM",
-                     ", ".join(f"{t} ({d})" for t, d in inputs.items()))
+            lag = (
+                LagWatcher(self.metrics, admin, lambda: self.query.lastProgress, inputs).start()
+                if config.metrics_port
+                else None
+            )
+            log.info(
+                "running: reading %s; stop with Ctrl-C or SIGTERM", ", ".join(f"{t} ({d})" for t, d in inputs.items())
+            )
             if catching_up:
                 failed = self._catch_up(spark, config, run, files, planned, committed)
                 if failed is not None:
@@ -246,15 +297,24 @@ class Scheduler:
         config = self.config
         # One partition keeps the ledger in write order; records are deleted by the job (TransactionalSender.trim).
         ensure_topics(admin, [config.ledger_topic], 1, config={"retention.ms": "-1"})
-        sender = TransactionalSender(producer_config(config.bootstrap_servers, **kafka_settings(config)), config.app_id,
-                                     config.ledger_topic, consumer_settings=kafka_settings(config))
+        sender = TransactionalSender(
+            producer_config(config.bootstrap_servers, **kafka_settings(config)),
+            config.app_id,
+            config.ledger_topic,
+            consumer_settings=kafka_settings(config),
+        )
         started = time.monotonic()
         # A previous driver's herd tasks may have left transactions open (they would hold back the ledger's read).
         sender.fence_members(herd_member(p) for p in range(config.partitions))
         keys = sender.start()
-        log.info("exactly-once: transactional id %s; the ledger %s holds %d record(s) written and not yet retired "
-                 "(read in %.1fs)", transactional_id(config.app_id), config.ledger_topic, keys,
-                 time.monotonic() - started)
+        log.info(
+            "exactly-once: transactional id %s; the ledger %s holds %d record(s) written and not yet retired "
+            "(read in %.1fs)",
+            transactional_id(config.app_id),
+            config.ledger_topic,
+            keys,
+            time.monotonic() - started,
+        )
         return sender
 
     def _start_new_generation(self, spark=None) -> None:
@@ -264,8 +324,11 @@ class Scheduler:
         if moved is None:
             log.info("checkpoint: --from-beginning: no checkpoint yet, starting a new one")
         else:
-            log.info("checkpoint: --from-beginning: kept the old checkpoint aside as %s; every input is read again "
-                     "from its earliest offset", moved)
+            log.info(
+                "checkpoint: --from-beginning: kept the old checkpoint aside as %s; every input is read again "
+                "from its earliest offset",
+                moved,
+            )
         self.from_beginning = False
 
     def _settle_state_settings(self, spark=None) -> None:
@@ -277,15 +340,18 @@ class Scheduler:
     def _start_query(self, spark, config: Config, run: str, catching_up: bool) -> None:
         """Start the query on the checkpoint. Catching up, it runs one batch, uncapped, and ends: Spark reads
         every source to its end in a Trigger.Once batch (and ignores read limits there)."""
-        writer = (build_stream(spark, config, run, capped=not catching_up, started_ms=self.started_ms).writeStream
-                  .queryName(config.app_id)
-                  .foreachBatch(self.sink)
-                  .option("checkpointLocation", config.checkpoint_dir))
+        writer = (
+            build_stream(spark, config, run, capped=not catching_up, started_ms=self.started_ms)
+            .writeStream.queryName(config.app_id)
+            .foreachBatch(self.sink)
+            .option("checkpointLocation", config.checkpoint_dir)
+        )
         writer = writer.trigger(once=True) if catching_up else writer.trigger(processingTime=config.trigger_interval)
         self.query = writer.start()
 
-    def _catch_up(self, spark, config: Config, run: str, files, planned: Optional[int],
-                  committed: Optional[int]) -> Optional[int]:
+    def _catch_up(
+        self, spark, config: Config, run: str, files, planned: int | None, committed: int | None
+    ) -> int | None:
         """Wait for the uncapped catch-up batch of the query _start_query started to commit; the exit code if the
         query failed, else None (also when a stop ended it: the caller then starts nothing more). ``planned`` and
         ``committed``: the checkpoint's last planned and last committed batch before that query started."""
@@ -304,13 +370,16 @@ class Scheduler:
             # Trigger.Once query then runs that batch alone), so the rest is read in one more uncapped batch.
             committed = last
             self._start_query(spark, config, run, catching_up=True)
-        log.info("caught up: %s; %s", "nothing to read" if caught_up_in is None else
-                 f"batch {caught_up_in} read every input to its end",
-                 f"from now on a batch reads at most {config.max_requests_per_batch} requests"
-                 if config.max_requests_per_batch else "batches are not capped (--max-requests-per-batch is off)")
+        log.info(
+            "caught up: %s; %s",
+            "nothing to read" if caught_up_in is None else f"batch {caught_up_in} read every input to its end",
+            f"from now on a batch reads at most {config.max_requests_per_batch} requests"
+            if config.max_requests_per_batch
+            else "batches are not capped (--max-requests-per-batch is off)",
+        )
         return None
 
-    def _wait(self) -> Optional[int]:
+    def _wait(self) -> int | None:
         """Wait until the query ends or a stop is asked for (then stop it gracefully); the exit code if the query
         failed, else None."""
         from py4j.protocol import Py4JNetworkError
@@ -329,9 +398,12 @@ class Scheduler:
             self.jvm_gone = True
             where = self.config.checkpoint_dir
             committed = last_committed_batch(where) if is_local(where) else None
-            log.error("spark: the JVM ended under the job (out of memory, or killed): the job stopped. Nothing is "
-                      "lost: %s", "the next start resumes after batch %d" % committed if committed is not None
-                      else "the next start resumes from the checkpoint")
+            log.error(
+                "spark: the JVM ended under the job (out of memory, or killed): the job stopped. Nothing is lost: %s",
+                f"the next start resumes after batch {committed}"
+                if committed is not None
+                else "the next start resumes from the checkpoint",
+            )
             return 1
         error = query.exception()
         if error is not None and self.sink.refused_batch is None:
@@ -342,11 +414,16 @@ class Scheduler:
                 committed = last_committed_batch(where) if local else None
                 # Spark also writes to its local folders (shuffle, the state store's working copy).
                 named = str(local_path(where)).rstrip("/") in str(error) if local else where in str(error)
-                log.error("%s (%s): the job stopped. Nothing is lost: %s; make room or make it writable and start "
-                          "again", f"checkpoint: cannot write to {where}" if named else
-                          f"cannot write to the checkpoint {where} or Spark's local folders (spark.local.dir)", cause,
-                          "no batch had committed" if committed is None else
-                          f"the next start resumes after batch {committed}")
+                log.error(
+                    "%s (%s): the job stopped. Nothing is lost: %s; make room or make it writable and start again",
+                    f"checkpoint: cannot write to {where}"
+                    if named
+                    else f"cannot write to the checkpoint {where} or Spark's local folders (spark.local.dir)",
+                    cause,
+                    "no batch had committed"
+                    if committed is None
+                    else f"the next start resumes after batch {committed}",
+                )
                 log.debug("query failed: %s", _summary(error))
             else:
                 log.error("query failed: %s", _summary(error))
@@ -364,28 +441,39 @@ class Scheduler:
             while self.query.isActive and not self._committed(self.sink.final_batch) and time.monotonic() < deadline:
                 time.sleep(0.02)
             if self._committed(self.sink.final_batch):
-                log.info("stopping: batch %d retired everything the timed writer wrote; what it still held is "
-                         "emitted again by the next run", self.sink.final_batch)
+                log.info(
+                    "stopping: batch %d retired everything the timed writer wrote; what it still held is "
+                    "emitted again by the next run",
+                    self.sink.final_batch,
+                )
         while self.query.isActive and self.query.status.get("isTriggerActive") and time.monotonic() < deadline:
             time.sleep(0.02)
         self.query.stop()
 
-    def _committed(self, batch_id: Optional[int]) -> bool:
+    def _committed(self, batch_id: int | None) -> bool:
         progress = self.query.lastProgress
         return batch_id is not None and progress is not None and progress["batchId"] >= batch_id
 
 
 def _state_text(config: Config) -> str:
-    return f"wheel state layout, {config.shards} shards" if config.state_layout == "wheel" else \
-        f"{config.state_layout} state layout"
+    return (
+        f"wheel state layout, {config.shards} shards"
+        if config.state_layout == "wheel"
+        else f"{config.state_layout} state layout"
+    )
 
 
 # What an operating system says when a write fails for lack of room or permission (Java and Python wordings).
-STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied",
-                    "File too large")
+STORAGE_FAILURES = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "Read-only file system",
+    "Permission denied",
+    "File too large",
+)
 
 
-def _storage_failure(text: str) -> Optional[str]:
+def _storage_failure(text: str) -> str | None:
     """The storage failure a query failure comes from, if any: the checkpoint is the only place the job writes
     files to while it runs."""
     return next((cause for cause in STORAGE_FAILURES if cause in text), None)

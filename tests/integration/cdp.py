@@ -10,20 +10,34 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 
 class Browser:
     def __init__(self, chromium: str, profile: Path, window: str = "1280,900"):
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        command = " ".join([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                            "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size={window}",
-                            "--remote-debugging-pipe", "about:blank"])
+        command = " ".join(
+            [
+                chromium,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--hide-scrollbars",
+                f"--user-data-dir={profile}",
+                f"--window-size={window}",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ]
+        )
         # bash puts the two pipe ends where Chromium expects them: 3 to read commands, 4 to write answers.
-        self.process = subprocess.Popen(["bash", "-c", f"exec {command} 3<&{to_browser_r} 4>&{from_browser_w}"],
-                                        pass_fds=(to_browser_r, from_browser_w), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE)
+        self.process = subprocess.Popen(
+            ["bash", "-c", f"exec {command} 3<&{to_browser_r} 4>&{from_browser_w}"],
+            pass_fds=(to_browser_r, from_browser_w),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         os.close(to_browser_r)
         os.close(from_browser_w)
         self._next_id = 0
@@ -56,8 +70,7 @@ class Browser:
                         self._answers[message["id"]] = message
                         self._arrived.notify_all()
 
-    def send(self, method: str, params: Optional[dict] = None, session: Optional[str] = None,
-             timeout: float = 60.0) -> dict:
+    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 60.0) -> dict:
         self._next_id += 1
         ident = self._next_id
         message = {"id": ident, "method": method, "params": params or {}}
@@ -69,15 +82,17 @@ class Browser:
             while ident not in self._answers:
                 left = deadline - time.monotonic()
                 if left <= 0 or self.process.poll() is not None:
-                    raise TimeoutError(f"Chromium did not answer {method}: "
-                                       f"{self.process.stderr.read().decode()[-2000:] if self.process.poll() is not None else ''}")
+                    raise TimeoutError(
+                        f"Chromium did not answer {method}: "
+                        f"{self.process.stderr.read().decode()[-2000:] if self.process.poll() is not None else ''}"
+                    )
                 self._arrived.wait(min(left, 1.0))
             answer = self._answers.pop(ident)
         if "error" in answer:
             raise RuntimeError(f"{method}: {answer['error']}")
         return answer["result"]
 
-    def open(self, url: str) -> "Tab":
+    def open(self, url: str) -> Tab:
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         tab = Tab(self, session)
@@ -99,7 +114,7 @@ class Browser:
             self.process.wait()
         os.close(self._to_browser)
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -112,8 +127,11 @@ class Tab:
 
     def evaluate(self, expression: str) -> Any:
         """The value of a script expression in the page (promises awaited)."""
-        result = self.browser.send("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
-                                                        "returnByValue": True}, session=self.session)
+        result = self.browser.send(
+            "Runtime.evaluate",
+            {"expression": expression, "awaitPromise": True, "returnByValue": True},
+            session=self.session,
+        )
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression}: {result['exceptionDetails'].get('exception', {}).get('description')}")
         return result["result"].get("value")
@@ -130,20 +148,28 @@ class Tab:
 
     def click(self, selector: str) -> None:
         """A click on the element, as the user's (a mouse press and release at its centre)."""
-        box = self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
-                            f" e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();"
-                            f" return [r.left + r.width / 2, r.top + r.height / 2]; }})()")
+        box = self.evaluate(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
+            f" e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();"
+            f" return [r.left + r.width / 2, r.top + r.height / 2]; }})()"
+        )
         if box is None:
             raise AssertionError(f"page: nothing matches {selector}")
         for kind in ("mousePressed", "mouseReleased"):
-            self.browser.send("Input.dispatchMouseEvent", {"type": kind, "x": box[0], "y": box[1], "button": "left",
-                                                           "clickCount": 1}, session=self.session)
+            self.browser.send(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": box[0], "y": box[1], "button": "left", "clickCount": 1},
+                session=self.session,
+            )
 
     def type(self, selector: str, text: str) -> None:
-        self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.focus(); "
-                      f"e.value = ''; }})()")
+        self.evaluate(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.focus(); e.value = ''; }})()"
+        )
         self.browser.send("Input.insertText", {"text": text}, session=self.session)
 
-    def text(self, selector: str) -> Optional[str]:
-        return self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
-                             f"return e ? e.textContent : null; }})()")
+    def text(self, selector: str) -> str | None:
+        return self.evaluate(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+            f"return e ? e.textContent : null; }})()"
+        )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -41,12 +40,19 @@ def kafka(broker):
 def scheduler_factory(broker, tmp_path_factory):
     started: list[SchedulerProcess] = []
 
-    def make(app_id: Optional[str] = None, checkpoint_dir: Optional[Path] = None, extra_args=(),
-             **kwargs) -> SchedulerProcess:
+    def make(
+        app_id: str | None = None, checkpoint_dir: Path | None = None, extra_args=(), **kwargs
+    ) -> SchedulerProcess:
         app_id = app_id or f"app-{uuid.uuid4().hex[:8]}"
         base = tmp_path_factory.mktemp(app_id)
-        process = SchedulerProcess(broker.bootstrap_servers, app_id, checkpoint_dir or base / "checkpoint",
-                                   base / "scheduler.log", extra_args, **kwargs)
+        process = SchedulerProcess(
+            broker.bootstrap_servers,
+            app_id,
+            checkpoint_dir or base / "checkpoint",
+            base / "scheduler.log",
+            extra_args,
+            **kwargs,
+        )
         started.append(process)
         return process
 
@@ -58,7 +64,6 @@ def scheduler_factory(broker, tmp_path_factory):
 @pytest.fixture(scope="session")
 def chromium():
     """Debian's chromium, installed by scripts/ensure-chromium.sh where missing (as root, as CI runs)."""
-    found = subprocess.run([str(ROOT / "scripts" / "ensure-chromium.sh")], capture_output=True, text=True,
-                           timeout=600)
+    found = subprocess.run([str(ROOT / "scripts" / "ensure-chromium.sh")], capture_output=True, text=True, timeout=600)
     assert found.returncode == 0, f"headless Chromium is needed for this test: {found.stderr.strip()}"
     return found.stdout.strip().splitlines()[-1]

@@ -28,8 +28,9 @@ EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 class LocalSparkCluster:
-    def __init__(self, workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
-                 daemon_memory: str = "256m"):
+    def __init__(
+        self, workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g", daemon_memory: str = "256m"
+    ):
         self.workdir = Path(workdir)
         self.workers = workers
         self.cores = cores
@@ -37,10 +38,15 @@ class LocalSparkCluster:
         self.port = free_port()
         self.webui_port = free_port()
         # Loopback only: the driver, master, workers and executors all reach each other on 127.0.0.1.
-        self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": daemon_memory,
-                    # No REST submission server: its fixed port (6066) is not needed and may be taken.
-                    "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
-                    "SPARK_LOG_DIR": str(self.workdir / "logs"), "SPARK_WORKER_DIR": str(self.workdir / "work")}
+        self.env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_DAEMON_MEMORY": daemon_memory,
+            # No REST submission server: its fixed port (6066) is not needed and may be taken.
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+            "SPARK_LOG_DIR": str(self.workdir / "logs"),
+            "SPARK_WORKER_DIR": str(self.workdir / "work"),
+        }
         self.processes: list[subprocess.Popen] = []
         self.worker_processes: list[subprocess.Popen] = []
 
@@ -48,7 +54,7 @@ class LocalSparkCluster:
     def master_url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "LocalSparkCluster":
+    def __enter__(self) -> LocalSparkCluster:
         try:
             self.start()
         except BaseException:
@@ -63,25 +69,54 @@ class LocalSparkCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.workdir / f"{name}.log", "ab") as log:
             # spark-class execs the JVM, so the pid is the JVM's; the new session lets stop() reach its children.
-            process = subprocess.Popen([str(SPARK_CLASS), *args], stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+            process = subprocess.Popen(
+                [str(SPARK_CLASS), *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
+            )
         self.processes.append(process)
         return process
 
     def start(self, timeout: float = 90.0) -> None:
-        self._launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                     "--port", str(self.port), "--webui-port", str(self.webui_port))
+        self._launch(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.webui_port),
+        )
         for i in range(self.workers):
-            self.worker_processes.append(self._launch(
-                f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                "--webui-port", str(free_port()), "--cores", str(self.cores), "--memory", self.memory,
-                "--work-dir", str(self.workdir / f"work-{i}"), self.master_url))
+            self.worker_processes.append(
+                self._launch(
+                    f"worker-{i}",
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    "127.0.0.1",
+                    "--webui-port",
+                    str(free_port()),
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    self.memory,
+                    "--work-dir",
+                    str(self.workdir / f"work-{i}"),
+                    self.master_url,
+                )
+            )
         deadline = time.monotonic() + timeout
         while self.alive_workers() < self.workers:
             dead = [p.args[1] for p in self.processes if p.poll() is not None]
             if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"spark cluster not up ({self.alive_workers()}/{self.workers} workers; "
-                                   f"exited: {dead}); logs in {self.workdir}")
+                raise RuntimeError(
+                    f"spark cluster not up ({self.alive_workers()}/{self.workers} workers; "
+                    f"exited: {dead}); logs in {self.workdir}"
+                )
             time.sleep(0.3)
 
     def state(self) -> dict:

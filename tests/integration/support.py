@@ -8,8 +8,7 @@ import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Optional
+from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,8 +23,11 @@ from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 def metric_samples(text: str) -> dict:
     """{(sample name, sorted label pairs): value} of a scrape's text."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 @dataclass
@@ -44,7 +46,7 @@ class Kafka:
         self.readers.append(reader)
         return reader
 
-    def produce(self, topic: str, key=None, value=None, headers=None, partition: Optional[int] = None):
+    def produce(self, topic: str, key=None, value=None, headers=None, partition: int | None = None):
         """Produce one record synchronously with an independent client; returns (partition, offset)."""
         producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 3, "message.max.bytes": 10_000_000})
         result = {}
@@ -61,19 +63,32 @@ class Kafka:
     def produce_many(self, topic: str, records: list[dict]) -> list[tuple[int, int]]:
         """Produce records (dicts of key, value, headers, partition) with one producer, in order;
         returns the (partition, offset) of each."""
-        producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 3, "message.max.bytes": 10_000_000,
-                             "enable.idempotence": True})
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "log_level": 3,
+                "message.max.bytes": 10_000_000,
+                "enable.idempotence": True,
+            }
+        )
         results: list = [None] * len(records)
 
         def on_delivery(i):
             def callback(err, msg):
                 results[i] = (err, msg)
+
             return callback
 
         for i, record in enumerate(records):
             extra = {} if record.get("partition") is None else {"partition": record["partition"]}
-            producer.produce(topic, key=record.get("key"), value=record.get("value"),
-                             headers=record.get("headers") or [], on_delivery=on_delivery(i), **extra)
+            producer.produce(
+                topic,
+                key=record.get("key"),
+                value=record.get("value"),
+                headers=record.get("headers") or [],
+                on_delivery=on_delivery(i),
+                **extra,
+            )
             producer.poll(0)
         assert producer.flush(60) == 0, "records still unsent after 60 s"
         errors = [r[0] for r in results if r is None or r[0] is not None]
@@ -99,11 +114,16 @@ class SchedulerProcess(JobProcess):
             last = last_committed_batch(self.checkpoint_dir)  # batch 0 is a commit too: not `or -1`
             return last is not None and last >= target
 
-        wait_until(committed, timeout,
-                   f"scheduler {self.app_id} to commit batch {target}", interval=0.05, guard=self.assert_running)
+        wait_until(
+            committed,
+            timeout,
+            f"scheduler {self.app_id} to commit batch {target}",
+            interval=0.05,
+            guard=self.assert_running,
+        )
         return self.log_path.stat().st_size
 
-    def warm_up(self, timeout: float = 180.0) -> "SchedulerProcess":
+    def warm_up(self, timeout: float = 180.0) -> SchedulerProcess:
         """Wait until a schedule due at once is delivered: past the slow first batches (the first with requests
         starts the state processor's Python workers), so what a test schedules next is not late for that."""
         kafka = Kafka(self.bootstrap)
@@ -111,8 +131,9 @@ class SchedulerProcess(JobProcess):
         reader = kafka.reader(topic)
         try:
             kafka.produce(f"{self.app_id}-schedule-requests", key=b"warm-up", headers=native(topic, at(0), "warm-up"))
-            reader.wait_for(lambda r: r.key == b"warm-up", timeout=timeout, what="the warm-up delivery",
-                            guard=self.assert_running)
+            reader.wait_for(
+                lambda r: r.key == b"warm-up", timeout=timeout, what="the warm-up delivery", guard=self.assert_running
+            )
         finally:
             reader.close()
         return self
@@ -120,16 +141,19 @@ class SchedulerProcess(JobProcess):
     def outcomes_since(self, mark: int, expected: int, timeout: float = 30.0) -> Counter:
         """Request outcomes logged since ``mark``, once at least ``expected`` requests were counted
         (a batch logs its line just after its write, so a delivery can be seen before the line)."""
+
         def enough():
             counts = outcome_counts(self.log_since(mark))
             return (counts,) if sum(counts.values()) >= expected else None
 
         try:
-            return wait_until(enough, timeout, f"{expected} request outcomes in the log of {self.app_id}",
-                              guard=self.assert_running)[0]
+            return wait_until(
+                enough, timeout, f"{expected} request outcomes in the log of {self.app_id}", guard=self.assert_running
+            )[0]
         except TimeoutError as error:
-            raise AssertionError(f"{error}; logged since the mark: {dict(outcome_counts(self.log_since(mark)))}") \
-                from None
+            raise AssertionError(
+                f"{error}; logged since the mark: {dict(outcome_counts(self.log_since(mark)))}"
+            ) from None
 
 
 # One micro-batch that did something, as engine.batch_summary.BatchSummary.log_line writes it, e.g.
@@ -137,7 +161,8 @@ class SchedulerProcess(JobProcess):
 BATCH_LINE = re.compile(
     r"(?:^|\bINFO\s+)batch (?P<batch>\d+): (?:(?P<requests>\d+) requests \((?P<outcomes>[^)]*)\); )?"
     r"(?P<delivered>\d+) delivered(?: \((?P<held>\d+) held until due\))?"
-    r"(?:.*?(?P<dead>\d+) undeliverable, sent to rejections)?")
+    r"(?:.*?(?P<dead>\d+) undeliverable, sent to rejections)?"
+)
 
 
 @dataclass
@@ -149,7 +174,7 @@ class BatchLine:
     dead_lettered: int
 
 
-def parse_batch_line(line: str) -> Optional[BatchLine]:
+def parse_batch_line(line: str) -> BatchLine | None:
     """The counts of one batch log line; None for any other line. Fails on a line it half understands."""
     match = BATCH_LINE.search(line)
     if match is None:
@@ -161,8 +186,9 @@ def parse_batch_line(line: str) -> Optional[BatchLine]:
             outcomes[name] += int(n)
     if match["requests"] is not None:
         assert sum(outcomes.values()) == int(match["requests"]), f"outcomes do not add up in {line!r}"
-    return BatchLine(int(match["batch"]), outcomes, int(match["delivered"]), int(match["held"] or 0),
-                     int(match["dead"] or 0))
+    return BatchLine(
+        int(match["batch"]), outcomes, int(match["delivered"]), int(match["held"] or 0), int(match["dead"] or 0)
+    )
 
 
 def batch_lines(log: str) -> list[BatchLine]:
@@ -179,7 +205,7 @@ def outcome_counts(log: str) -> Counter:
 
 def at(seconds: float) -> str:
     """An ISO instant ``seconds`` from now."""
-    return format_instant(datetime.now(timezone.utc) + timedelta(seconds=seconds))
+    return format_instant(datetime.now(UTC) + timedelta(seconds=seconds))
 
 
 def ms_of(instant: str) -> int:

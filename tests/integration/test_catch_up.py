@@ -43,26 +43,42 @@ def test_only_the_first_batch_of_a_catch_up_is_uncapped(scheduler_factory, kafka
     source, out = kafka.topic("karafka"), kafka.topic("out")
     reader = kafka.reader(out)
     overdue = epoch_in(-60)
-    kafka.produce_many(source, [{"key": b"b%d" % i, "value": b"b%d" % i, "headers": karafka(out, overdue)}
-                                for i in range(BACKLOG)])
+    kafka.produce_many(
+        source, [{"key": b"b%d" % i, "value": b"b%d" % i, "headers": karafka(out, overdue)} for i in range(BACKLOG)]
+    )
     job = scheduler_factory(extra_args=("--input", f"{source}:karafka", "--max-requests-per-batch", str(CAP))).start()
     checkpoint = job.checkpoint_dir
     wait_until(lambda: last_committed_batch(checkpoint) is not None, WAIT, "the first commit", guard=job.assert_running)
     assert batch_end_offsets(checkpoint, 0).get(source) == BACKLOG, "the first batch reads the whole backlog"
 
-    kafka.produce_many(source, [{"key": b"l%d" % i, "value": b"l%d" % i, "headers": karafka(out, epoch_in(0))}
-                                for i in range(LATER)])
+    kafka.produce_many(
+        source, [{"key": b"l%d" % i, "value": b"l%d" % i, "headers": karafka(out, epoch_in(0))} for i in range(LATER)]
+    )
     expected = {b"b%d" % i for i in range(BACKLOG)} | {b"l%d" % i for i in range(LATER)}
-    reader.wait_for(lambda r: r.value in expected, count=len(expected), timeout=WAIT, what="every delivery",
-                    guard=job.assert_running)
+    reader.wait_for(
+        lambda r: r.value in expected,
+        count=len(expected),
+        timeout=WAIT,
+        what="every delivery",
+        guard=job.assert_running,
+    )
     # Each delivery is written back to the source (a tombstone): done once the job has read them all.
-    wait_until(lambda: committed_offsets(checkpoint).get(source, {}).get(0, -1)
-               == end_offset(kafka.bootstrap, source) >= 2 * len(expected),
-               WAIT, "the job to read every write-back", guard=job.assert_running)
+    wait_until(
+        lambda: (
+            committed_offsets(checkpoint).get(source, {}).get(0, -1)
+            == end_offset(kafka.bootstrap, source)
+            >= 2 * len(expected)
+        ),
+        WAIT,
+        "the job to read every write-back",
+        guard=job.assert_running,
+    )
 
     last = last_committed_batch(checkpoint)
-    read = [sum(batch_end_offsets(checkpoint, n).values()) - sum(batch_end_offsets(checkpoint, n - 1).values())
-            for n in range(1, last + 1)]
+    read = [
+        sum(batch_end_offsets(checkpoint, n).values()) - sum(batch_end_offsets(checkpoint, n - 1).values())
+        for n in range(1, last + 1)
+    ]
     assert read and max(read) <= CAP, f"records read by the batches after the first: {read}"
     assert sum(read) >= BACKLOG + 2 * LATER, read  # the backlog's write-backs, the later schedules and theirs
     delivered = Counter(r.value for r in reader.read_to_end())

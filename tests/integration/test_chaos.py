@@ -21,21 +21,46 @@ def production_engine(monkeypatch):
 
 
 def test_nothing_is_lost_or_early_through_kills_and_a_broker_restart(tmp_path):
-    outcome = run_suite(Options(count=2_000, kills=2, broker_restarts=1, minutes=2.0, seed=20261126,
-                                workdir=tmp_path, results_dir=None, restart_allowance_s=40.0))
-    report = f"{summary(outcome)}; failures {outcome.verdict.failures}; examples {outcome.verdict.examples}; " \
-             f"faults {outcome.faults}; work folder {tmp_path}"
+    outcome = run_suite(
+        Options(
+            count=2_000,
+            kills=2,
+            broker_restarts=1,
+            minutes=2.0,
+            seed=20261126,
+            workdir=tmp_path,
+            results_dir=None,
+            restart_allowance_s=40.0,
+        )
+    )
+    report = (
+        f"{summary(outcome)}; failures {outcome.verdict.failures}; examples {outcome.verdict.examples}; "
+        f"faults {outcome.faults}; work folder {tmp_path}"
+    )
     assert [f["kind"] for f in outcome.faults] == ["ingest", "broker", "herd"], report
     assert outcome.ok, report
     assert outcome.figures["delivered"] == outcome.figures["expected"] > 1_000, report
 
 
 def test_exactly_once_mode_writes_nothing_twice_through_kills_and_a_broker_restart(tmp_path):
-    outcome = run_suite(Options(count=2_000, kills=2, broker_restarts=1, minutes=2.0, seed=20261127,
-                                scheduler_args=("--exactly-once",), expect_no_duplicates=True,
-                                workdir=tmp_path, results_dir=None, restart_allowance_s=40.0))
-    report = f"{summary(outcome)}; failures {outcome.verdict.failures}; examples {outcome.verdict.examples}; " \
-             f"faults {outcome.faults}; work folder {tmp_path}"
+    outcome = run_suite(
+        Options(
+            count=2_000,
+            kills=2,
+            broker_restarts=1,
+            minutes=2.0,
+            seed=20261127,
+            scheduler_args=("--exactly-once",),
+            expect_no_duplicates=True,
+            workdir=tmp_path,
+            results_dir=None,
+            restart_allowance_s=40.0,
+        )
+    )
+    report = (
+        f"{summary(outcome)}; failures {outcome.verdict.failures}; examples {outcome.verdict.examples}; "
+        f"faults {outcome.faults}; work folder {tmp_path}"
+    )
     assert [f["kind"] for f in outcome.faults] == ["ingest", "broker", "herd"], report
     assert outcome.ok, report
     assert outcome.figures["duplicates"] == 0, report

@@ -15,7 +15,7 @@ import tarfile
 import textwrap
 import uuid
 import zipfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,19 +26,27 @@ from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 from kafka_scheduler.protocol import ACTION, DELIVER_AT, DELIVER_TO, REQUEST_ID
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE_DATA = ("kafka_scheduler/engine/log4j2.properties", "kafka_scheduler/ops/status_page.html",
-                "kafka_scheduler/kafka/spark-kafka.pom.xml")
+PACKAGE_DATA = (
+    "kafka_scheduler/engine/log4j2.properties",
+    "kafka_scheduler/ops/status_page.html",
+    "kafka_scheduler/kafka/spark-kafka.pom.xml",
+)
 SERVER_ONLY = ("pyspark", "pandas", "pyarrow", "google.protobuf", "prometheus_client", "fastavro", "py4j", "numpy")
 INSTALL = 'pip install "kafka-scheduler[server]"'
-FIRST, SECOND = datetime(2030, 1, 1, tzinfo=timezone.utc), datetime(2030, 1, 2, 12, 30, tzinfo=timezone.utc)
+FIRST, SECOND = datetime(2030, 1, 1, tzinfo=UTC), datetime(2030, 1, 2, 12, 30, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     """The sdist and the wheel (built from the sdist, as `python -m build` does), once per module."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                   check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return out
 
 
@@ -54,19 +62,36 @@ def venv(dist, tmp_path_factory) -> Path:
     so its site-packages holds what the install brought and nothing else."""
     folder = tmp_path_factory.mktemp("client-venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(folder / "bin" / "python"), "install", "--quiet",
-                    "--disable-pip-version-check", "--no-input", str(only(dist, "*.whl"))],
-                   check=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(folder / "bin" / "python"),
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-input",
+            str(only(dist, "*.whl")),
+        ],
+        check=True,
+        timeout=600,
+    )
     return folder
 
 
 def in_venv(venv: Path, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     """A program of the virtualenv, away from the checkout (no PYTHONPATH, another working directory)."""
-    env = {name: value for name, value in os.environ.items()
-           if name != "PYTHONPATH" and not name.startswith("KAFKA_SCHEDULER_")}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name != "PYTHONPATH" and not name.startswith("KAFKA_SCHEDULER_")
+    }
     program = str(venv / "bin" / argv[0])
-    return subprocess.run([program, *argv[1:]], input=stdin, capture_output=True, text=True, env=env, cwd=venv,
-                          timeout=120)
+    return subprocess.run(
+        [program, *argv[1:]], input=stdin, capture_output=True, text=True, env=env, cwd=venv, timeout=120
+    )
 
 
 def site_packages(venv: Path) -> Path:
@@ -74,7 +99,11 @@ def site_packages(venv: Path) -> Path:
 
 
 def test_the_client_install_brings_confluent_kafka_only(venv):
-    probe = in_venv(venv, "python", "-c", textwrap.dedent(f"""\
+    probe = in_venv(
+        venv,
+        "python",
+        "-c",
+        textwrap.dedent(f"""\
         import importlib, importlib.metadata, json
 
         def importable(module):
@@ -84,9 +113,10 @@ def test_the_client_install_brings_confluent_kafka_only(venv):
                 return False
             return True
 
-        print(json.dumps({{"missing": [m for m in {SERVER_ONLY!r} if not importable(m)],
-                          "installed": sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions())}}))
-        """))
+        installed = sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions())
+        print(json.dumps({{"missing": [m for m in {SERVER_ONLY!r} if not importable(m)], "installed": installed}}))
+        """),
+    )
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout)
     assert found["missing"] == list(SERVER_ONLY)  # none of them is importable there
@@ -109,8 +139,9 @@ def test_sdist_and_wheel_carry_the_package_data(dist):
         assert data in names, data
     assert "kafka-scheduler = kafka_scheduler.cli.main:main" in entry_points
     assert f"Version: {__version__}" in metadata
-    assert any(line.startswith("Requires-Dist: pyspark") and 'extra == "server"' in line
-               for line in metadata.splitlines()), metadata
+    assert any(
+        line.startswith("Requires-Dist: pyspark") and 'extra == "server"' in line for line in metadata.splitlines()
+    ), metadata
 
 
 def test_version_help_and_config_show(venv):
@@ -136,11 +167,28 @@ def test_server_commands_name_the_missing_extra(venv, command):
 
 
 def test_sky_avro_without_fastavro_names_the_avro_extra(venv):
-    result = in_venv(venv, "kafka-scheduler", "schedule", "--bootstrap-servers", "127.0.0.1:1", "--dialect",
-                     "sky-avro", "--requests-topic", "schedules", "--id", "r-1", "--to", "out", "--at", "+1m")
+    result = in_venv(
+        venv,
+        "kafka-scheduler",
+        "schedule",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--dialect",
+        "sky-avro",
+        "--requests-topic",
+        "schedules",
+        "--id",
+        "r-1",
+        "--to",
+        "out",
+        "--at",
+        "+1m",
+    )
     assert result.returncode == 2, result
-    assert result.stderr == ('kafka-scheduler schedule: error: the sky-avro dialect needs fastavro, which is not '
-                             'installed: pip install "kafka-scheduler[avro]"\n')
+    assert result.stderr == (
+        "kafka-scheduler schedule: error: the sky-avro dialect needs fastavro, which is not "
+        'installed: pip install "kafka-scheduler[avro]"\n'
+    )
 
 
 def test_requests_from_the_cli_and_the_client_arrive(venv, kafka):
@@ -150,14 +198,32 @@ def test_requests_from_the_cli_and_the_client_arrive(venv, kafka):
     reader = kafka.reader(requests_topic)
     to = ["--bootstrap-servers", kafka.bootstrap, "--app-id", app_id]
 
-    for argv in (["schedule", "--to", "out", "--at", "2030-01-01T00:00:00Z", "--key", "k", "--value", "first",
-                  "--header", "trace=1", "--id", "cli-1"],
-                 ["replace", "--to", "out", "--at", "2030-01-02T12:30:00Z", "--value", "second", "--id", "cli-1"],
-                 ["cancel", "--id", "cli-1"]):
+    for argv in (
+        [
+            "schedule",
+            "--to",
+            "out",
+            "--at",
+            "2030-01-01T00:00:00Z",
+            "--key",
+            "k",
+            "--value",
+            "first",
+            "--header",
+            "trace=1",
+            "--id",
+            "cli-1",
+        ],
+        ["replace", "--to", "out", "--at", "2030-01-02T12:30:00Z", "--value", "second", "--id", "cli-1"],
+        ["cancel", "--id", "cli-1"],
+    ):
         sent = in_venv(venv, "kafka-scheduler", *argv, *to)
         assert sent.returncode == 0, (argv, sent.stderr)
         assert sent.stdout.startswith("sent "), sent.stdout
-    script = in_venv(venv, "python", stdin=textwrap.dedent(f"""\
+    script = in_venv(
+        venv,
+        "python",
+        stdin=textwrap.dedent(f"""\
         from datetime import datetime, timezone
         from kafka_scheduler.client import SchedulerClient
 
@@ -166,7 +232,8 @@ def test_requests_from_the_cli_and_the_client_arrive(venv, kafka):
                             headers=[("trace", b"1")], request_id="py-1")
             client.replace("out", "2030-01-02T12:30:00Z", value=b"second", request_id="py-1")
             client.cancel("py-1")
-        """))
+        """),
+    )
     assert script.returncode == 0, script.stderr
 
     records = reader.wait_for(lambda r: True, count=6, what="requests", timeout=30)

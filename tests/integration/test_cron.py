@@ -24,9 +24,13 @@ def cron_headers(to: str, request_id: str, expr: str = EVERY_5S, action: str = "
     headers = native(to, None, request_id, action=action, extra=extra)
     if action == "CRON_ADD":
         headers.append(("x-scheduler-cron-expr", expr.encode()))
-    names = {"policy": "x-scheduler-cron-missed-fire-policy", "timezone": "x-scheduler-cron-timezone",
-             "start_at": "x-scheduler-cron-start-at", "end_at": "x-scheduler-cron-end-at",
-             "max_lateness": "x-scheduler-max-lateness"}
+    names = {
+        "policy": "x-scheduler-cron-missed-fire-policy",
+        "timezone": "x-scheduler-cron-timezone",
+        "start_at": "x-scheduler-cron-start-at",
+        "end_at": "x-scheduler-cron-end-at",
+        "max_lateness": "x-scheduler-max-lateness",
+    }
     headers += [(names[name], str(value).encode()) for name, value in cron.items()]
     return headers
 
@@ -68,26 +72,34 @@ def test_every_cron_action_on_kaspr_wire(kafka, job):
     topic = kafka.topic()
     reader = kafka.reader(topic)
     mark = job.mark()
-    sent = kafka.produce_many(requests, [
-        dict(key=b"tick", value=b"every 5 s", headers=cron_headers(topic, "ticker", extra=[("trace", b"t-1")]),
-             partition=0),
-        dict(key=b"paused", value=b"p", headers=cron_headers(topic, "replayed", policy="replay"), partition=0),
-        dict(key=b"skipped", value=b"s", headers=cron_headers(topic, "skipped", policy="skip"), partition=0),
-        # refused by the rules, with their headers as sent
-        dict(key=b"bad", headers=cron_headers(topic, "bad-1", expr="every minute"), partition=0),
-        dict(key=b"bad", headers=cron_headers(topic, "bad-2", expr="* * * * * */2"), partition=0),
-        dict(key=b"bad", headers=cron_headers(topic, "bad-3", timezone="Mars/Olympus"), partition=0),
-        # ids of crons and of one-shots are apart
-        dict(headers=control("ticker", "CANCEL"), partition=0),
-        dict(headers=control("nobody", "CRON_PAUSE"), partition=0),
-    ])
+    sent = kafka.produce_many(
+        requests,
+        [
+            dict(
+                key=b"tick",
+                value=b"every 5 s",
+                headers=cron_headers(topic, "ticker", extra=[("trace", b"t-1")]),
+                partition=0,
+            ),
+            dict(key=b"paused", value=b"p", headers=cron_headers(topic, "replayed", policy="replay"), partition=0),
+            dict(key=b"skipped", value=b"s", headers=cron_headers(topic, "skipped", policy="skip"), partition=0),
+            # refused by the rules, with their headers as sent
+            dict(key=b"bad", headers=cron_headers(topic, "bad-1", expr="every minute"), partition=0),
+            dict(key=b"bad", headers=cron_headers(topic, "bad-2", expr="* * * * * */2"), partition=0),
+            dict(key=b"bad", headers=cron_headers(topic, "bad-3", timezone="Mars/Olympus"), partition=0),
+            # ids of crons and of one-shots are apart
+            dict(headers=control("ticker", "CANCEL"), partition=0),
+            dict(headers=control("nobody", "CRON_PAUSE"), partition=0),
+        ],
+    )
     ticker = f"{requests}-0-{sent[0][1]}".encode()
     counts = job.outcomes_since(mark, 8)
     assert counts == Counter({"cron_added": 3, "rejected": 3, "cancel_noop": 1, "cron_pause_noop": 1}), counts
 
-    reasons = {r.header("x-scheduler-request-id"): r.header("x-scheduler-rejection-reason").decode()
-               for r in rejections.wait_for(lambda r: r.key == b"bad", count=3, timeout=60,
-                                            what="the three rejections")}
+    reasons = {
+        r.header("x-scheduler-request-id"): r.header("x-scheduler-rejection-reason").decode()
+        for r in rejections.wait_for(lambda r: r.key == b"bad", count=3, timeout=60, what="the three rejections")
+    }
     assert reasons[b"bad-1"].startswith("invalid x-scheduler-cron-expr 'every minute'")
     assert "more often than the minimum interval 5s" in reasons[b"bad-2"]
     assert reasons[b"bad-3"].startswith("unknown time zone 'Mars/Olympus'")
@@ -96,20 +108,34 @@ def test_every_cron_action_on_kaspr_wire(kafka, job):
     # Pause two crons once each has fired; the firings missed while paused come back (replay) or not (skip).
     reader.wait_for(lambda r: r.key == b"skipped", timeout=30, what="a firing of the skip cron")
     mark = job.mark()
-    kafka.produce_many(requests, [dict(headers=control("replayed", "CRON_PAUSE"), partition=0),
-                                  dict(headers=control("skipped", "CRON_PAUSE"), partition=0)])
+    kafka.produce_many(
+        requests,
+        [
+            dict(headers=control("replayed", "CRON_PAUSE"), partition=0),
+            dict(headers=control("skipped", "CRON_PAUSE"), partition=0),
+        ],
+    )
     assert job.outcomes_since(mark, 2) == Counter({"cron_paused": 2})
     paused_at = int(time.time() * 1000)
     wait_until(lambda: time.time() * 1000 > paused_at + 4 * PERIOD_MS, 40, "four periods while paused")
     mark = job.mark()
-    sent = kafka.produce_many(requests, [dict(headers=control("replayed", "CRON_RESUME"), partition=0),
-                                         dict(headers=control("skipped", "CRON_RESUME"), partition=0),
-                                         dict(headers=control("skipped", "CRON_RESUME"), partition=0)])
+    sent = kafka.produce_many(
+        requests,
+        [
+            dict(headers=control("replayed", "CRON_RESUME"), partition=0),
+            dict(headers=control("skipped", "CRON_RESUME"), partition=0),
+            dict(headers=control("skipped", "CRON_RESUME"), partition=0),
+        ],
+    )
     resumed = {b"paused": f"{requests}-0-{sent[0][1]}".encode(), b"skipped": f"{requests}-0-{sent[1][1]}".encode()}
     assert job.outcomes_since(mark, 3) == Counter({"cron_resumed": 2, "cron_resume_noop": 1})
     resumed_at = int(time.time() * 1000)
-    reader.wait_for(lambda r: r.key in resumed and instant_of(r) > resumed_at, count=2, timeout=60,
-                    what="a firing of each resumed cron after the resume")
+    reader.wait_for(
+        lambda r: r.key in resumed and instant_of(r) > resumed_at,
+        count=2,
+        timeout=60,
+        what="a firing of each resumed cron after the resume",
+    )
 
     # replay: every instant once, no gap: those missed while paused delivered at once, in order; the first keeps
     # the id the pause withdrew it with (a batch running at its instant withdraws it too late: a duplicate with the
@@ -123,12 +149,17 @@ def test_every_cron_action_on_kaspr_wire(kafka, job):
     # skip: none of the firings due while paused
     skipped = [instant_of(r) for r in firings(reader, b"skipped")]
     assert not [i for i in skipped if paused_at + PERIOD_MS <= i <= resumed_at - 2 * PERIOD_MS], (
-        skipped, paused_at, resumed_at)
+        skipped,
+        paused_at,
+        resumed_at,
+    )
     assert len(set(skipped)) == len(skipped)
 
     mark = job.mark()
-    kafka.produce_many(requests, [dict(headers=control(i, "CRON_CANCEL"), partition=0)
-                                  for i in ("ticker", "replayed", "skipped", "ticker")])
+    kafka.produce_many(
+        requests,
+        [dict(headers=control(i, "CRON_CANCEL"), partition=0) for i in ("ticker", "replayed", "skipped", "ticker")],
+    )
     assert job.outcomes_since(mark, 4) == Counter({"cron_cancelled": 3, "cron_cancel_noop": 1})
     cancelled_at = int(time.time() * 1000)
     job.mark()
@@ -139,9 +170,13 @@ def test_every_cron_action_on_kaspr_wire(kafka, job):
     ticks = firings(reader, b"tick")
     assert_firings_well_formed(ticks, ticker)
     assert all(r.value == b"every 5 s" and r.header("trace") == b"t-1" for r in ticks)
-    assert not [name for r in ticks for name, _ in r.headers
-                if name.startswith("x-scheduler-") and name not in ("x-scheduler-delivery-id",
-                                                                     "x-scheduler-cron-fire-timestamp")]
+    assert not [
+        name
+        for r in ticks
+        for name, _ in r.headers
+        if name.startswith("x-scheduler-")
+        and name not in ("x-scheduler-delivery-id", "x-scheduler-cron-fire-timestamp")
+    ]
     totals = Counter()
     for line in batch_lines(job.log()):
         totals.update(line.outcomes)
@@ -155,11 +190,23 @@ def test_a_delivery_later_than_its_max_lateness_goes_to_rejections_as_expired(ka
     topic = kafka.topic()
     reader = kafka.reader(topic)
     past = at(-10)
-    kafka.produce_many(requests, [
-        dict(key=b"stale", value=b"9:00 reminder", headers=native(topic, past, "stale", extra=[
-            ("x-scheduler-max-lateness", b"2s")]), partition=0),
-        dict(key=b"fresh", value=b"v", headers=native(topic, past, "fresh", extra=[
-            ("x-scheduler-max-lateness", b"PT1H")]), partition=0)])
+    kafka.produce_many(
+        requests,
+        [
+            dict(
+                key=b"stale",
+                value=b"9:00 reminder",
+                headers=native(topic, past, "stale", extra=[("x-scheduler-max-lateness", b"2s")]),
+                partition=0,
+            ),
+            dict(
+                key=b"fresh",
+                value=b"v",
+                headers=native(topic, past, "fresh", extra=[("x-scheduler-max-lateness", b"PT1H")]),
+                partition=0,
+            ),
+        ],
+    )
     [expired] = rejections.wait_for(lambda r: r.key == b"stale", timeout=60, what="the expired one")
     reader.wait_for(lambda r: r.key == b"fresh", timeout=60, what="the one within its max lateness")
     assert expired.value == b"9:00 reminder"
@@ -181,12 +228,23 @@ def test_firings_missed_while_the_job_was_down(kafka, scheduler_factory):
     topic = kafka.topic()
     reader = kafka.reader(topic)
     policies = {b"replay": "replay", b"skip": "skip"}  # the record key names the cron's policy
-    kafka.produce_many(requests, [dict(key=key, value=b"v", partition=0,
-                                       headers=cron_headers(topic, policy, policy=policy, max_lateness="12s"))
-                                  for key, policy in policies.items()])
+    kafka.produce_many(
+        requests,
+        [
+            dict(
+                key=key, value=b"v", partition=0, headers=cron_headers(topic, policy, policy=policy, max_lateness="12s")
+            )
+            for key, policy in policies.items()
+        ],
+    )
     for key in policies:
-        reader.wait_for(lambda r: r.key == key, count=2, timeout=90, what=f"two firings of the {key.decode()} cron",
-                        guard=scheduler.assert_running)
+        reader.wait_for(
+            lambda r, key=key: r.key == key,
+            count=2,
+            timeout=90,
+            what=f"two firings of the {key.decode()} cron",
+            guard=scheduler.assert_running,
+        )
     assert scheduler.stop() == 0, scheduler.log()[-2000:]
     stopped_at = int(time.time() * 1000)
     before = list(reader.read_to_end())  # the reader keeps adding to the list it returns
@@ -194,8 +252,12 @@ def test_firings_missed_while_the_job_was_down(kafka, scheduler_factory):
     scheduler.start()
     started_ms = int(scheduler.started_at * 1000)
     for key in policies:
-        reader.wait_for(lambda r: r.key == key and instant_of(r) > started_ms + PERIOD_MS, timeout=120,
-                        what=f"a firing of the {key.decode()} cron after the restart", guard=scheduler.assert_running)
+        reader.wait_for(
+            lambda r, key=key: r.key == key and instant_of(r) > started_ms + PERIOD_MS,
+            timeout=120,
+            what=f"a firing of the {key.decode()} cron after the restart",
+            guard=scheduler.assert_running,
+        )
     scheduler.mark()
     records, expired_records = reader.read_to_end(), rejections.read_to_end()
     for key, policy in policies.items():
@@ -209,7 +271,9 @@ def test_firings_missed_while_the_job_was_down(kafka, scheduler_factory):
         if policy == "replay":
             # every instant once: delivered, or (more than 12 s late when the job was back) rejected as expired
             assert sorted(instants + expired) == list(range(instants[0], instants[-1] + 1, PERIOD_MS)), (
-                instants, expired)
+                instants,
+                expired,
+            )
             assert set(missed) <= set(instants) | set(expired)
         else:
             assert not set(missed) & set(instants + expired), (missed, instants)
@@ -227,20 +291,28 @@ def test_a_kill_9_while_a_firing_is_held_loses_it_not_and_keeps_its_id(kafka, sc
     requests = f"{first.app_id}-schedule-requests"
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    kafka.produce(requests, key=b"c", value=b"v", headers=cron_headers(topic, "c", expr="* * * * * */10"),
-                  partition=0)
+    kafka.produce(requests, key=b"c", value=b"v", headers=cron_headers(topic, "c", expr="* * * * * */10"), partition=0)
     reader.wait_for(lambda r: r.key == b"c", timeout=90, what="a firing", guard=first.assert_running)
     mark = first.log_size()
-    wait_until(lambda: any(b.held for b in batch_lines(first.log_since(mark))), 60, "the next firing to be held",
-               guard=first.assert_running)
+    wait_until(
+        lambda: any(b.held for b in batch_lines(first.log_since(mark))),
+        60,
+        "the next firing to be held",
+        guard=first.assert_running,
+    )
     held_at = int(time.time() * 1000)
     first.kill_tree()
     before = {instant_of(r) for r in reader.read_to_end()}
-    second = scheduler_factory(app_id="cron-kill", checkpoint_dir=first.checkpoint_dir,
-                               extra_args=("--lookahead", "20s")).start()
+    second = scheduler_factory(
+        app_id="cron-kill", checkpoint_dir=first.checkpoint_dir, extra_args=("--lookahead", "20s")
+    ).start()
     try:
-        reader.wait_for(lambda r: instant_of(r) > held_at + 10_000, timeout=180, what="the firings after the kill",
-                        guard=second.assert_running)
+        reader.wait_for(
+            lambda r: instant_of(r) > held_at + 10_000,
+            timeout=180,
+            what="the firings after the kill",
+            guard=second.assert_running,
+        )
         second.mark()
         records = [r for r in reader.read_to_end() if r.key == b"c"]
     finally:

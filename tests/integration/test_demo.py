@@ -15,8 +15,20 @@ from kafka_scheduler.kafka.local_broker import free_port, port_open
 from .support import wait_until
 
 # What the engines print for themselves; none of it belongs in the demo's output.
-ENGINE_NOISE = ("WARN", "%3|", "%4|", "%5|", "%6|", "%7|", "rdkafka", "py4j", "NativeCodeLoader", "Python worker",
-                "log4j", "Traceback")
+ENGINE_NOISE = (
+    "WARN",
+    "%3|",
+    "%4|",
+    "%5|",
+    "%6|",
+    "%7|",
+    "rdkafka",
+    "py4j",
+    "NativeCodeLoader",
+    "Python worker",
+    "log4j",
+    "Traceback",
+)
 
 
 def test_demo_shows_deliveries_as_they_arrive_and_no_engine_noise(tmp_path):
@@ -27,11 +39,27 @@ def test_demo_shows_deliveries_as_they_arrive_and_no_engine_noise(tmp_path):
     with open(output_file, "w") as output:
         # Its own process group, like a terminal's foreground job: the Ctrl-C below reaches everything in it.
         demo = subprocess.Popen(
-            [sys.executable, "-m", "kafka_scheduler", "demo", "--delay", "3",
-             "--bootstrap-servers", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "broker"),
-             "--checkpoint-dir", str(tmp_path / "checkpoint")],
-            stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp_path, env=env,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "kafka_scheduler",
+                "demo",
+                "--delay",
+                "3",
+                "--bootstrap-servers",
+                f"127.0.0.1:{port}",
+                "--data-dir",
+                str(tmp_path / "broker"),
+                "--checkpoint-dir",
+                str(tmp_path / "checkpoint"),
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp_path,
+            env=env,
+            start_new_session=True,
+        )
 
     def text() -> str:
         return output_file.read_text()
@@ -46,17 +74,48 @@ def test_demo_shows_deliveries_as_they_arrive_and_no_engine_noise(tmp_path):
         assert f"The status page (pending schedules, upcoming deliveries, health, look-up by id): {page}" in text()
         with urllib.request.urlopen(page, timeout=30) as response:
             assert response.status == 200 and b"<canvas" in response.read()
-        assert re.search(r"delivered id=demo-(\w+) key='demo-\1' to demo-deliveries at \S+Z "
-                         r"\(due \S+Z, \d+\.\d\ds late\): 'hello from kafka-scheduler \(\1\)'", text()), text()
+        assert re.search(
+            r"delivered id=demo-(\w+) key='demo-\1' to demo-deliveries at \S+Z "
+            r"\(due \S+Z, \d+\.\d\ds late\): 'hello from kafka-scheduler \(\1\)'",
+            text(),
+        ), text()
 
         sent = subprocess.run(
-            [sys.executable, "-m", "kafka_scheduler", "schedule", "--bootstrap-servers", f"127.0.0.1:{port}",
-             "--to", "demo-deliveries", "--at", "+1s", "--key", "user-42", "--value", "hello", "--id", "reminder-42"],
-            capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+            [
+                sys.executable,
+                "-m",
+                "kafka_scheduler",
+                "schedule",
+                "--bootstrap-servers",
+                f"127.0.0.1:{port}",
+                "--to",
+                "demo-deliveries",
+                "--at",
+                "+1s",
+                "--key",
+                "user-42",
+                "--value",
+                "hello",
+                "--id",
+                "reminder-42",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=env,
+        )
         assert sent.returncode == 0, sent.stderr
-        wait_until(lambda: re.search(r"delivered id=reminder-42 key='user-42' to demo-deliveries at \S+Z "
-                                     r"\(due \S+Z, \d+\.\d\ds late\): 'hello'", text()),
-                   180, "the CLI's schedule to be printed as it arrives", guard=running)
+        wait_until(
+            lambda: re.search(
+                r"delivered id=reminder-42 key='user-42' to demo-deliveries at \S+Z "
+                r"\(due \S+Z, \d+\.\d\ds late\): 'hello'",
+                text(),
+            ),
+            180,
+            "the CLI's schedule to be printed as it arrives",
+            guard=running,
+        )
 
         os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C
         assert demo.wait(240) == 0, text()[-3000:]

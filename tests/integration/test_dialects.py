@@ -22,17 +22,31 @@ from .support import Kafka
 
 WAIT = 180  # seconds a test waits for a record before failing (a deadline: passing tests wait no longer)
 
-SKY_SCHEMA = fastavro.parse_schema({"type": "record", "name": "AvroSchedule", "fields": [
-    {"name": "time", "type": "long"},
-    {"name": "topic", "type": "string"},
-    {"name": "key", "type": "bytes"},
-    {"name": "value", "type": ["null", "bytes"]},
-    {"name": "headers", "type": {"type": "map", "values": "bytes"}}]})
-SKY_OLD_SCHEMA = fastavro.parse_schema({"type": "record", "name": "AvroSchedule", "fields": [
-    {"name": "time", "type": "long"},
-    {"name": "topic", "type": "string"},
-    {"name": "key", "type": "bytes"},
-    {"name": "value", "type": ["null", "bytes"]}]})
+SKY_SCHEMA = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "AvroSchedule",
+        "fields": [
+            {"name": "time", "type": "long"},
+            {"name": "topic", "type": "string"},
+            {"name": "key", "type": "bytes"},
+            {"name": "value", "type": ["null", "bytes"]},
+            {"name": "headers", "type": {"type": "map", "values": "bytes"}},
+        ],
+    }
+)
+SKY_OLD_SCHEMA = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "AvroSchedule",
+        "fields": [
+            {"name": "time", "type": "long"},
+            {"name": "topic", "type": "string"},
+            {"name": "key", "type": "bytes"},
+            {"name": "value", "type": ["null", "bytes"]},
+        ],
+    }
+)
 
 
 def avro(record: dict, schema=SKY_SCHEMA) -> bytes:
@@ -42,8 +56,12 @@ def avro(record: dict, schema=SKY_SCHEMA) -> bytes:
 
 
 def sky_json(time_ms, topic, key: bytes, value, headers=None) -> bytes:
-    document = {"time": time_ms, "topic": topic, "key": base64.b64encode(key).decode(),
-                "value": None if value is None else base64.b64encode(value).decode()}
+    document = {
+        "time": time_ms,
+        "topic": topic,
+        "key": base64.b64encode(key).decode(),
+        "value": None if value is None else base64.b64encode(value).decode(),
+    }
     if headers is not None:
         document["headers"] = {k: base64.b64encode(v).decode() for k, v in headers.items()}
     return json.dumps(document).encode()
@@ -54,8 +72,16 @@ def epoch_in(seconds: float) -> int:
     return math.ceil(time.time() + seconds)
 
 
-def karafka(target_topic, epoch, source_type="schedule", version="1.0.0", target_key=None, partition=None,
-            partition_key=None, extra=()):
+def karafka(
+    target_topic,
+    epoch,
+    source_type="schedule",
+    version="1.0.0",
+    target_key=None,
+    partition=None,
+    partition_key=None,
+    extra=(),
+):
     headers = [("schedule_schema_version", version.encode()), ("schedule_source_type", source_type.encode())]
     if epoch is not None:
         headers.append(("schedule_target_epoch", str(epoch).encode()))
@@ -99,12 +125,17 @@ def kafka_partition_of(bootstrap: str, topic: str, key: bytes) -> int:
 def scheduler(request, scheduler_factory, broker):
     """One job reading the native requests topic and one topic of every other dialect, on each state layout."""
     kafka = Kafka(broker.bootstrap_servers)
-    topics = {"karafka": kafka.topic("karafka", partitions=2), "etf1": kafka.topic("etf1"),
-              "sky-avro": kafka.topic("skyavro"), "sky-json": kafka.topic("skyjson")}
+    topics = {
+        "karafka": kafka.topic("karafka", partitions=2),
+        "etf1": kafka.topic("etf1"),
+        "sky-avro": kafka.topic("skyavro"),
+        "sky-json": kafka.topic("skyjson"),
+    }
     app_id = f"dialects-{request.param}-{uuid.uuid4().hex[:6]}"
     inputs = [f"{app_id}-schedule-requests:native"] + [f"{t}:{d}" for d, t in topics.items()]
-    process = scheduler_factory(app_id=app_id, extra_args=[*(a for i in inputs for a in ("--input", i)),
-                                                           "--state-layout", request.param])
+    process = scheduler_factory(
+        app_id=app_id, extra_args=[*(a for i in inputs for a in ("--input", i)), "--state-layout", request.param]
+    )
     process.topics = topics
     yield process.start()
     assert process.stop() == 0, process.log()[-3000:]
@@ -122,9 +153,15 @@ def rejections_of(kafka, scheduler):
 
 def rejected(reader, source_topic, offset, guard):
     """The rejection of the record at ``offset`` of ``source_topic``, and its reasons."""
-    [record] = reader.wait_for(lambda r: r.header_values("x-scheduler-source-topic") == [source_topic.encode()]
-                               and r.header_values("x-scheduler-source-offset") == [str(offset).encode()],
-                               timeout=WAIT, what=f"rejection of {source_topic}@{offset}", guard=guard)
+    [record] = reader.wait_for(
+        lambda r: (
+            r.header_values("x-scheduler-source-topic") == [source_topic.encode()]
+            and r.header_values("x-scheduler-source-offset") == [str(offset).encode()]
+        ),
+        timeout=WAIT,
+        what=f"rejection of {source_topic}@{offset}",
+        guard=guard,
+    )
     return record, [v.decode() for v in record.header_values("x-scheduler-rejection-reason")]
 
 
@@ -140,18 +177,23 @@ def test_karafka_schedule_is_delivered_with_trace_headers_and_written_back(kafka
     headers = karafka(out, epoch, target_key=b"target\xff", partition_key=b"user-42", extra=[("trace", b"\x01")])
     partition, offset = kafka.produce(source, key=key, value=b"payload\x00", headers=headers, partition=1)
 
-    [delivered] = reader.wait_for(lambda r: r.value == b"payload\x00", timeout=WAIT, what="delivery",
-                                  guard=scheduler.assert_running)
+    [delivered] = reader.wait_for(
+        lambda r: r.value == b"payload\x00", timeout=WAIT, what="delivery", guard=scheduler.assert_running
+    )
     assert delivered.timestamp_ms >= epoch * 1000, "delivered before its due time"
     assert delivered.key == b"target\xff"
     assert delivered.partition == kafka_partition_of(broker.bootstrap_servers, out, b"user-42")
     assert delivered.headers == headers + [
-        ("schedule_source_topic", source.encode()), ("schedule_source_partition", b"1"),
-        ("schedule_source_offset", str(offset).encode()), ("schedule_source_key", key),
-        ("x-scheduler-delivery-id", f"{source}-1-{offset}".encode())]
+        ("schedule_source_topic", source.encode()),
+        ("schedule_source_partition", b"1"),
+        ("schedule_source_offset", str(offset).encode()),
+        ("schedule_source_key", key),
+        ("x-scheduler-delivery-id", f"{source}-1-{offset}".encode()),
+    ]
 
-    [tombstone] = back.wait_for(lambda r: r.value is None and r.key == key, timeout=WAIT, what="write-back",
-                                guard=scheduler.assert_running)
+    [tombstone] = back.wait_for(
+        lambda r: r.value is None and r.key == key, timeout=WAIT, what="write-back", guard=scheduler.assert_running
+    )
     assert tombstone.partition == partition
     assert tombstone.header("schedule_source_type") == b"tombstone"
     assert tombstone.header("schedule_source_offset") == str(offset).encode()
@@ -165,15 +207,15 @@ def test_karafka_explicit_partition_cancel_and_newer_schema(kafka, scheduler, to
     reader, rejections = kafka.reader(out), rejections_of(kafka, scheduler)
     run = uuid.uuid4().hex[:6]
     epoch = epoch_in(4)
-    kafka.produce(source, key=f"p-{run}".encode(), value=b"to-2", headers=karafka(out, epoch, partition=2),
-                  partition=0)
+    kafka.produce(source, key=f"p-{run}".encode(), value=b"to-2", headers=karafka(out, epoch, partition=2), partition=0)
     kafka.produce(source, key=f"c-{run}".encode(), value=b"cancelled", headers=karafka(out, epoch), partition=0)
     kafka.produce(source, key=f"c-{run}".encode(), value=None, headers=karafka(None, None, "cancel"), partition=0)
-    _, newer = kafka.produce(source, key=f"n-{run}".encode(), value=b"v2",
-                             headers=karafka(out, epoch, version="2.0.0"), partition=0)
-    _, beyond = kafka.produce(source, key=f"b-{run}".encode(), value=b"beyond", headers=karafka(out, epoch_in(0),
-                                                                                                 partition=7),
-                              partition=0)
+    _, newer = kafka.produce(
+        source, key=f"n-{run}".encode(), value=b"v2", headers=karafka(out, epoch, version="2.0.0"), partition=0
+    )
+    _, beyond = kafka.produce(
+        source, key=f"b-{run}".encode(), value=b"beyond", headers=karafka(out, epoch_in(0), partition=7), partition=0
+    )
     kafka.produce(source, key=f"m-{run}".encode(), value=b"marker", headers=karafka(out, epoch + 1), partition=0)
 
     reader.wait_for(lambda r: r.value == b"marker", timeout=WAIT, what="marker", guard=scheduler.assert_running)
@@ -199,14 +241,18 @@ def test_etf1_delivery_headers_history_and_tombstone(kafka, scheduler, topics):
     headers = etf1(out, epoch, target_key=b"vid1", extra=[("customer-header", b"dummy")])
     partition, offset = kafka.produce(source, key=key, value=b"video 1", headers=headers)
 
-    [delivered] = reader.wait_for(lambda r: r.value == b"video 1", timeout=WAIT, what="delivery",
-                                  guard=scheduler.assert_running)
+    [delivered] = reader.wait_for(
+        lambda r: r.value == b"video 1", timeout=WAIT, what="delivery", guard=scheduler.assert_running
+    )
     assert delivered.timestamp_ms >= epoch * 1000
     assert delivered.key == b"vid1"
     [request] = [r for r in back.read_to_end() if r.offset == offset]
     assert delivered.headers == headers + [
-        ("scheduler-timestamp", str(request.timestamp_ms // 1000).encode()), ("scheduler-key", key),
-        ("scheduler-topic", source.encode()), ("x-scheduler-delivery-id", f"{source}-{partition}-{offset}".encode())]
+        ("scheduler-timestamp", str(request.timestamp_ms // 1000).encode()),
+        ("scheduler-key", key),
+        ("scheduler-topic", source.encode()),
+        ("x-scheduler-delivery-id", f"{source}-{partition}-{offset}".encode()),
+    ]
 
     [copy] = history.wait_for(lambda r: r.value == b"video 1", timeout=WAIT, what="history copy")
     assert copy.key == b"vid1" and delivery_id(copy) == delivery_id(delivered)
@@ -227,10 +273,12 @@ def test_etf1_null_value_cancels_and_past_epoch_is_delivered_at_once(kafka, sche
     _, no_key = kafka.produce(source, key=None, value=b"x", headers=etf1(out, epoch_in(1)))
     kafka.produce(source, key=f"m-{run}".encode(), value=b"marker", headers=etf1(out, epoch_in(5)))
 
-    [marker] = reader.wait_for(lambda r: r.value == b"marker", timeout=WAIT, what="marker",
-                               guard=scheduler.assert_running)
-    [past] = reader.wait_for(lambda r: r.value == b"past", timeout=WAIT, what="past-epoch delivery",
-                             guard=scheduler.assert_running)
+    [marker] = reader.wait_for(
+        lambda r: r.value == b"marker", timeout=WAIT, what="marker", guard=scheduler.assert_running
+    )
+    [past] = reader.wait_for(
+        lambda r: r.value == b"past", timeout=WAIT, what="past-epoch delivery", guard=scheduler.assert_running
+    )
     # Not held for anything: out no later than the marker due 5 s after it was sent (however slow the batches).
     assert past.timestamp_ms <= marker.timestamp_ms, "an overdue schedule waits for nothing"
     assert b"cancelled" not in {r.value for r in reader.poll()}
@@ -258,20 +306,28 @@ def test_sky_delivers_the_schedule_exactly_and_writes_back_expired(kafka, schedu
         return avro({"time": due_ms, "topic": out, "key": key, "value": value, "headers": headers or {}})
 
     id_full, id_null = f"full-{run}".encode(), f"null-{run}".encode()
-    partition, offset = kafka.produce(source, key=id_full,
-                                      value=schedule(b"k\xff", b"v\x00" + run.encode(), {"h1": b"\x01", "h2": b""}))
+    partition, offset = kafka.produce(
+        source, key=id_full, value=schedule(b"k\xff", b"v\x00" + run.encode(), {"h1": b"\x01", "h2": b""})
+    )
     kafka.produce(source, key=id_null, value=schedule(b"nk-" + run.encode(), None, old=True))
     kafka.produce(source, key=f"c-{run}".encode(), value=schedule(b"ck-" + run.encode(), b"cancelled"))
     kafka.produce(source, key=f"c-{run}".encode(), value=None)
-    garbage = b"{not json" if dialect == "sky-json" else avro(
-        {"time": due_ms, "topic": out, "key": b"x", "value": None, "headers": {}})[:-3]
+    garbage = (
+        b"{not json"
+        if dialect == "sky-json"
+        else avro({"time": due_ms, "topic": out, "key": b"x", "value": None, "headers": {}})[:-3]
+    )
     _, bad = kafka.produce(source, key=f"bad-{run}".encode(), value=garbage)
 
-    [delivered] = reader.wait_for(lambda r: r.value == b"v\x00" + run.encode(), timeout=WAIT, what="delivery",
-                                  guard=scheduler.assert_running)
+    [delivered] = reader.wait_for(
+        lambda r: r.value == b"v\x00" + run.encode(), timeout=WAIT, what="delivery", guard=scheduler.assert_running
+    )
     assert delivered.timestamp_ms >= due_ms and delivered.key == b"k\xff"
-    assert delivered.headers == [("h1", b"\x01"), ("h2", b""),
-                                 ("x-scheduler-delivery-id", f"{source}-{partition}-{offset}".encode())]
+    assert delivered.headers == [
+        ("h1", b"\x01"),
+        ("h2", b""),
+        ("x-scheduler-delivery-id", f"{source}-{partition}-{offset}".encode()),
+    ]
     [null_value] = reader.wait_for(lambda r: r.key == b"nk-" + run.encode(), timeout=WAIT, what="null delivery")
     assert null_value.value is None, "a null value is delivered as a tombstone"
     [tombstone] = back.wait_for(lambda r: r.value is None and r.key == id_full, timeout=WAIT, what="write-back")
@@ -296,6 +352,7 @@ def test_equal_keys_in_two_inputs_are_two_schedules(kafka, scheduler, topics):
     kafka.produce(topics["sky-json"], key=key, value=sky_json(due_ms, out, b"k", b"from sky"))
     # a cancel of that key in a third topic touches neither
     kafka.produce(topics["sky-avro"], key=key, value=None)
-    records = reader.wait_for(lambda r: True, count=2, timeout=WAIT, what="both deliveries",
-                              guard=scheduler.assert_running)
+    records = reader.wait_for(
+        lambda r: True, count=2, timeout=WAIT, what="both deliveries", guard=scheduler.assert_running
+    )
     assert sorted(r.value for r in records) == [b"from etf1", b"from sky"]

@@ -15,10 +15,10 @@ import pytest
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
 from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
-from kafka_scheduler.protocol import DELIVERY_ID, REJECTION_REASON, SOURCE_OFFSET, SOURCE_TOPIC
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
+from kafka_scheduler.protocol import DELIVERY_ID, REJECTION_REASON, SOURCE_OFFSET, SOURCE_TOPIC
 
-from .support import Kafka, SchedulerProcess, at, batch_lines, ms_of, native, wait_until
+from .support import Kafka, SchedulerProcess, at, ms_of, native, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +43,19 @@ def edge_kafka(edge_broker):
 def edge_scheduler(edge_broker, tmp_path):
     started: list[SchedulerProcess] = []
 
-    def make(*extra_args: str, app_id: str | None = None, checkpoint_dir: Path | None = None,
-             launcher=None) -> SchedulerProcess:
+    def make(
+        *extra_args: str, app_id: str | None = None, checkpoint_dir: Path | None = None, launcher=None
+    ) -> SchedulerProcess:
         app_id = app_id or f"edge-{uuid.uuid4().hex[:8]}"
         kwargs = {} if launcher is None else {"launcher": launcher}
-        process = SchedulerProcess(edge_broker.bootstrap_servers, app_id, checkpoint_dir or tmp_path / app_id,
-                                   tmp_path / f"{app_id}.log", extra_args, **kwargs)
+        process = SchedulerProcess(
+            edge_broker.bootstrap_servers,
+            app_id,
+            checkpoint_dir or tmp_path / app_id,
+            tmp_path / f"{app_id}.log",
+            extra_args,
+            **kwargs,
+        )
         started.append(process)
         return process
 
@@ -59,8 +66,15 @@ def edge_scheduler(edge_broker, tmp_path):
 
 def deny_writes(bootstrap: str, topic: str) -> None:
     """An ACL denying the scheduler (every PLAINTEXT client is User:ANONYMOUS) writes to ``topic``."""
-    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
-                         AclOperation.WRITE, AclPermissionType.DENY)
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        "User:ANONYMOUS",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.DENY,
+    )
     admin = admin_client(bootstrap)  # kept until the result is in: a client collected early cancels its requests
     for future in admin.create_acls([binding]).values():
         future.result(30)
@@ -80,12 +94,20 @@ def test_a_scheduler_started_before_its_broker_waits_says_so_and_runs_once_it_ap
     broker = LocalBroker(port, tmp_path / "broker")
     try:
         scheduler.start(wait=False)
-        wait_until(lambda: f"broker: waiting for {address} (connection refused)" in scheduler.log(), 180,
-                   "the scheduler to say it waits for the broker", guard=scheduler.assert_running)
+        wait_until(
+            lambda: f"broker: waiting for {address} (connection refused)" in scheduler.log(),
+            180,
+            "the scheduler to say it waits for the broker",
+            guard=scheduler.assert_running,
+        )
         assert "spark: starting" not in scheduler.log()
         broker.start()
-        wait_until(lambda: "running: reading" in scheduler.log(), 180, "the scheduler to run once the broker is up",
-                   guard=scheduler.assert_running)
+        wait_until(
+            lambda: "running: reading" in scheduler.log(),
+            180,
+            "the scheduler to run once the broker is up",
+            guard=scheduler.assert_running,
+        )
         assert f"broker: {address} answered after" in scheduler.log()
         kafka = Kafka(address)
         destination = kafka.topic("late-broker-out")
@@ -119,12 +141,16 @@ def test_a_broker_restart_mid_run_loses_nothing_and_delivers_nothing_early(edge_
     edge_kafka.produce_many(requests_topic, after)
 
     wanted = {r["key"]: ms_of(r["headers"][1][1].decode()) for r in before + after}
-    records = reader.wait_for(lambda r: True, count=len(wanted), timeout=180, what="every delivery",
-                              guard=scheduler.assert_running)
+    records = reader.wait_for(
+        lambda r: True, count=len(wanted), timeout=180, what="every delivery", guard=scheduler.assert_running
+    )
     # Waits for the count of records, so a duplicate could stand in for a lost one: check the set too.
-    wait_until(lambda: {r.key for r in reader.poll()} >= set(wanted), 180,
-               f"every id delivered: missing {sorted(set(wanted) - {r.key for r in reader.records})[:5]}",
-               guard=scheduler.assert_running)
+    wait_until(
+        lambda: {r.key for r in reader.poll()} >= set(wanted),
+        180,
+        f"every id delivered: missing {sorted(set(wanted) - {r.key for r in reader.records})[:5]}",
+        guard=scheduler.assert_running,
+    )
     records = reader.read_to_end()
     early = [(r.key, r.timestamp_ms - wanted[r.key]) for r in records if r.timestamp_ms < wanted[r.key]]
     assert not early, f"delivered before their due time (key, ms early): {early}"
@@ -139,8 +165,9 @@ def test_a_broker_restart_mid_run_loses_nothing_and_delivers_nothing_early(edge_
 
 
 @pytest.mark.parametrize("extra_args", [(), ("--lookahead", "0s")], ids=["timed-writer", "spark-sink"])
-def test_deliveries_a_destination_refuses_become_rejections_and_the_rest_flows(edge_broker, edge_kafka,
-                                                                              edge_scheduler, extra_args):
+def test_deliveries_a_destination_refuses_become_rejections_and_the_rest_flows(
+    edge_broker, edge_kafka, edge_scheduler, extra_args
+):
     bootstrap = edge_broker.bootstrap_servers
     scheduler = edge_scheduler(*extra_args).start()
     ok = edge_kafka.topic("ok")
@@ -153,22 +180,37 @@ def test_deliveries_a_destination_refuses_become_rejections_and_the_rest_flows(e
     reader = edge_kafka.reader(ok, small, rejections)
     big = b"x" * 5000
     later = at(6)  # prepared ahead and held by the timed writer (with a lookahead), or written by a later batch
-    requests = [request(ok, at(-1), "ok-now"), request(ok, later, "ok-later"),
-                request(small, at(-1), "fits-now", b"y" * 100), request(small, later, "fits-later", b"y" * 100),
-                request(small, at(-1), "big-now", big), request(small, later, "big-later", big),
-                request(denied, at(-1), "denied-now"), request(denied, later, "denied-later"),
-                request(missing, at(-1), "missing-now")]
-    offsets = dict(zip((r["key"] for r in requests),
-                       edge_kafka.produce_many(f"{scheduler.app_id}-schedule-requests", requests)))
-    delivered = reader.wait_for(lambda r: r.topic != rejections, count=4, timeout=180, what="the deliveries",
-                                guard=scheduler.assert_running)
-    rejected = reader.wait_for(lambda r: r.topic == rejections, count=5, timeout=180, what="the rejections",
-                               guard=scheduler.assert_running)
-    assert {(r.topic, r.key) for r in delivered} == {(ok, b"ok-now"), (ok, b"ok-later"), (small, b"fits-now"),
-                                                   (small, b"fits-later")}
+    requests = [
+        request(ok, at(-1), "ok-now"),
+        request(ok, later, "ok-later"),
+        request(small, at(-1), "fits-now", b"y" * 100),
+        request(small, later, "fits-later", b"y" * 100),
+        request(small, at(-1), "big-now", big),
+        request(small, later, "big-later", big),
+        request(denied, at(-1), "denied-now"),
+        request(denied, later, "denied-later"),
+        request(missing, at(-1), "missing-now"),
+    ]
+    offsets = dict(
+        zip((r["key"] for r in requests), edge_kafka.produce_many(f"{scheduler.app_id}-schedule-requests", requests))
+    )
+    delivered = reader.wait_for(
+        lambda r: r.topic != rejections, count=4, timeout=180, what="the deliveries", guard=scheduler.assert_running
+    )
+    rejected = reader.wait_for(
+        lambda r: r.topic == rejections, count=5, timeout=180, what="the rejections", guard=scheduler.assert_running
+    )
+    assert {(r.topic, r.key) for r in delivered} == {
+        (ok, b"ok-now"),
+        (ok, b"ok-later"),
+        (small, b"fits-now"),
+        (small, b"fits-later"),
+    }
     reasons = {r.key: r.header(REJECTION_REASON).decode() for r in rejected}
-    too_large = re.compile(r"record of (\d+) bytes \(key, value and headers\) is too large for destination topic "
-                           + re.escape(f"'{small}' (max.message.bytes 2000)"))
+    too_large = re.compile(
+        r"record of (\d+) bytes \(key, value and headers\) is too large for destination topic "
+        + re.escape(f"'{small}' (max.message.bytes 2000)")
+    )
     for key in (b"big-now", b"big-later"):
         match = too_large.fullmatch(reasons.pop(key, ""))
         assert match and 5000 < int(match[1]) < 5200, (key, reasons)
@@ -188,17 +230,23 @@ def test_deliveries_a_destination_refuses_become_rejections_and_the_rest_flows(e
     reader = edge_kafka.reader(ok, raced, rejections)
     requests_topic = f"{scheduler.app_id}-schedule-requests"
     edge_kafka.produce(requests_topic, key=b"first", value=b"v", headers=native(raced, at(-1), "first"))
-    reader.wait_for(lambda r: r.key == b"first", timeout=180, what="a delivery to the raced topic",
-                    guard=scheduler.assert_running)
+    reader.wait_for(
+        lambda r: r.key == b"first", timeout=180, what="a delivery to the raced topic", guard=scheduler.assert_running
+    )
     deny_writes(bootstrap, raced)
     edge_kafka.produce_many(requests_topic, [request(raced, at(-1), "second"), request(ok, at(-1), "after")])
-    [second] = reader.wait_for(lambda r: r.key == b"second", timeout=180, what="the raced rejection",
-                               guard=scheduler.assert_running)
+    [second] = reader.wait_for(
+        lambda r: r.key == b"second", timeout=180, what="the raced rejection", guard=scheduler.assert_running
+    )
     assert second.topic == rejections
     assert second.header(REJECTION_REASON) == f"not authorized to write to destination topic '{raced}'".encode()
     # The job goes on: the other delivery of that batch arrived.
-    reader.wait_for(lambda r: r.key == b"after" and r.topic == ok, timeout=180, what="a delivery after the refusals",
-                    guard=scheduler.assert_running)
+    reader.wait_for(
+        lambda r: r.key == b"after" and r.topic == ok,
+        timeout=180,
+        what="a delivery after the refusals",
+        guard=scheduler.assert_running,
+    )
 
 
 # ---------------------------------------------------------------- 4. a checkpoint that cannot be written
@@ -207,10 +255,26 @@ def test_deliveries_a_destination_refuses_become_rejections_and_the_rest_flows(e
 def private_tmpfs_launcher(mount_point: Path, options: str, fill: bool = False) -> tuple:
     """Runs the scheduler in a mount namespace of its own where ``mount_point`` is a tmpfs (user namespaces let a
     process mount one without privileges), filled up first if ``fill``."""
-    script = ('mkdir -p "$1" && mount -t tmpfs -o "$2" tmpfs "$1" || exit 97; '
-              'if [ "$3" = fill ]; then cat /dev/zero > "$1/filler" 2>/dev/null; fi; shift 3; exec "$@"')
-    return ("unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", str(mount_point), options,
-            "fill" if fill else "-", sys.executable, "-m", "kafka_scheduler")
+    script = (
+        'mkdir -p "$1" && mount -t tmpfs -o "$2" tmpfs "$1" || exit 97; '
+        'if [ "$3" = fill ]; then cat /dev/zero > "$1/filler" 2>/dev/null; fi; shift 3; exec "$@"'
+    )
+    return (
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        str(mount_point),
+        options,
+        "fill" if fill else "-",
+        sys.executable,
+        "-m",
+        "kafka_scheduler",
+    )
 
 
 def private_mounts_work() -> bool:
@@ -221,35 +285,45 @@ def private_mounts_work() -> bool:
         return False
 
 
-needs_private_mounts = pytest.mark.skipif(not shutil.which("unshare") or not private_mounts_work(),
-                                          reason="no user namespaces here: cannot mount a read-only or full tmpfs")
+needs_private_mounts = pytest.mark.skipif(
+    not shutil.which("unshare") or not private_mounts_work(),
+    reason="no user namespaces here: cannot mount a read-only or full tmpfs",
+)
 
 
 @needs_private_mounts
-@pytest.mark.parametrize("options,fill,cause", [("ro,size=64k", False, "Read-only file system"),
-                                                 ("size=64k", True, "No space left on device")],
-                         ids=["read-only", "full"])
-def test_an_unwritable_or_full_checkpoint_is_one_error_and_exit_2_at_start(edge_scheduler, tmp_path, options, fill,
-                                                                          cause):
+@pytest.mark.parametrize(
+    "options,fill,cause",
+    [("ro,size=64k", False, "Read-only file system"), ("size=64k", True, "No space left on device")],
+    ids=["read-only", "full"],
+)
+def test_an_unwritable_or_full_checkpoint_is_one_error_and_exit_2_at_start(
+    edge_scheduler, tmp_path, options, fill, cause
+):
     mount_point = tmp_path / "mnt"
-    scheduler = edge_scheduler(checkpoint_dir=mount_point / "ckpt",
-                               launcher=private_tmpfs_launcher(mount_point, options, fill)).start(wait=False)
+    scheduler = edge_scheduler(
+        checkpoint_dir=mount_point / "ckpt", launcher=private_tmpfs_launcher(mount_point, options, fill)
+    ).start(wait=False)
     code = scheduler.process.wait(120)
     log = scheduler.log()
     assert code == 2, log
     errors = [line for line in log.splitlines() if "error" in line.lower()]
-    assert errors == [f"kafka-scheduler run: error: cannot write to checkpoint {mount_point}/ckpt: {cause}; the "
-                      f"scheduler keeps its offsets and state there: make it writable and give it room, or use "
-                      f"another --checkpoint-dir"], log
+    assert errors == [
+        f"kafka-scheduler run: error: cannot write to checkpoint {mount_point}/ckpt: {cause}; the "
+        f"scheduler keeps its offsets and state there: make it writable and give it room, or use "
+        f"another --checkpoint-dir"
+    ], log
     assert "spark: starting" not in log and "Traceback" not in log
 
 
 @needs_private_mounts
-def test_a_checkpoint_that_fills_up_mid_run_stops_the_job_with_one_error_and_exit_1(edge_kafka, edge_scheduler,
-                                                                                   tmp_path):
+def test_a_checkpoint_that_fills_up_mid_run_stops_the_job_with_one_error_and_exit_1(
+    edge_kafka, edge_scheduler, tmp_path
+):
     mount_point = tmp_path / "mnt"
-    scheduler = edge_scheduler(checkpoint_dir=mount_point / "ckpt",
-                               launcher=private_tmpfs_launcher(mount_point, "size=32m")).start()
+    scheduler = edge_scheduler(
+        checkpoint_dir=mount_point / "ckpt", launcher=private_tmpfs_launcher(mount_point, "size=32m")
+    ).start()
     destination = edge_kafka.topic("full-out")
     # The tmpfs is in the scheduler's mount namespace: reached through its /proc root.
     inside = Path(f"/proc/{scheduler.process.pid}/root{mount_point}")
@@ -262,8 +336,9 @@ def test_a_checkpoint_that_fills_up_mid_run_stops_the_job_with_one_error_and_exi
                 out.write(b"\0" * 65536)
         except OSError:
             pass
-    edge_kafka.produce(f"{scheduler.app_id}-schedule-requests", key=b"k", value=b"v",
-                       headers=native(destination, at(0), "r-1"))
+    edge_kafka.produce(
+        f"{scheduler.app_id}-schedule-requests", key=b"k", value=b"v", headers=native(destination, at(0), "r-1")
+    )
     code = scheduler.process.wait(300)  # a hang fails here
     log = scheduler.log_since(committed)
     assert code == 1, log[-3000:]
@@ -276,9 +351,24 @@ def test_a_checkpoint_that_fills_up_mid_run_stops_the_job_with_one_error_and_exi
 
 
 def run_once(bootstrap: str, app_id: str, checkpoint: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kafka_scheduler", "run", "--bootstrap-servers", bootstrap,
-                           "--app-id", app_id, "--checkpoint-dir", str(checkpoint)], capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kafka_scheduler",
+            "run",
+            "--bootstrap-servers",
+            bootstrap,
+            "--app-id",
+            app_id,
+            "--checkpoint-dir",
+            str(checkpoint),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_a_damaged_or_foreign_checkpoint_is_refused_with_one_line(edge_broker, edge_kafka, edge_scheduler, tmp_path):
@@ -292,7 +382,8 @@ def test_a_damaged_or_foreign_checkpoint_is_refused_with_one_line(edge_broker, e
     assert other_app.stderr.strip().splitlines()[-1] == (
         f"kafka-scheduler run: error: checkpoint {real} belongs to app id {scheduler.app_id} (recorded at its first "
         f"run), not someone-else: its offsets and state are that app's. Run with --app-id {scheduler.app_id}, or use "
-        f"another --checkpoint-dir")
+        f"another --checkpoint-dir"
+    )
 
     damaged = tmp_path / "damaged"
     shutil.copytree(real, damaged)
@@ -300,6 +391,9 @@ def test_a_damaged_or_foreign_checkpoint_is_refused_with_one_line(edge_broker, e
     latest.write_bytes(latest.read_bytes()[:20])  # cut short, as a disk failure might leave it
     result = run_once(edge_broker.bootstrap_servers, scheduler.app_id, damaged)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        f"kafka-scheduler run: error: checkpoint {damaged} is damaged: offsets/{latest.name} ")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"kafka-scheduler run: error: checkpoint {damaged} is damaged: offsets/{latest.name} ")
+    )
     assert "Traceback" not in result.stderr and "spark: starting" not in result.stderr

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kafka_scheduler.client.scheduler_client import format_instant
 
@@ -17,7 +16,7 @@ LOOKAHEAD = "20s"
 
 
 def instant(ms: int) -> str:
-    return format_instant(datetime.fromtimestamp(ms / 1000, timezone.utc))
+    return format_instant(datetime.fromtimestamp(ms / 1000, UTC))
 
 
 def test_a_kill_9_after_held_deliveries_were_written_writes_none_of_them_twice(kafka, scheduler_factory):
@@ -31,20 +30,36 @@ def test_a_kill_9_after_held_deliveries_were_written_writes_none_of_them_twice(k
     # Held by the driver from ~20 s before their due times, spread over 1.5 s so that the kill falls among them.
     schedules = {f"k{i}".encode(): due + 5 * i for i in range(300)}
     overdue = {f"now{i}".encode(): due - 60_000 for i in range(5)}
-    kafka.produce_many(requests, [dict(key=k, value=k, headers=native(topic, instant(d), k.decode()), partition=i % 2)
-                                  for i, (k, d) in enumerate({**schedules, **overdue}.items())]
-                       + [dict(key=b"bad", value=b"v", headers=native(topic, "not-a-time", "bad"), partition=0),
-                          dict(headers=native(request_id="k7", action="CANCEL"), partition=1)])
-    wait_until(lambda: sum(r.key in schedules for r in reader.poll()) >= 100, 120,
-               "the writer to write a hundred held deliveries", guard=first.assert_running)
+    kafka.produce_many(
+        requests,
+        [
+            dict(key=k, value=k, headers=native(topic, instant(d), k.decode()), partition=i % 2)
+            for i, (k, d) in enumerate({**schedules, **overdue}.items())
+        ]
+        + [
+            dict(key=b"bad", value=b"v", headers=native(topic, "not-a-time", "bad"), partition=0),
+            dict(headers=native(request_id="k7", action="CANCEL"), partition=1),
+        ],
+    )
+    wait_until(
+        lambda: sum(r.key in schedules for r in reader.poll()) >= 100,
+        120,
+        "the writer to write a hundred held deliveries",
+        guard=first.assert_running,
+    )
     first.kill_tree()
     written_before_kill = sum(r.key in schedules for r in reader.poll())  # the overdue ones were retired
 
     second = scheduler_factory(app_id="exactly-once", extra_args=args, checkpoint_dir=first.checkpoint_dir).start()
     expected = set(schedules) - {b"k7"} | set(overdue)
     try:
-        reader.wait_for(lambda r: r.key in expected, count=len(expected), timeout=180, what="every schedule",
-                        guard=second.assert_running)
+        reader.wait_for(
+            lambda r: r.key in expected,
+            count=len(expected),
+            timeout=180,
+            what="every schedule",
+            guard=second.assert_running,
+        )
         rejections.wait_for(lambda r: r.key == b"bad", timeout=60, what="the rejection", guard=second.assert_running)
         second.mark(timeout=180)
         second.mark(timeout=180)  # two batches after: whatever the restart re-emitted has been through the writer

@@ -43,7 +43,7 @@ def app(kafka, broker):
 
 
 def test_a_second_driver_writes_nothing_the_first_committed(kafka, app):
-    topic, ledger, sender = app
+    topic, _ledger, sender = app
     first = sender()
     assert first.send(items(topic, range(5))) == []
     second = sender()
@@ -57,7 +57,7 @@ def test_a_second_driver_writes_nothing_the_first_committed(kafka, app):
 
 
 def test_a_transaction_left_open_is_aborted_and_its_driver_fenced(kafka, app, broker):
-    topic, ledger, sender = app
+    topic, _ledger, sender = app
     zombie = sender()
     producer = zombie._producer
     producer.begin_transaction()
@@ -93,7 +93,7 @@ def test_trim_forgets_what_a_committed_batch_retired_and_deletes_its_ledger_reco
 
 
 def test_refused_records_become_rejections_once_and_the_rest_of_their_transaction_is_written_once(kafka, app, broker):
-    topic, ledger, sender = app
+    topic, _ledger, sender = app
     small = f"small-{uuid.uuid4().hex[:8]}"
     ensure_topics(admin_client(broker.bootstrap_servers), [small], 1, config={"max.message.bytes": "2000"})
     rejections = topic + "-history"
@@ -102,10 +102,12 @@ def test_refused_records_become_rejections_once_and_the_rest_of_their_transactio
         # Partition 5 of a one-partition topic is refused before sending (the transaction commits without it); a
         # record over max.message.bytes is refused by the broker, which aborts its whole transaction (written
         # again by the writer).
-        rows = [("req-0-1", 0, "deliver", topic, None, b"ok", b"v", []),
-                ("req-0-2", 0, "deliver", topic, 5, b"no-partition", b"v", []),
-                ("req-0-3", 0, "deliver", small, None, b"too-large", os.urandom(5000), []),
-                ("req-0-4", 0, "deliver", small, None, b"fits", b"v", [])]
+        rows = [
+            ("req-0-1", 0, "deliver", topic, None, b"ok", b"v", []),
+            ("req-0-2", 0, "deliver", topic, 5, b"no-partition", b"v", []),
+            ("req-0-3", 0, "deliver", small, None, b"too-large", os.urandom(5000), []),
+            ("req-0-4", 0, "deliver", small, None, b"fits", b"v", []),
+        ]
         writer.write_now(rows)
         writer.write_now(rows)
         reader = kafka.reader(topic, rejections, small, committed=True)
@@ -140,8 +142,7 @@ def test_what_a_herd_task_commits_the_driver_reads_back_leaves_out_and_keeps_thr
     assert driver.send(items(topic, range(10, 15), due_ms=5_000)) == [] and driver.skipped == 6
     # Trimmed through 3000, only the first record may go: the task's (due up to 5014) lies before the last one.
     assert driver.trim(3_000) == 7, "the keys read back again are forgotten again"
-    ledger_start = lambda: kafka.reader(ledger).consumer.get_watermark_offsets(  # noqa: E731
-        TopicPartition(ledger, 0), timeout=10)[0]
+    ledger_start = lambda: kafka.reader(ledger).consumer.get_watermark_offsets(TopicPartition(ledger, 0), timeout=10)[0]
     wait_until(lambda: ledger_start() > 0, 30, "the first ledger record deleted")
     successor = sender()
     assert sorted(successor.written_keys(4_999, 6_000)) == sorted(herd_keys), "the task's ledger record was kept"
@@ -150,7 +151,7 @@ def test_what_a_herd_task_commits_the_driver_reads_back_leaves_out_and_keeps_thr
 
 
 def test_fencing_a_herd_task_aborts_what_it_left_open(kafka, app):
-    topic, ledger, sender = app
+    topic, _ledger, sender = app
     driver = sender()
     task = sender(member="herd-1")
     task._producer.begin_transaction()

@@ -41,20 +41,59 @@ def huge(dialect_topic: dict[str, str], destination: str) -> list[tuple[str, hr.
     """Records of megabytes the broker takes (it allows 8 MiB): a value over the limit, big headers, a huge id."""
     due = str(int(time.time()) + 2).encode()
     return [
-        ("native", hr.Hostile("native", b"k", b"v" * (7 * MIB), [
-            ("x-scheduler-deliver-to", destination.encode()),
-            ("x-scheduler-deliver-at", b"2030-01-01T00:00:00Z")], hr.REJECT)),
-        ("native", hr.Hostile("native", b"k", b"v", [
-            ("user", b"h" * (3 * MIB)), ("x-scheduler-deliver-to", destination.encode()),
-            ("x-scheduler-deliver-at", b"2000-01-01T00:00:00Z")], hr.REQUEST, "ADD")),
-        ("karafka", hr.Hostile("karafka", b"i" * (2 * MIB), b"v", [
-            ("schedule_schema_version", b"1.0.0"), ("schedule_source_type", b"schedule"),
-            ("schedule_target_epoch", due), ("schedule_target_topic", destination.encode())], hr.REQUEST, "ADD")),
-        ("etf1", hr.Hostile("etf1", b"id-huge", b"v" * (5 * MIB), [
-            ("scheduler-epoch", due), ("scheduler-target-topic", destination.encode())], hr.REJECT)),
+        (
+            "native",
+            hr.Hostile(
+                "native",
+                b"k",
+                b"v" * (7 * MIB),
+                [("x-scheduler-deliver-to", destination.encode()), ("x-scheduler-deliver-at", b"2030-01-01T00:00:00Z")],
+                hr.REJECT,
+            ),
+        ),
+        (
+            "native",
+            hr.Hostile(
+                "native",
+                b"k",
+                b"v",
+                [
+                    ("user", b"h" * (3 * MIB)),
+                    ("x-scheduler-deliver-to", destination.encode()),
+                    ("x-scheduler-deliver-at", b"2000-01-01T00:00:00Z"),
+                ],
+                hr.REQUEST,
+                "ADD",
+            ),
+        ),
+        (
+            "karafka",
+            hr.Hostile(
+                "karafka",
+                b"i" * (2 * MIB),
+                b"v",
+                [
+                    ("schedule_schema_version", b"1.0.0"),
+                    ("schedule_source_type", b"schedule"),
+                    ("schedule_target_epoch", due),
+                    ("schedule_target_topic", destination.encode()),
+                ],
+                hr.REQUEST,
+                "ADD",
+            ),
+        ),
+        (
+            "etf1",
+            hr.Hostile(
+                "etf1",
+                b"id-huge",
+                b"v" * (5 * MIB),
+                [("scheduler-epoch", due), ("scheduler-target-topic", destination.encode())],
+                hr.REJECT,
+            ),
+        ),
         ("sky-json", hr.Hostile("sky-json", b"id-deep", b"[" * MIB + b"]" * MIB, [], hr.REJECT)),
-        ("sky-avro", hr.Hostile("sky-avro", b"id-long", hr.zigzag(1) + hr.zigzag(2**31 - 9) + b"t", [],
-                                hr.REJECT)),
+        ("sky-avro", hr.Hostile("sky-avro", b"id-long", hr.zigzag(1) + hr.zigzag(2**31 - 9) + b"t", [], hr.REJECT)),
     ]
 
 
@@ -64,16 +103,28 @@ def test_a_hostile_mix_in_every_dialect_is_accounted_for(kafka, scheduler_factor
     for dialect in hr.DIALECTS[1:]:
         inputs[dialect] = kafka.topic(dialect.replace("-", ""))
     destinations = (kafka.topic("hostile-out"), kafka.topic("hostile-out"))
-    scheduler = scheduler_factory(app_id=app_id, extra_args=(
-        "--max-value-bytes", str(MAX_VALUE_BYTES), "--partitions", "1",
-        *[a for d, t in inputs.items() for a in ("--input", f"{t}:{d}")]))
+    scheduler = scheduler_factory(
+        app_id=app_id,
+        extra_args=(
+            "--max-value-bytes",
+            str(MAX_VALUE_BYTES),
+            "--partitions",
+            "1",
+            *[a for d, t in inputs.items() for a in ("--input", f"{t}:{d}")],
+        ),
+    )
     scheduler.start()
     wait_until(lambda: "first batch done" in scheduler.log(), 120, "the first batch", guard=scheduler.assert_running)
 
     own = (inputs["native"], f"{app_id}-schedule-rejections", f"{app_id}-schedule-history", *inputs.values())
-    ctx = hr.Context(destinations=destinations, forbidden=own, max_value_bytes=MAX_VALUE_BYTES,
-                     now_ms=int(time.time() * 1000), huge_bytes=10_000,
-                     due_offsets_ms=(-86_400_000, -1000, 0, 1000, 3000, 3_600_000))
+    ctx = hr.Context(
+        destinations=destinations,
+        forbidden=own,
+        max_value_bytes=MAX_VALUE_BYTES,
+        now_ms=int(time.time() * 1000),
+        huge_bytes=10_000,
+        due_offsets_ms=(-86_400_000, -1000, 0, 1000, 3000, 3_600_000),
+    )
     chooser = hr.RandomChooser(random.Random(8))
     sent: dict[tuple[str, int], hr.Hostile] = {}
     batches = {dialect: [hr.hostile(chooser, ctx, dialect) for _ in range(PER_DIALECT)] for dialect in hr.DIALECTS}
@@ -96,13 +147,13 @@ def test_a_hostile_mix_in_every_dialect_is_accounted_for(kafka, scheduler_factor
         done = all(committed.get(t, {}).get(0, 0) >= end for t, end in ends.items())
         return ends if done and ends == end_offsets(kafka.bootstrap, topics) else None
 
-    ends = wait_until(caught_up, 240, "the job to read every input record", interval=1,
-                      guard=scheduler.assert_running)
+    ends = wait_until(caught_up, 240, "the job to read every input record", interval=1, guard=scheduler.assert_running)
     scheduler.assert_running()
     read = sum(ends.values())
     outcomes = outcome_counts(scheduler.log())
-    assert sum(outcomes.values()) == read, (f"{read} records read ({len(sent)} sent, the rest written back), "
-                                            f"outcomes {dict(outcomes)}")
+    assert sum(outcomes.values()) == read, (
+        f"{read} records read ({len(sent)} sent, the rest written back), outcomes {dict(outcomes)}"
+    )
     # every write-back read back is a completion (as are the generated write-backs among the records sent)
     assert read > len(sent) and outcomes["completed"] + outcomes["complete_noop"] >= read - len(sent), outcomes
 
@@ -113,15 +164,18 @@ def test_a_hostile_mix_in_every_dialect_is_accounted_for(kafka, scheduler_factor
         if any(b"does not exist" in reason for reason in reasons):
             continue  # a valid schedule to a topic that does not exist: dead-lettered at delivery
         # the headers the job appends come last (a hostile record may carry its own of the same name)
-        source = (record.header_values("x-scheduler-source-topic")[-1].decode(),
-                  int(record.header_values("x-scheduler-source-offset")[-1]))
+        source = (
+            record.header_values("x-scheduler-source-topic")[-1].decode(),
+            int(record.header_values("x-scheduler-source-offset")[-1]),
+        )
         rejected[source] += 1
     wrong = []
     for place, record in sent.items():
         allowed = {hr.REJECT: (1,), hr.REQUEST: (0,), hr.EITHER: (0, 1)}[record.expect]
         if rejected[place] not in allowed:
-            wrong.append(f"{place} ({record.dialect}: {record.why}): expected {record.expect}, "
-                         f"{rejected[place]} rejections")
+            wrong.append(
+                f"{place} ({record.dialect}: {record.why}): expected {record.expect}, {rejected[place]} rejections"
+            )
     assert not wrong, f"{len(wrong)} records went wrong:\n" + "\n".join(wrong[:20])
     assert set(rejected) <= set(sent), "a rejection of a record nobody sent"
     assert outcomes["rejected"] == sum(rejected.values()), (outcomes, sum(rejected.values()))

@@ -10,8 +10,12 @@ from .support import at, native
 
 
 def inspect(checkpoint_dir, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kafka_scheduler", "inspect", "--checkpoint-dir",
-                           str(checkpoint_dir), *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kafka_scheduler", "inspect", "--checkpoint-dir", str(checkpoint_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_inspect_counts_and_shows_the_pending_schedules_of_a_running_job(kafka, scheduler_factory):
@@ -22,19 +26,35 @@ def test_inspect_counts_and_shows_the_pending_schedules_of_a_running_job(kafka, 
 
     def in_two_hours(i: int) -> str:
         return at(2 * 3600 + 60 + i / 100)  # apart by 10 ms, so they are shown in this order
-    kafka.produce_many(requests, [
-        *[dict(key=f"o{i}".encode(), value=b"order", headers=native(orders, in_two_hours(i), f"order-{i}"),
-               partition=0)
-          for i in range(5)],
-        *[dict(key=f"m{i}".encode(), value=b"mail", headers=native(mails, in_three_days, f"mail-{i}"),
-               partition=0)
-          for i in range(3)],
-        dict(key=b"anon", value=b"no id", headers=native(mails, in_three_days), partition=0),
-        dict(headers=native(request_id="order-0", action="CANCEL"), partition=0),
-        dict(key=b"o1", value="replaced \u00e9".encode(), headers=native(orders, in_two_hours(5), "order-1",
-                                                                          action="REPLACE",
-                                                                          extra=[("trace", b"t-1")]), partition=0),
-    ])
+
+    kafka.produce_many(
+        requests,
+        [
+            *[
+                dict(
+                    key=f"o{i}".encode(),
+                    value=b"order",
+                    headers=native(orders, in_two_hours(i), f"order-{i}"),
+                    partition=0,
+                )
+                for i in range(5)
+            ],
+            *[
+                dict(
+                    key=f"m{i}".encode(), value=b"mail", headers=native(mails, in_three_days, f"mail-{i}"), partition=0
+                )
+                for i in range(3)
+            ],
+            dict(key=b"anon", value=b"no id", headers=native(mails, in_three_days), partition=0),
+            dict(headers=native(request_id="order-0", action="CANCEL"), partition=0),
+            dict(
+                key=b"o1",
+                value="replaced \u00e9".encode(),
+                headers=native(orders, in_two_hours(5), "order-1", action="REPLACE", extra=[("trace", b"t-1")]),
+                partition=0,
+            ),
+        ],
+    )
     scheduler.mark(timeout=180)
     scheduler.mark(timeout=180)  # the requests' batch has committed
 

@@ -10,7 +10,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kafka_scheduler.client.scheduler_client import format_instant
 from kafka_scheduler.kafka.local_broker import free_port
@@ -22,8 +22,12 @@ BASE = f"http://127.0.0.1:{PORT}"
 
 
 def cli(checkpoint_dir, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kafka_scheduler", "list", "--checkpoint-dir", str(checkpoint_dir),
-                           *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kafka_scheduler", "list", "--checkpoint-dir", str(checkpoint_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def api(**params) -> tuple[int, dict]:
@@ -36,7 +40,7 @@ def api(**params) -> tuple[int, dict]:
 
 
 def instant(ms: int) -> str:
-    return format_instant(datetime.fromtimestamp(ms / 1000, timezone.utc))
+    return format_instant(datetime.fromtimestamp(ms / 1000, UTC))
 
 
 def keys(page: dict) -> list[tuple[int, str]]:
@@ -47,12 +51,18 @@ def test_list_pages_through_filters_and_follows_a_state_that_moves_on(kafka, sch
     scheduler = scheduler_factory(extra_args=("--metrics-port", str(PORT))).start()
     requests = f"{scheduler.app_id}-schedule-requests"
     orders, mails = kafka.topic("orders"), kafka.topic("mails")
-    base = (int(datetime.now(timezone.utc).timestamp()) + 7200) * 1000
+    base = (int(datetime.now(UTC).timestamp()) + 7200) * 1000
     # 24 schedules with ids, due over 12 seconds (two per second, the pairs at the same millisecond: ordered by
     # delivery id), every third to mails; one without id.
-    records = [dict(key=f"k{i}".encode(), value=f"v{i}".encode(),
-                    headers=native(mails if i % 3 == 0 else orders, instant(base + (i // 2) * 1000), f"L-{i:02d}"),
-                    partition=0) for i in range(24)]
+    records = [
+        dict(
+            key=f"k{i}".encode(),
+            value=f"v{i}".encode(),
+            headers=native(mails if i % 3 == 0 else orders, instant(base + (i // 2) * 1000), f"L-{i:02d}"),
+            partition=0,
+        )
+        for i in range(24)
+    ]
     records.append(dict(key=b"anon", value=b"no id", headers=native(orders, instant(base + 500)), partition=0))
     kafka.produce_many(requests, records)
     scheduler.mark(timeout=180)
@@ -71,7 +81,12 @@ def test_list_pages_through_filters_and_follows_a_state_that_moves_on(kafka, sch
     assert sum(1 for s in everything if s["id"] is None) == 1
     first = everything[0]
     assert (first["id"], first["kind"], first["destination"], first["key"], first["value"]) == (
-        "L-00", "one-shot", mails, "k0", "v0")
+        "L-00",
+        "one-shot",
+        mails,
+        "k0",
+        "v0",
+    )
     assert first["actions"] == ["CANCEL"] and first["input_topic"] == requests and not first["due_already"]
     assert [s["actions"] for s in everything if s["id"] is None] == [[]], "no id: nothing to send"
 
@@ -83,8 +98,9 @@ def test_list_pages_through_filters_and_follows_a_state_that_moves_on(kafka, sch
     assert keys(page1) == keys({"schedules": wanted[:5]}) and page1["next_page_token"]
     status, page2 = api(limit=5, destination=orders, page_token=page1["next_page_token"])
     assert status == 200 and keys(page2) == keys({"schedules": wanted[5:10]})
-    table = cli(scheduler.checkpoint_dir, "--limit", "3", "--id-prefix", "L-1", "--page-token", "", "--kind",
-                "one-shot")
+    table = cli(
+        scheduler.checkpoint_dir, "--limit", "3", "--id-prefix", "L-1", "--page-token", "", "--kind", "one-shot"
+    )
     assert table.returncode == 0, table.stderr[-2000:]
     lines = table.stdout.strip().splitlines()
     assert "L-10" in lines[2] and "L-11" in lines[3] and lines[-1].startswith("next page: --page-token "), lines
@@ -105,12 +121,20 @@ def test_list_pages_through_filters_and_follows_a_state_that_moves_on(kafka, sch
     # L-99 is added after the cursor, L-98 before it.
     status, head = api(limit=4)
     assert [s["id"] for s in head["schedules"]] == ["L-00", "L-01", None, "L-02"], head["schedules"]
-    kafka.produce_many(requests, [
-        dict(headers=native(request_id="L-09", action="CANCEL"), partition=0),
-        dict(key=b"k1", value=b"later", headers=native(orders, instant(base + 20_000), "L-01", action="REPLACE"),
-             partition=0),
-        dict(key=b"k99", value=b"new", headers=native(orders, instant(base + 6000), "L-99"), partition=0),
-        dict(key=b"k98", value=b"new", headers=native(orders, instant(base), "L-98"), partition=0)])
+    kafka.produce_many(
+        requests,
+        [
+            dict(headers=native(request_id="L-09", action="CANCEL"), partition=0),
+            dict(
+                key=b"k1",
+                value=b"later",
+                headers=native(orders, instant(base + 20_000), "L-01", action="REPLACE"),
+                partition=0,
+            ),
+            dict(key=b"k99", value=b"new", headers=native(orders, instant(base + 6000), "L-99"), partition=0),
+            dict(key=b"k98", value=b"new", headers=native(orders, instant(base), "L-98"), partition=0),
+        ],
+    )
     scheduler.mark(timeout=180)
     scheduler.mark(timeout=180)
     rest, token = [], head["next_page_token"]

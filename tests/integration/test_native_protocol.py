@@ -42,8 +42,9 @@ def send(kafka, requests_topic, key=None, value=None, headers=None, partition=0)
 def send_together(kafka, requests_topic, *requests):
     """Requests (key, value, headers) appended at once, so the job reads them in one batch: a request that must act
     before an earlier one's due time is not left to a later batch, which on a busy machine may start after it."""
-    return kafka.produce_many(requests_topic, [dict(key=key, value=value, headers=headers, partition=0)
-                                               for key, value, headers in requests])
+    return kafka.produce_many(
+        requests_topic, [dict(key=key, value=value, headers=headers, partition=0) for key, value, headers in requests]
+    )
 
 
 def marker_arrives(kafka, requests_topic, reader, topic, due_in=2.0):
@@ -73,8 +74,11 @@ def test_the_first_batch_uses_the_warm_python_workers(kafka, scheduler, requests
     send(kafka, requests_topic, key=b"warm", headers=native(topic, at(0), "warm"))
     reader.wait_for(lambda r: r.key == b"warm", timeout=120, what="a delivery", guard=scheduler.assert_running)
     scheduler.wait_for_line(FIRST_BATCH_LINE, 60, "the first batch's line")
-    pythons = [pid for pid, command in process_tree.command_lines(scheduler.process.pid).items()
-               if " -m pyspark.daemon" in command]
+    pythons = [
+        pid
+        for pid, command in process_tree.command_lines(scheduler.process.pid).items()
+        if " -m pyspark.daemon" in command
+    ]
     forks = {child for pid in pythons for child in process_tree.descendants(pid) if child != pid}
     daemons = [pid for pid in pythons if pid not in forks]
     assert len(daemons) == 1, f"{len(daemons)} Python daemons, {len(forks)} workers"
@@ -124,8 +128,12 @@ def test_replace_moves_the_schedule_and_the_old_version_never_fires(kafka, reque
     topic = kafka.topic()
     reader = kafka.reader(topic)
     new_due = at(6)
-    send_together(kafka, requests_topic, (b"r", b"old", native(topic, at(3), "rep-1")),
-                  (b"r", b"new", native(topic, new_due, "rep-1", "REPLACE")))
+    send_together(
+        kafka,
+        requests_topic,
+        (b"r", b"old", native(topic, at(3), "rep-1")),
+        (b"r", b"new", native(topic, new_due, "rep-1", "REPLACE")),
+    )
     [record] = reader.wait_for(lambda r: r.key == b"r", timeout=ADD_WAIT, what="replaced delivery")
     assert record.value == b"new"
     assert record.timestamp_ms >= ms_of(new_due)
@@ -136,8 +144,12 @@ def test_replace_moves_the_schedule_and_the_old_version_never_fires(kafka, reque
 def test_replace_with_a_past_time_delivers_now_and_the_old_one_never_fires(kafka, requests_topic):
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    send_together(kafka, requests_topic, (b"rp", b"old", native(topic, at(8), "rep-past")),
-                  (b"rp", b"new", native(topic, "2020-01-01T00:00:00Z", "rep-past", "REPLACE")))
+    send_together(
+        kafka,
+        requests_topic,
+        (b"rp", b"old", native(topic, at(8), "rep-past")),
+        (b"rp", b"new", native(topic, "2020-01-01T00:00:00Z", "rep-past", "REPLACE")),
+    )
     reader.wait_for(lambda r: r.key == b"rp", timeout=ADD_WAIT, what="delivery")
     marker_arrives(kafka, requests_topic, reader, topic, due_in=10)
     assert [r.value for r in reader.poll() if r.key == b"rp"] == [b"new"]
@@ -169,8 +181,12 @@ def test_identical_replace_is_a_noop_and_keeps_the_first_version(kafka, requests
 def test_add_with_a_pending_id_behaves_as_replace(kafka, requests_topic):
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    send_together(kafka, requests_topic, (b"aa", b"first", native(topic, at(3), "add-twice")),
-                  (b"aa", b"second", native(topic, at(5), "add-twice")))
+    send_together(
+        kafka,
+        requests_topic,
+        (b"aa", b"first", native(topic, at(3), "add-twice")),
+        (b"aa", b"second", native(topic, at(5), "add-twice")),
+    )
     reader.wait_for(lambda r: r.key == b"aa", timeout=ADD_WAIT, what="delivery")
     marker_arrives(kafka, requests_topic, reader, topic)
     assert [r.value for r in reader.poll() if r.key == b"aa"] == [b"second"]
@@ -179,8 +195,12 @@ def test_add_with_a_pending_id_behaves_as_replace(kafka, requests_topic):
 def test_cancel_removes_the_pending_schedule(kafka, requests_topic):
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    send_together(kafka, requests_topic, (b"c", b"gone", native(topic, at(3), "cancel-1")),
-                  (None, None, native(request_id="cancel-1", action="cancel")))
+    send_together(
+        kafka,
+        requests_topic,
+        (b"c", b"gone", native(topic, at(3), "cancel-1")),
+        (None, None, native(request_id="cancel-1", action="cancel")),
+    )
     marker_arrives(kafka, requests_topic, reader, topic, due_in=6)
     assert [r for r in reader.poll() if r.key == b"c"] == []
 
@@ -192,8 +212,12 @@ def test_cancel_of_an_unknown_id_is_a_noop_and_not_a_rejection(kafka, requests_t
     rejections = kafka.reader(f"{scheduler.app_id}-schedule-rejections")
     _, offset = send(kafka, requests_topic, None, None, native(request_id="no-such-id", action="CANCEL"))
     marker_arrives(kafka, requests_topic, reader, topic)
-    assert not [r for r in rejections.poll() if r.header_values("x-scheduler-source-offset") == [str(offset).encode()]
-                and r.header("x-scheduler-source-partition") == b"0"]
+    assert not [
+        r
+        for r in rejections.poll()
+        if r.header_values("x-scheduler-source-offset") == [str(offset).encode()]
+        and r.header("x-scheduler-source-partition") == b"0"
+    ]
     # The CANCEL, and the marker's ADD.
     assert scheduler.outcomes_since(mark, 2) == Counter({"cancel_noop": 1, "scheduled": 1})
 
@@ -201,10 +225,14 @@ def test_cancel_of_an_unknown_id_is_a_noop_and_not_a_rejection(kafka, requests_t
 def test_latest_request_wins_within_one_batch(kafka, requests_topic):
     topic = kafka.topic()
     reader = kafka.reader(topic)
-    send_together(kafka, requests_topic, (b"seq", b"1", native(topic, at(2), "seq-1")),
-                  (b"seq", b"2", native(topic, at(3), "seq-1", "REPLACE")),
-                  (None, None, native(request_id="seq-1", action="CANCEL")),
-                  (b"seq", b"3", native(topic, at(4), "seq-1")))
+    send_together(
+        kafka,
+        requests_topic,
+        (b"seq", b"1", native(topic, at(2), "seq-1")),
+        (b"seq", b"2", native(topic, at(3), "seq-1", "REPLACE")),
+        (None, None, native(request_id="seq-1", action="CANCEL")),
+        (b"seq", b"3", native(topic, at(4), "seq-1")),
+    )
     reader.wait_for(lambda r: r.key == b"seq", timeout=ADD_WAIT, what="delivery")
     marker_arrives(kafka, requests_topic, reader, topic, due_in=5)
     assert [r.value for r in reader.poll() if r.key == b"seq"] == [b"3"]
@@ -233,8 +261,7 @@ BAD_REQUESTS = [
 ]
 
 
-def test_invalid_requests_go_to_rejections_byte_exact_and_the_pipeline_keeps_running(kafka, requests_topic,
-                                                                                     scheduler):
+def test_invalid_requests_go_to_rejections_byte_exact_and_the_pipeline_keeps_running(kafka, requests_topic, scheduler):
     topic = kafka.topic()
     reader = kafka.reader(topic)
     rejections = kafka.reader(f"{scheduler.app_id}-schedule-rejections")
@@ -244,15 +271,18 @@ def test_invalid_requests_go_to_rejections_byte_exact_and_the_pipeline_keeps_run
         request_headers = [("user", b"\x00keep")] + headers(topic, requests_topic)
         sent[key] = (send(kafka, requests_topic, key, b"\xfe" + key, request_headers), request_headers, reason)
     too_large = b"big-" + uuid.uuid4().hex[:6].encode()
-    sent[too_large] = (send(kafka, requests_topic, too_large, b"x" * 1_000_001, native(topic, at(5), "bad-11")),
-                       native(topic, at(5), "bad-11"), "value too large")
+    sent[too_large] = (
+        send(kafka, requests_topic, too_large, b"x" * 1_000_001, native(topic, at(5), "bad-11")),
+        native(topic, at(5), "bad-11"),
+        "value too large",
+    )
 
     found = rejections.wait_for(lambda r: r.key in sent, count=len(sent), timeout=ADD_WAIT, what="rejections")
     by_key = {r.key: r for r in found}
     assert len(by_key) == len(sent), "each bad request is rejected exactly once"
     for key, ((partition, offset), request_headers, reason) in sent.items():
         record = by_key[key]
-        original = record.headers[:len(request_headers)]
+        original = record.headers[: len(request_headers)]
         assert [h[0] for h in original] == [h[0] for h in request_headers], key
         if key != too_large:
             assert record.value == b"\xfe" + key
@@ -270,7 +300,7 @@ def test_delivery_to_a_topic_that_does_not_exist_goes_to_rejections(kafka, reque
     rejections = kafka.reader(f"{scheduler.app_id}-schedule-rejections")
     missing = f"missing-{uuid.uuid4().hex[:8]}"
     key = missing.encode()
-    partition, offset = send(kafka, requests_topic, key, b"lost?", native(missing, at(1), "dl-1"))
+    _partition, offset = send(kafka, requests_topic, key, b"lost?", native(missing, at(1), "dl-1"))
     [record] = rejections.wait_for(lambda r: r.key == key, timeout=ADD_WAIT, what="dead letter")
     assert record.value == b"lost?"
     assert b"does not exist" in record.header("x-scheduler-rejection-reason")
@@ -283,8 +313,21 @@ def cli(scheduler, kafka, *args):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "kafka_scheduler", *args, "--bootstrap-servers", kafka.bootstrap,
-                           "--app-id", scheduler.app_id], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kafka_scheduler",
+            *args,
+            "--bootstrap-servers",
+            kafka.bootstrap,
+            "--app-id",
+            scheduler.app_id,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_schedule_replace_and_cancel(kafka, scheduler):
@@ -292,15 +335,33 @@ def test_cli_schedule_replace_and_cancel(kafka, scheduler):
     reader = kafka.reader(topic)
     # Each CLI call is a process of its own (about a second here): the replace and the cancel must be read before
     # the versions they change fall due.
-    scheduled = cli(scheduler, kafka, "schedule", "--to", topic, "--at", "+10s", "--key", "cli-k", "--value", "one",
-                    "--header", "h=1", "--id", "cli-1")
+    scheduled = cli(
+        scheduler,
+        kafka,
+        "schedule",
+        "--to",
+        topic,
+        "--at",
+        "+10s",
+        "--key",
+        "cli-k",
+        "--value",
+        "one",
+        "--header",
+        "h=1",
+        "--id",
+        "cli-1",
+    )
     assert scheduled.returncode == 0, scheduled.stderr
     assert "id=cli-1" in scheduled.stdout
-    replaced = cli(scheduler, kafka, "replace", "--to", topic, "--at", "+12s", "--key", "cli-k", "--value", "two",
-                   "--id", "cli-1")
+    replaced = cli(
+        scheduler, kafka, "replace", "--to", topic, "--at", "+12s", "--key", "cli-k", "--value", "two", "--id", "cli-1"
+    )
     assert replaced.returncode == 0, replaced.stderr
-    assert cli(scheduler, kafka, "schedule", "--to", topic, "--at", "+11s", "--key", "cli-c", "--id",
-               "cli-2").returncode == 0
+    assert (
+        cli(scheduler, kafka, "schedule", "--to", topic, "--at", "+11s", "--key", "cli-c", "--id", "cli-2").returncode
+        == 0
+    )
     assert cli(scheduler, kafka, "cancel", "--id", "cli-2").returncode == 0
     [record] = reader.wait_for(lambda r: r.key == b"cli-k", timeout=ADD_WAIT, what="delivery")
     assert record.value == b"two" and record.headers[0][0] == "x-scheduler-delivery-id"
@@ -333,12 +394,12 @@ def test_the_scheduler_creates_its_topics_for_records_as_large_as_it_writes(kafk
 
     names = [f"{scheduler.app_id}-schedule-{suffix}" for suffix in ("requests", "rejections", "history")]
     admin = admin_client(kafka.bootstrap)
-    futures = admin.describe_configs(
-        [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names])
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name) for name in names])
     entries = {resource.name: future.result(timeout=30)["max.message.bytes"] for resource, future in futures.items()}
     # Set on the topic (the local broker's own default is 8 MiB too; a stock broker's is 1 MiB).
-    assert {name: (int(e.value), e.source) for name, e in entries.items()} == \
-        dict.fromkeys(names, (PRODUCER_MAX_BYTES, ConfigSource.DYNAMIC_TOPIC_CONFIG.value))
+    assert {name: (int(e.value), e.source) for name, e in entries.items()} == dict.fromkeys(
+        names, (PRODUCER_MAX_BYTES, ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    )
 
 
 def test_requests_of_an_aborted_transaction_do_not_act(kafka, requests_topic):

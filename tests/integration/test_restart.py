@@ -40,8 +40,13 @@ def test_restart_keeps_pending_delivers_what_fell_due_while_down_and_duplicates_
     send(None, native(request_id="r-cancel", action="CANCEL"))
     due_after_restart = at(45)
     send(b"after-restart", native(topic, due_after_restart, "r-after"))
-    wait_until(lambda: all(committed_offsets(scheduler.checkpoint_dir).get(requests, {}).get(p, 0) >= o
-                           for p, o in sent_up_to.items()), 60, "the scheduler to commit the requests")
+    wait_until(
+        lambda: all(
+            committed_offsets(scheduler.checkpoint_dir).get(requests, {}).get(p, 0) >= o for p, o in sent_up_to.items()
+        ),
+        60,
+        "the scheduler to commit the requests",
+    )
 
     before_stop = last_committed_batch(scheduler.checkpoint_dir)
     assert scheduler.stop() == 0, scheduler.log()[-2000:]
@@ -74,24 +79,29 @@ def test_a_sigterm_to_every_process_of_the_job_stops_it_as_gracefully_as_one_to_
     keys = [f"k{i}".encode() for i in range(60)]
     # Due over the next 12 s, so that at the stop some are written, some held by the timed writer, some pending.
     due = {key: at(1 + i / 5) for i, key in enumerate(keys)}
-    kafka.produce_many(requests, [dict(key=key, value=key, headers=native(topic, due[key], key.decode()), partition=0)
-                                  for key in keys])
+    kafka.produce_many(
+        requests, [dict(key=key, value=key, headers=native(topic, due[key], key.decode()), partition=0) for key in keys]
+    )
     reader.wait_for(lambda r: True, count=10, timeout=90, what="the first deliveries", guard=scheduler.assert_running)
 
     signalled = process_tree.signal_tree(scheduler.process.pid, signal.SIGTERM)
     assert len(signalled) >= 3, f"the driver, the JVM and the Python workers: {signalled}"
     assert scheduler.wait_ended(180) == 0, scheduler.log()[-3000:]
     log = scheduler.log()
-    stop = log[log.rindex("\n", 0, log.index("received SIGTERM")) + 1:]
+    stop = log[log.rindex("\n", 0, log.index("received SIGTERM")) + 1 :]
     # The batch in flight may log its own lines (index, batch) between the two: they come from another thread.
-    steps = [text for text in (line.split("INFO", 1)[-1].strip() for line in stop.splitlines())
-             if not text.startswith(("index:", "batch "))]
+    steps = [
+        text
+        for text in (line.split("INFO", 1)[-1].strip() for line in stop.splitlines())
+        if not text.startswith(("index:", "batch "))
+    ]
     assert steps[:2] == ["received SIGTERM", "stopping: waiting for the batch in flight"], stop
     assert "stopped after" in stop and not logged_errors(stop) and "Traceback" not in stop and "ERROR" not in stop, stop
 
     scheduler.start()
-    records = reader.wait_for(lambda r: True, count=len(keys), timeout=120, what="every delivery",
-                              guard=scheduler.assert_running)
+    records = reader.wait_for(
+        lambda r: True, count=len(keys), timeout=120, what="every delivery", guard=scheduler.assert_running
+    )
     scheduler.mark()  # a later batch has committed: a second copy would be written by now
     records = reader.read_to_end()
     assert Counter(r.key for r in records) == Counter(keys), "each schedule delivered once"
@@ -119,9 +129,14 @@ def test_a_jvm_that_ends_under_the_job_stops_it_with_one_line_and_loses_nothing(
     ending = scheduler.log_since(mark)
     assert "spark: the JVM ended under the job" in ending and "Nothing is lost" in ending, ending
     assert "Traceback" not in ending and [line for line in ending.splitlines() if "ERROR" in line] == [
-        next(line for line in ending.splitlines() if "the JVM ended" in line)], ending
+        next(line for line in ending.splitlines() if "the JVM ended" in line)
+    ], ending
 
     scheduler.start()
-    [record] = reader.wait_for(lambda r: r.key == b"k", timeout=120, what="the pending schedule after the restart",
-                               guard=scheduler.assert_running)
+    [record] = reader.wait_for(
+        lambda r: r.key == b"k",
+        timeout=120,
+        what="the pending schedule after the restart",
+        guard=scheduler.assert_running,
+    )
     assert record.timestamp_ms >= ms_of(due)

@@ -17,8 +17,8 @@ from collections import defaultdict
 
 import pytest
 
-from kafka_scheduler.protocol import DELIVERY_ID
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
+from kafka_scheduler.protocol import DELIVERY_ID
 
 from .spark_cluster import LocalSparkCluster
 from .support import at, ms_of, native, wait_until
@@ -67,12 +67,14 @@ def schedule(kafka, app_id: str, to: str, prefix: str, count: int, within_s: flo
 
 def wait_for_all(reader, due: dict[bytes, int], scheduler, timeout: float) -> list:
     """Every record read once each scheduled key has at least one delivery (duplicates do not count twice)."""
+
     def all_delivered():
         return set(due) <= {r.key for r in reader.poll()}
 
     try:
-        wait_until(all_delivered, timeout, f"a delivery of each of {len(due)} schedules",
-                   guard=scheduler.assert_running)
+        wait_until(
+            all_delivered, timeout, f"a delivery of each of {len(due)} schedules", guard=scheduler.assert_running
+        )
     except TimeoutError as error:
         lost = sorted(set(due) - {r.key for r in reader.records})
         raise AssertionError(f"{error}; {len(lost)} not delivered, e.g. {lost[:5]}") from None
@@ -130,8 +132,12 @@ def test_nothing_is_lost_or_early_when_an_executor_is_killed(kafka, cluster, sch
     os.kill(victim, signal.SIGKILL)
     mark = len(scheduler.log())
     due.update(schedule(kafka, scheduler.app_id, to, "during", 150, within_s=20))
-    wait_until(lambda: victim not in cluster.executors() and len(cluster.executors()) == 2, 180,
-               "the worker to start a replacement executor", guard=scheduler.assert_running)
+    wait_until(
+        lambda: victim not in cluster.executors() and len(cluster.executors()) == 2,
+        180,
+        "the worker to start a replacement executor",
+        guard=scheduler.assert_running,
+    )
     due.update(schedule(kafka, scheduler.app_id, to, "after", 150, within_s=15))
     by_key, problems = check(wait_for_all(reader, due, scheduler, timeout=300), due)
     assert not problems, problems[:10]

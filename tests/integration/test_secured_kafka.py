@@ -26,11 +26,34 @@ def certificate(folder):
     the clients to trust, made with the JDK's keytool."""
     keystore, pem = folder / "broker.p12", folder / "ca.pem"
     common = ["-keystore", str(keystore), "-storetype", "PKCS12", "-storepass", STORE_PASSWORD]
-    subprocess.run(["keytool", "-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048",
-                    "-validity", "2", "-dname", "CN=localhost", "-ext", "SAN=ip:127.0.0.1,dns:localhost",
-                    "-keypass", STORE_PASSWORD, *common], check=True, capture_output=True)
-    subprocess.run(["keytool", "-exportcert", "-rfc", "-alias", "broker", "-file", str(pem), *common],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "keytool",
+            "-genkeypair",
+            "-alias",
+            "broker",
+            "-keyalg",
+            "RSA",
+            "-keysize",
+            "2048",
+            "-validity",
+            "2",
+            "-dname",
+            "CN=localhost",
+            "-ext",
+            "SAN=ip:127.0.0.1,dns:localhost",
+            "-keypass",
+            STORE_PASSWORD,
+            *common,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        ["keytool", "-exportcert", "-rfc", "-alias", "broker", "-file", str(pem), *common],
+        check=True,
+        capture_output=True,
+    )
     return keystore, pem
 
 
@@ -61,8 +84,13 @@ java.ssl.truststore.location = "{ca}"
 
 
 def cli(*argv: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kafka_scheduler", *argv], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "kafka_scheduler", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_job_and_cli_over_sasl_ssl(secured, tmp_path):
@@ -72,21 +100,48 @@ def test_job_and_cli_over_sasl_ssl(secured, tmp_path):
     topic = plain.topic("secured")
     reader = plain.reader(topic)
     app_id = f"secured-{uuid.uuid4().hex[:8]}"
-    job = SchedulerProcess(secure, app_id, tmp_path / "checkpoint", tmp_path / "scheduler.log",
-                           extra_args=("--config", str(settings)))
+    job = SchedulerProcess(
+        secure, app_id, tmp_path / "checkpoint", tmp_path / "scheduler.log", extra_args=("--config", str(settings))
+    )
     try:
         # Admin client (topics), wake-up producer and Spark's source and sink all go through SASL_SSL.
         job.start(timeout=300)
         assert "Kafka options: security.protocol=SASL_SSL" in job.log() and PASSWORD not in job.log()
-        sent = cli("schedule", "--bootstrap-servers", secure, "--app-id", app_id, "--to", topic, "--at", "+2s",
-                   "--value", "over TLS", "--id", "s-1", env={"KAFKA_SCHEDULER_CONFIG": str(settings)})
+        sent = cli(
+            "schedule",
+            "--bootstrap-servers",
+            secure,
+            "--app-id",
+            app_id,
+            "--to",
+            topic,
+            "--at",
+            "+2s",
+            "--value",
+            "over TLS",
+            "--id",
+            "s-1",
+            env={"KAFKA_SCHEDULER_CONFIG": str(settings)},
+        )
         assert sent.returncode == 0, sent.stderr
-        [record] = reader.wait_for(lambda r: r.value == b"over TLS", timeout=240, what="the delivery",
-                                   guard=job.assert_running)
+        [record] = reader.wait_for(
+            lambda r: r.value == b"over TLS", timeout=240, what="the delivery", guard=job.assert_running
+        )
         assert record.key is None
 
-        wrong = cli("cancel", "--bootstrap-servers", secure, "--app-id", app_id, "--id", "s-1",
-                    "--config", str(settings), "--kafka-option", "librdkafka.sasl.password=wrong")
+        wrong = cli(
+            "cancel",
+            "--bootstrap-servers",
+            secure,
+            "--app-id",
+            app_id,
+            "--id",
+            "s-1",
+            "--config",
+            str(settings),
+            "--kafka-option",
+            "librdkafka.sasl.password=wrong",
+        )
         assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1, wrong.stderr
         assert "Authentication failed" in wrong.stderr, wrong.stderr
     finally:
@@ -107,15 +162,30 @@ def test_config_show_masks_what_the_job_uses(secured):
     assert result["sources"]["kafka.security.protocol"] == f"file {settings}"
 
 
-@pytest.mark.parametrize("option, names", [
-    ("librdkafka.sasl.password=wrong", "sasl.username/sasl.password"),
-    ("librdkafka.ssl.ca.location=", "ssl.* settings"),  # the broker's certificate cannot be verified
-])
+@pytest.mark.parametrize(
+    "option, names",
+    [
+        ("librdkafka.sasl.password=wrong", "sasl.username/sasl.password"),
+        ("librdkafka.ssl.ca.location=", "ssl.* settings"),  # the broker's certificate cannot be verified
+    ],
+)
 def test_run_refused_by_the_broker_stops_at_once_naming_the_settings(secured, tmp_path, option, names):
     broker, settings = secured
-    ran = cli("run", "--bootstrap-servers", broker.sasl_ssl.bootstrap_servers, "--app-id", "refused",
-              "--checkpoint-dir", str(tmp_path / "checkpoint"), "--metrics-port", "0", "--config", str(settings),
-              "--kafka-option", option)
+    ran = cli(
+        "run",
+        "--bootstrap-servers",
+        broker.sasl_ssl.bootstrap_servers,
+        "--app-id",
+        "refused",
+        "--checkpoint-dir",
+        str(tmp_path / "checkpoint"),
+        "--metrics-port",
+        "0",
+        "--config",
+        str(settings),
+        "--kafka-option",
+        option,
+    )
     assert ran.returncode == 2, ran.stderr
     errors = [line for line in ran.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and names in errors[0], ran.stderr

@@ -16,9 +16,31 @@ def test_a_short_soak_writes_its_figures_and_chart(broker, tmp_path, monkeypatch
     monkeypatch.setattr(harness, "RESULTS_DIR", tmp_path)
     parser = argparse.ArgumentParser()
     scenarios.add_arguments(parser)
-    args = parser.parse_args(["soak", "--duration", "40", "--rate", "40", "--window", "10", "--warm-up", "10",
-                              "--herd-every", "30", "--herd-count", "2000", "--due-max", "15", "--grace", "10",
-                              "--scrape-every", "3", "--bootstrap-servers", broker.bootstrap_servers])
+    args = parser.parse_args(
+        [
+            "soak",
+            "--duration",
+            "40",
+            "--rate",
+            "40",
+            "--window",
+            "10",
+            "--warm-up",
+            "10",
+            "--herd-every",
+            "30",
+            "--herd-count",
+            "2000",
+            "--due-max",
+            "15",
+            "--grace",
+            "10",
+            "--scrape-every",
+            "3",
+            "--bootstrap-servers",
+            broker.bootstrap_servers,
+        ]
+    )
     figures = scenarios.run_one("soak", args)
     (result,) = tmp_path.glob("*-soak.json")
     record = json.loads(result.read_text())
@@ -26,8 +48,14 @@ def test_a_short_soak_writes_its_figures_and_chart(broker, tmp_path, monkeypatch
     report = json.dumps(figures)
     assert figures["schedules_sent"] >= 1_500, report
     assert figures["all_due"] > 1_000 and figures["all_delivered"] == figures["all_due"], report
-    for name in ("all_lost", "all_early", "all_stale_delivered", "all_cancelled_delivered", "unknown_deliveries",
-                 "scrape_failures"):
+    for name in (
+        "all_lost",
+        "all_early",
+        "all_stale_delivered",
+        "all_cancelled_delivered",
+        "unknown_deliveries",
+        "scrape_failures",
+    ):
         assert figures[name] == 0, (name, report)
     assert figures["replaces_and_cancels_sent"] > 0 and figures["herds_early_or_lost"] == [], report
     (herd,) = record["details"]["herd_figures"]

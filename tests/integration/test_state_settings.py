@@ -34,33 +34,42 @@ def first_run(scheduler_factory, broker):
     old_due = at(3600)  # pending through both runs however slow the machine: the outcomes below tell what was hit
     sent_up_to = 0
     for request_id in (REPLACED, CANCELLED):
-        _, offset = kafka.produce(REQUESTS, key=request_id.encode(), value=b"old",
-                                  headers=native(topic, old_due, request_id), partition=0)
+        _, offset = kafka.produce(
+            REQUESTS, key=request_id.encode(), value=b"old", headers=native(topic, old_due, request_id), partition=0
+        )
         sent_up_to = offset + 1
-    wait_until(lambda: committed_offsets(scheduler.checkpoint_dir).get(REQUESTS, {}).get(0, 0) >= sent_up_to, 180,
-               "the scheduler to commit the schedules", guard=scheduler.assert_running)
+    wait_until(
+        lambda: committed_offsets(scheduler.checkpoint_dir).get(REQUESTS, {}).get(0, 0) >= sent_up_to,
+        180,
+        "the scheduler to commit the schedules",
+        guard=scheduler.assert_running,
+    )
     assert scheduler.stop() == 0, scheduler.log()[-2000:]
     return scheduler, topic, old_due
 
 
-def test_restart_with_other_partitions_keeps_the_shards_so_replace_and_cancel_still_work(first_run, kafka,
-                                                                                         scheduler_factory):
-    first, topic, old_due = first_run
+def test_restart_with_other_partitions_keeps_the_shards_so_replace_and_cancel_still_work(
+    first_run, kafka, scheduler_factory
+):
+    first, topic, _old_due = first_run
     reader = kafka.reader(topic)
     # Sent while the scheduler is down: the restarted one reads them in its first batch, where requests act
     # before deliveries, so the test does not depend on how long the restart takes.
     new_due = at(5)
-    kafka.produce(REQUESTS, key=REPLACED.encode(), value=b"new", headers=native(topic, new_due, REPLACED, "REPLACE"),
-                  partition=0)
+    kafka.produce(
+        REQUESTS, key=REPLACED.encode(), value=b"new", headers=native(topic, new_due, REPLACED, "REPLACE"), partition=0
+    )
     kafka.produce(REQUESTS, headers=native(request_id=CANCELLED, action="CANCEL"), partition=0)
 
-    restarted = scheduler_factory(app_id=APP_ID, checkpoint_dir=first.checkpoint_dir,
-                                  extra_args=("--partitions", "3")).start()
+    restarted = scheduler_factory(
+        app_id=APP_ID, checkpoint_dir=first.checkpoint_dir, extra_args=("--partitions", "3")
+    ).start()
     mark = 0
     assert "resuming after batch" in restarted.log()
 
-    reader.wait_for(lambda r: r.key == REPLACED.encode(), timeout=180, what="the replacement",
-                    guard=restarted.assert_running)
+    reader.wait_for(
+        lambda r: r.key == REPLACED.encode(), timeout=180, what="the replacement", guard=restarted.assert_running
+    )
     # Had the shards followed --partitions, the REPLACE would have found no entry (scheduled, the old version left
     # pending) and the CANCEL nothing to cancel (cancel_noop).
     outcomes = restarted.outcomes_since(mark, expected=2)
@@ -78,12 +87,30 @@ def test_restart_with_other_partitions_keeps_the_shards_so_replace_and_cancel_st
 @pytest.mark.parametrize("flag,value,laid_out,keep", [("--shards", "6", "4 shards", "4")])
 def test_restart_with_an_explicit_other_setting_is_refused_at_once(first_run, broker, flag, value, laid_out, keep):
     first, _, _ = first_run
-    result = subprocess.run([sys.executable, "-m", "kafka_scheduler", "run", "--bootstrap-servers",
-                             broker.bootstrap_servers, "--app-id", APP_ID, "--checkpoint-dir",
-                             str(first.checkpoint_dir), flag, value],
-                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kafka_scheduler",
+            "run",
+            "--bootstrap-servers",
+            broker.bootstrap_servers,
+            "--app-id",
+            APP_ID,
+            "--checkpoint-dir",
+            str(first.checkpoint_dir),
+            flag,
+            value,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
-    assert result.stderr == (f"kafka-scheduler run: error: {flag} {value} does not match checkpoint "
-                             f"{first.checkpoint_dir}, whose state was laid out in {laid_out} at its first run: "
-                             f"omit {flag} to keep {keep}, or use a new --checkpoint-dir\n")
+    assert result.stderr == (
+        f"kafka-scheduler run: error: {flag} {value} does not match checkpoint "
+        f"{first.checkpoint_dir}, whose state was laid out in {laid_out} at its first run: "
+        f"omit {flag} to keep {keep}, or use a new --checkpoint-dir\n"
+    )
     # The whole of stderr is the one line: Spark, which logs as it starts, was never started.

@@ -15,15 +15,15 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.client.scheduler_client import format_instant
+from kafka_scheduler.kafka.local_broker import free_port
 
 from .support import at, metric_samples, native, wait_until
 
@@ -69,49 +69,75 @@ def summed(samples: dict, name: str, **labels) -> float:
 def page_numbers(samples: dict) -> dict:
     """What the page must show, from a scrape."""
     m = "kafka_scheduler_"
-    return {"pending": int(summed(samples, m + "pending_schedules")),
-            "delivered": int(summed(samples, m + "delivered_total")),
-            "rejected": int(summed(samples, m + "rejected_total")),
-            "lateness_count": int(summed(samples, m + "delivery_lateness_seconds_count"))}
+    return {
+        "pending": int(summed(samples, m + "pending_schedules")),
+        "delivered": int(summed(samples, m + "delivered_total")),
+        "rejected": int(summed(samples, m + "rejected_total")),
+        "lateness_count": int(summed(samples, m + "delivery_lateness_seconds_count")),
+    }
 
 
 def status_numbers(status: dict) -> dict:
-    return {"pending": status["pending"], "delivered": status["delivered"]["total"],
-            "rejected": status["rejected"]["total"], "lateness_count": status["lateness"]["count"]}
+    return {
+        "pending": status["pending"],
+        "delivered": status["delivered"]["total"],
+        "rejected": status["rejected"]["total"],
+        "lateness_count": status["lateness"]["count"],
+    }
 
 
 def instant(ms: int) -> str:
-    return format_instant(datetime.fromtimestamp(ms / 1000, timezone.utc))
+    return format_instant(datetime.fromtimestamp(ms / 1000, UTC))
 
 
 def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_in_chromium(
-        kafka, scheduler, chromium, tmp_path):
+    kafka, scheduler, chromium, tmp_path
+):
     requests = f"{scheduler.app_id}-schedule-requests"
     orders = kafka.topic("orders")
     reader = kafka.reader(orders)
     # Due times in the middle of hours, so each falls clearly in one hour's bucket: a few every hour of the next two
     # days, more every day of the month after, one beyond the 30 days shown.
-    hour = int(datetime.now(timezone.utc).timestamp() * 1000) // HOUR_MS * HOUR_MS
-    plan = {**{f"h{h}": (hour + h * HOUR_MS + HOUR_MS // 2, (1, 2, 3, 5, 6, 5, 3, 2)[h % 8]) for h in range(1, 48)},
-            **{f"d{d}": (hour + d * DAY_MS + HOUR_MS // 2, 2 + d % 5) for d in range(3, 30)},
-            "d40": (hour + 40 * DAY_MS + HOUR_MS // 2, 1)}
-    records = [dict(key=f"{name}-{i}".encode(), value=f"order {name} #{i}".encode(),
-                    headers=native(orders, instant(due), f"{name}-{i}", extra=[("trace", f"t-{name}-{i}".encode())]),
-                    partition=0)
-               for name, (due, n) in plan.items() for i in range(n)]
-    records += [dict(key=b"cancel-me", value=b"x", headers=native(orders, instant(plan["h5"][0]), "cancel-me"),
-                     partition=0),
-                dict(headers=native(request_id="cancel-me", action="CANCEL"), partition=0),
-                dict(key=b"now-1", value=b"now", headers=native(orders, at(0), "now-1"), partition=0),
-                dict(key=b"now-2", value=b"now", headers=native(orders, at(0), "now-2"), partition=0),
-                dict(key=b"no-topic", value=b"x", headers=native(deliver_at=at(60), request_id="no-topic"), partition=0),
-                dict(key=b"bad-time", value=b"x", headers=native(orders, "tomorrow", "bad-time"), partition=0)]
+    hour = int(datetime.now(UTC).timestamp() * 1000) // HOUR_MS * HOUR_MS
+    plan = {
+        **{f"h{h}": (hour + h * HOUR_MS + HOUR_MS // 2, (1, 2, 3, 5, 6, 5, 3, 2)[h % 8]) for h in range(1, 48)},
+        **{f"d{d}": (hour + d * DAY_MS + HOUR_MS // 2, 2 + d % 5) for d in range(3, 30)},
+        "d40": (hour + 40 * DAY_MS + HOUR_MS // 2, 1),
+    }
+    records = [
+        dict(
+            key=f"{name}-{i}".encode(),
+            value=f"order {name} #{i}".encode(),
+            headers=native(orders, instant(due), f"{name}-{i}", extra=[("trace", f"t-{name}-{i}".encode())]),
+            partition=0,
+        )
+        for name, (due, n) in plan.items()
+        for i in range(n)
+    ]
+    records += [
+        dict(key=b"cancel-me", value=b"x", headers=native(orders, instant(plan["h5"][0]), "cancel-me"), partition=0),
+        dict(headers=native(request_id="cancel-me", action="CANCEL"), partition=0),
+        dict(key=b"now-1", value=b"now", headers=native(orders, at(0), "now-1"), partition=0),
+        dict(key=b"now-2", value=b"now", headers=native(orders, at(0), "now-2"), partition=0),
+        dict(key=b"no-topic", value=b"x", headers=native(deliver_at=at(60), request_id="no-topic"), partition=0),
+        dict(key=b"bad-time", value=b"x", headers=native(orders, "tomorrow", "bad-time"), partition=0),
+    ]
     kafka.produce_many(requests, records)
-    reader.wait_for(lambda r: r.key in (b"now-1", b"now-2"), count=2, timeout=60, what="the deliveries due at once",
-                    guard=scheduler.assert_running)
+    reader.wait_for(
+        lambda r: r.key in (b"now-1", b"now-2"),
+        count=2,
+        timeout=60,
+        what="the deliveries due at once",
+        guard=scheduler.assert_running,
+    )
     pending = sum(n for _, n in plan.values())
-    wait_until(lambda: summed(scrape(), "kafka_scheduler_pending_schedules") == pending, 60,
-               f"{pending} pending in /metrics", interval=0.5, guard=scheduler.assert_running)
+    wait_until(
+        lambda: summed(scrape(), "kafka_scheduler_pending_schedules") == pending,
+        60,
+        f"{pending} pending in /metrics",
+        interval=0.5,
+        guard=scheduler.assert_running,
+    )
     scheduler.mark()  # a batch after the deliveries retires them from state
     scheduler.mark()
 
@@ -130,12 +156,19 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
     assert status["app_id"] == "status-page" and status["health"]["verdict"] in ("ok", "late"), status["health"]
     assert status["lateness"]["count"] == 3 and status["lateness"]["max_s"] < 60, status["lateness"]
     assert {(r["input_topic"], r["reason_class"], r["count"]) for r in status["rejections"]} == {
-        (requests, "missing_field", 1), (requests, "bad_time", 1)}, status["rejections"]
+        (requests, "missing_field", 1),
+        (requests, "bad_time", 1),
+    }, status["rejections"]
     assert status["requests"]["cancelled"] == 1 and status["health"]["last_batch"] is not None
 
     # /api/upcoming: computing in the background at first, then the counts of what was scheduled.
-    upcoming = wait_until(lambda: (u := get_json("/api/upcoming")[1])["state"] == "ready" and u, 90,
-                          "the upcoming counts", interval=0.5, guard=scheduler.assert_running)
+    upcoming = wait_until(
+        lambda: (u := get_json("/api/upcoming")[1])["state"] == "ready" and u,
+        90,
+        "the upcoming counts",
+        interval=0.5,
+        guard=scheduler.assert_running,
+    )
     first_hour = int(datetime.fromisoformat(upcoming["hours"][0]["start"].replace("Z", "+00:00")).timestamp() * 1000)
     expected_hours, expected_days = Counter(), Counter()
     for due, n in plan.values():
@@ -144,15 +177,19 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
         if due < first_hour // DAY_MS * DAY_MS + 30 * DAY_MS:
             expected_days[instant(due // DAY_MS * DAY_MS)[:10]] += n
     assert len(upcoming["hours"]) == 48 and len(upcoming["days"]) == 30
-    assert {ms_iso(h["start"]): h["count"] for h in upcoming["hours"] if h["count"]} == \
-        {ms_iso(k): v for k, v in expected_hours.items()}, upcoming["hours"]
+    assert {ms_iso(h["start"]): h["count"] for h in upcoming["hours"] if h["count"]} == {
+        ms_iso(k): v for k, v in expected_hours.items()
+    }, upcoming["hours"]
     assert {d["date"]: d["count"] for d in upcoming["days"] if d["count"]} == dict(expected_days), upcoming["days"]
     assert upcoming["total"] == pending and upcoming["after_days"] == 1 and upcoming["due_not_retired"] == 0, upcoming
     # The counted gauges of /metrics come from the same read (a scrape serves the last count).
     samples = scrape()
     assert summed(samples, "kafka_scheduler_counted_pending_schedules") == pending
-    assert summed(samples, "kafka_scheduler_earliest_pending_due_timestamp_seconds") == \
-        min(due for due, _ in plan.values()) / 1000 == upcoming["earliest_due_ms"] / 1000
+    assert (
+        summed(samples, "kafka_scheduler_earliest_pending_due_timestamp_seconds")
+        == min(due for due, _ in plan.values()) / 1000
+        == upcoming["earliest_due_ms"] / 1000
+    )
     assert summed(samples, "kafka_scheduler_counted_timestamp_seconds") == upcoming["as_of_ms"] / 1000
 
     # /api/schedules: one schedule in full; a missing id is a 400 that says what to send; unknown paths 404.
@@ -160,7 +197,11 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
     assert code == 200, found
     [schedule] = found["schedules"]
     assert (schedule["id"], schedule["key"], schedule["value"], schedule["destination"]) == (
-        "h26-1", "h26-1", "order h26 #1", orders)
+        "h26-1",
+        "h26-1",
+        "order h26 #1",
+        orders,
+    )
     assert {"key": "trace", "value": "t-h26-1"} in schedule["headers"]
     assert schedule["due_ms"] == plan["h26"][0] and schedule["input_topic"] == requests
     code, two = get_json("/api/schedules?id=h3-0&id=d40-0")
@@ -181,7 +222,8 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
     samples = scrape()
     dom = Elements.of(browse(chromium, tmp_path, "--dump-dom"))
     assert dom.values("pending", "delivered", "rejected", "lateness-count") == [
-        str(page_numbers(samples)[k]) for k in ("pending", "delivered", "rejected", "lateness_count")], dom.ids
+        str(page_numbers(samples)[k]) for k in ("pending", "delivered", "rejected", "lateness_count")
+    ], dom.ids
     assert dom.values("upcoming-total") == [str(pending)]
     assert dom.values("health-badge") == [get_json("/api/status")[1]["health"]["verdict"]]
     bars = int(dom.body["data-chart-bars"])
@@ -196,11 +238,14 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
     assert bar_pixels > 200, f"the chart area ({left},{top} {width}x{height}) has {bar_pixels} pixels of bar colour"
     # The 30-day view, and a look-up by id from the page's box (as a link fills it in).
     days = Elements.of(browse(chromium, tmp_path, "--dump-dom", page="/?id=h26-1#30d"))
-    assert int(days.body["data-chart-bars"]) == len(expected_days) and days.ids["upcoming-note"]["text"] == \
-        "per day, next 30 days (UTC)"
+    assert (
+        int(days.body["data-chart-bars"]) == len(expected_days)
+        and days.ids["upcoming-note"]["text"] == "per day, next 30 days (UTC)"
+    )
     looked_up = days.ids["lookup-result"]["text"]
-    assert "h26-1" in looked_up and orders in looked_up and "order h26 #1" in looked_up and "t-h26-1" in looked_up, \
+    assert "h26-1" in looked_up and orders in looked_up and "order h26 #1" in looked_up and "t-h26-1" in looked_up, (
         looked_up
+    )
     if os.environ.get("STATUS_PAGE_SCREENSHOT"):
         shutil.copy(shot, ROOT / os.environ["STATUS_PAGE_SCREENSHOT"])
 
@@ -215,10 +260,24 @@ def near(rgb, target, tolerance: int = 24) -> bool:
 
 def browse(chromium: str, tmp_path: Path, *what: str, page: str = "/") -> str:
     """One headless Chromium run against the page (its own profile: runs never share state)."""
-    result = subprocess.run([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                             "--no-first-run", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-                             "--window-size=1280,900", "--virtual-time-budget=8000", *what, BASE + page],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            chromium,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            "--window-size=1280,900",
+            "--virtual-time-budget=8000",
+            *what,
+            BASE + page,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 
@@ -233,7 +292,7 @@ class Elements(HTMLParser):
         self._open: list = []
 
     @classmethod
-    def of(cls, html: str) -> "Elements":
+    def of(cls, html: str) -> Elements:
         parser = cls()
         parser.feed(html)
         return parser

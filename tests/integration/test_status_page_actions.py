@@ -32,8 +32,11 @@ def listed_ids(tab) -> list[str]:
 
 def cancel(tab, request_id: str, action: str = "CANCEL") -> dict:
     shown = act(tab, request_id, action)
-    tab.wait_for(f"!Array.from({ROWS}).some((r) => r.dataset.id === {json.dumps(request_id)})", 120,
-                 f"{request_id} gone from the listing")
+    tab.wait_for(
+        f"!Array.from({ROWS}).some((r) => r.dataset.id === {json.dumps(request_id)})",
+        120,
+        f"{request_id} gone from the listing",
+    )
     return shown
 
 
@@ -44,32 +47,40 @@ def act(tab, request_id: str, action: str) -> dict:
     tab.click(button)
     assert tab.text(button).startswith("Confirm"), "the first click only arms the button"
     tab.click(button)
-    tab.wait_for("(() => { const b = document.getElementById('outcome-box'); return b && b.dataset.outcome !== "
-                 "'pending'; })()", 120, f"the outcome of {action} {request_id}")
-    return {"outcome": tab.evaluate("document.getElementById('outcome-box').dataset.outcome"),
-            "text": tab.text("#outcome-box")}
+    tab.wait_for(
+        "(() => { const b = document.getElementById('outcome-box'); return b && b.dataset.outcome !== 'pending'; })()",
+        120,
+        f"the outcome of {action} {request_id}",
+    )
+    return {
+        "outcome": tab.evaluate("document.getElementById('outcome-box').dataset.outcome"),
+        "text": tab.text("#outcome-box"),
+    }
 
 
 def paused_ids(tab) -> list[str]:
     return tab.evaluate(f"Array.from({ROWS}).filter((r) => r.dataset.paused).map((r) => r.dataset.id)")
 
 
-def test_the_page_lists_and_cancels_from_loopback_and_with_the_token_from_elsewhere(kafka, scheduler_factory,
-                                                                                    chromium, tmp_path):
+def test_the_page_lists_and_cancels_from_loopback_and_with_the_token_from_elsewhere(
+    kafka, scheduler_factory, chromium, tmp_path
+):
     other = non_loopback_address()
     port = free_port()
     token_file = tmp_path / "admin-token"
     token_file.write_text(TOKEN + "\n")
     os.chmod(token_file, 0o600)
-    scheduler = scheduler_factory(extra_args=("--metrics-port", str(port), "--admin-token-file", str(token_file),
-                                              "--partitions", "3"))
+    scheduler = scheduler_factory(
+        extra_args=("--metrics-port", str(port), "--admin-token-file", str(token_file), "--partitions", "3")
+    )
     scheduler.start()
     requests = f"{scheduler.app_id}-schedule-requests"
     orders = kafka.topic("orders")
     with SchedulerClient(scheduler.bootstrap, app_id=scheduler.app_id) as client:
         for i in range(6):
-            client.schedule(orders, f"+{2 + i}h", value=f"order {i}".encode(), key=f"k{i}".encode(),
-                            request_id=f"P-{i}")
+            client.schedule(
+                orders, f"+{2 + i}h", value=f"order {i}".encode(), key=f"k{i}".encode(), request_id=f"P-{i}"
+            )
         client.cron(orders, "0 0 1 1 *", value=b"new year", request_id="C-1")  # its firing: after every P-i
     scheduler.mark(timeout=180)
     scheduler.mark(timeout=180)
@@ -123,10 +134,13 @@ def test_the_page_lists_and_cancels_from_loopback_and_with_the_token_from_elsewh
 
     # Each button wrote the native request, on the partition the client uses for the id, like a producer's.
     reader = kafka.reader(requests)
-    cancels = reader.wait_for(lambda r: dict(r.headers or []).get(ACTION) == b"CANCEL", count=2, timeout=30,
-                              what="the two cancels")
+    cancels = reader.wait_for(
+        lambda r: dict(r.headers or []).get(ACTION) == b"CANCEL", count=2, timeout=30, what="the two cancels"
+    )
     assert sorted((dict(r.headers)[REQUEST_ID], r.partition) for r in cancels) == [
-        (b"P-1", partition_for("P-1", 3)), (b"P-3", partition_for("P-3", 3))]
+        (b"P-1", partition_for("P-1", 3)),
+        (b"P-3", partition_for("P-3", 3)),
+    ]
     assert "CANCEL id=P-3" in scheduler.log() and f"for {other}" in scheduler.log()
     assert TOKEN not in scheduler.log(), "the token is never logged"
     status, page = _get(f"http://127.0.0.1:{port}/api/schedules?limit=10")

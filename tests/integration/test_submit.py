@@ -23,11 +23,22 @@ def python_without_the_package(folder: Path) -> Path:
     files, the editable install of kafka_scheduler among them, are not read from there) but not the package."""
     venv.EnvBuilder(with_pip=False).create(folder)
     python = folder / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(site, "libraries.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    probe = subprocess.run([python, "-c", "import pandas, pyarrow, pyspark\ntry:\n import kafka_scheduler\n"
-                            "except ImportError:\n print('without')"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [
+            python,
+            "-c",
+            "import pandas, pyarrow, pyspark\ntry:\n import kafka_scheduler\nexcept ImportError:\n print('without')",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert probe.stdout.strip() == "without", (probe.stdout, probe.stderr)
     return python
 
@@ -36,8 +47,10 @@ def test_submit_runs_the_job_on_the_cluster_and_stops_gracefully(kafka, schedule
     python = python_without_the_package(tmp_path / "executor-python")
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # the driver on loopback, as the cluster
     with LocalSparkCluster(tmp_path / "spark", workers=1, cores=1, memory="1g") as cluster:
-        scheduler = scheduler_factory(subcommand="submit", extra_args=(
-            "--master", cluster.master_url, "--python", str(python), "--executor-memory", "512m"))
+        scheduler = scheduler_factory(
+            subcommand="submit",
+            extra_args=("--master", cluster.master_url, "--python", str(python), "--executor-memory", "512m"),
+        )
         try:
             scheduler.start()
             assert "submit: spark-submit to " + cluster.master_url in scheduler.log()
@@ -46,10 +59,15 @@ def test_submit_runs_the_job_on_the_cluster_and_stops_gracefully(kafka, schedule
             reader = kafka.reader(to)
             due = {b"now": at(0), b"later": at(10)}
             for key, instant in due.items():
-                kafka.produce(f"{scheduler.app_id}-schedule-requests", key=key, value=key,
-                              headers=native(to, instant, key.decode()))
-            records = reader.wait_for(lambda r: r.key in due, count=2, timeout=180, what="both deliveries",
-                                      guard=scheduler.assert_running)
+                kafka.produce(
+                    f"{scheduler.app_id}-schedule-requests",
+                    key=key,
+                    value=key,
+                    headers=native(to, instant, key.decode()),
+                )
+            records = reader.wait_for(
+                lambda r: r.key in due, count=2, timeout=180, what="both deliveries", guard=scheduler.assert_running
+            )
             assert sorted(r.key for r in records) == [b"later", b"now"]
             for record in records:
                 assert record.value == record.key
@@ -65,7 +83,10 @@ def test_submit_runs_the_job_on_the_cluster_and_stops_gracefully(kafka, schedule
 
             assert scheduler.stop() == 0, scheduler.log()[-3000:]
             assert "stopped after" in scheduler.log()
-            wait_until(lambda: app["id"] in {a["id"] for a in cluster.state()["completedapps"]}, 30,
-                       "the master to see the application end")
+            wait_until(
+                lambda: app["id"] in {a["id"] for a in cluster.state()["completedapps"]},
+                30,
+                "the master to see the application end",
+            )
         finally:
             scheduler.stop()  # while the cluster is up: a graceful stop needs it

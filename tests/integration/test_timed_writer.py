@@ -28,9 +28,18 @@ def held_since(scheduler, mark: int) -> int:
 @pytest.fixture
 def warm(scheduler_factory):
     """A started job with --lookahead 20s, past its slow first batches."""
+
     def start(app_id: str, checkpoint_dir=None, lookahead: str = LOOKAHEAD):
-        return scheduler_factory(app_id=app_id, extra_args=("--lookahead", lookahead),
-                                 **({"checkpoint_dir": checkpoint_dir} if checkpoint_dir else {})).start().warm_up()
+        return (
+            scheduler_factory(
+                app_id=app_id,
+                extra_args=("--lookahead", lookahead),
+                **({"checkpoint_dir": checkpoint_dir} if checkpoint_dir else {}),
+            )
+            .start()
+            .warm_up()
+        )
+
     return start
 
 
@@ -47,18 +56,33 @@ def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_deliv
     mark = scheduler.mark()
     due = at(70)
     keys = (b"cancelled", b"replaced", b"kept", b"cancelled-early")
-    kafka.produce_many(requests, [dict(key=k, value=b"first", headers=native(topic, due, k.decode()), partition=0)
-                                  for k in keys])
+    kafka.produce_many(
+        requests, [dict(key=k, value=b"first", headers=native(topic, due, k.decode()), partition=0) for k in keys]
+    )
     # Prepared 60 s before its due time, i.e. about 10 s from now: held by the driver from then on.
-    wait_until(lambda: held_since(scheduler, mark) >= len(keys), 90, "the deliveries to be prepared and held",
-               guard=scheduler.assert_running)
+    wait_until(
+        lambda: held_since(scheduler, mark) >= len(keys),
+        90,
+        "the deliveries to be prepared and held",
+        guard=scheduler.assert_running,
+    )
     assert not reader.poll(), "written before its due time"
     mark = scheduler.mark()
-    kafka.produce_many(requests, [
-        dict(headers=native(request_id="cancelled", action="CANCEL"), partition=0),
-        dict(key=b"replaced", value=b"second", headers=native(topic, due, "replaced", action="REPLACE"), partition=0)])
-    wait_until(lambda: "withdrawn before their due time" in scheduler.log_since(mark), 60,
-               "the withdrawals", guard=scheduler.assert_running)
+    kafka.produce_many(
+        requests,
+        [
+            dict(headers=native(request_id="cancelled", action="CANCEL"), partition=0),
+            dict(
+                key=b"replaced", value=b"second", headers=native(topic, due, "replaced", action="REPLACE"), partition=0
+            ),
+        ],
+    )
+    wait_until(
+        lambda: "withdrawn before their due time" in scheduler.log_since(mark),
+        60,
+        "the withdrawals",
+        guard=scheduler.assert_running,
+    )
     scheduler.mark()
     [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
     os.kill(jvm, signal.SIGSTOP)
@@ -75,8 +99,7 @@ def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_deliv
         os.kill(jvm, signal.SIGCONT)
     # The next batches report the delivery the CANCEL withdrew as it arrived, and apply the CANCEL: a no-op once a
     # batch has retired the version, due by then, as it retires one written (docs/protocols.md).
-    assert scheduler.outcomes_since(resumed, 1, timeout=120) in (Counter({"cancelled": 1}),
-                                                                  Counter({"cancel_noop": 1}))
+    assert scheduler.outcomes_since(resumed, 1, timeout=120) in (Counter({"cancelled": 1}), Counter({"cancel_noop": 1}))
     assert "(1 withdrawn before their due time)" in scheduler.log_since(resumed), scheduler.log_since(resumed)
     scheduler.mark()  # later batches have committed: anything still to come would be written by now
     records = reader.read_to_end()
@@ -93,18 +116,21 @@ def test_a_kill_9_while_deliveries_are_held_loses_none_of_them(kafka, warm, tmp_
     reader = kafka.reader(topic)
     mark = first.mark()
     dues = {f"k{i}".encode(): at(22 + i) for i in range(4)}
-    sent = kafka.produce_many(requests, [dict(key=k, value=k, headers=native(topic, d, k.decode()), partition=0)
-                                         for k, d in dues.items()])
+    sent = kafka.produce_many(
+        requests, [dict(key=k, value=k, headers=native(topic, d, k.decode()), partition=0) for k, d in dues.items()]
+    )
     delivery_ids = {k: f"{requests}-{p}-{o}".encode() for k, (p, o) in zip(dues, sent)}
-    wait_until(lambda: held_since(first, mark) >= 1, 60, "a delivery to be prepared and held",
-               guard=first.assert_running)
+    wait_until(
+        lambda: held_since(first, mark) >= 1, 60, "a delivery to be prepared and held", guard=first.assert_running
+    )
     first.kill_tree()
     assert not reader.poll(), "written before its due time"
 
     second = warm("kill-9", checkpoint_dir=first.checkpoint_dir)
     try:
-        reader.wait_for(lambda r: r.key in dues, count=len(dues), timeout=180, what="every schedule",
-                        guard=second.assert_running)
+        reader.wait_for(
+            lambda r: r.key in dues, count=len(dues), timeout=180, what="every schedule", guard=second.assert_running
+        )
         second.mark()
         records = [r for r in reader.read_to_end() if r.key in dues]
     finally:
@@ -122,8 +148,9 @@ def test_a_herd_beyond_max_held_goes_out_at_its_instant_while_the_batches_go_on(
     are applied. A cancel of a herd member wins, and an ordinary schedule due before the herd's instant goes out
     before it. (Written by the batch that prepared it, the herd held the job until its instant: the batch's line
     came after it, and both came too late.)"""
-    scheduler = scheduler_factory(app_id="herd", extra_args=("--lookahead", "40s", "--max-held", "20", *mode)) \
-        .start().warm_up()
+    scheduler = (
+        scheduler_factory(app_id="herd", extra_args=("--lookahead", "40s", "--max-held", "20", *mode)).start().warm_up()
+    )
     requests = f"{scheduler.app_id}-schedule-requests"
     topic = kafka.topic()
     reader = kafka.reader(topic, committed=bool(mode))
@@ -131,23 +158,37 @@ def test_a_herd_beyond_max_held_goes_out_at_its_instant_while_the_batches_go_on(
     due = at(50)
     herd = [f"h{i}".encode() for i in range(200)]
     cancelled = herd[::20]
-    kafka.produce_many(requests, [dict(key=k, value=b"herd", headers=native(topic, due, k.decode()), partition=0)
-                                  for k in herd])
+    kafka.produce_many(
+        requests, [dict(key=k, value=b"herd", headers=native(topic, due, k.decode()), partition=0) for k in herd]
+    )
     # Prepared 40 s before the instant, about 10 s from now, and handed on by a batch that ends at once.
-    wait_until(lambda: held_since(scheduler, mark) >= len(herd), 40, "the herd to be prepared and handed on",
-               guard=scheduler.assert_running)
+    wait_until(
+        lambda: held_since(scheduler, mark) >= len(herd),
+        40,
+        "the herd to be prepared and handed on",
+        guard=scheduler.assert_running,
+    )
     assert not reader.poll(), "written before its due time"
-    kafka.produce_many(requests, [dict(headers=native(request_id=k.decode(), action="CANCEL"), partition=0)
-                                  for k in cancelled]
-                       + [dict(key=b"ordinary", value=b"o", headers=native(topic, at(5), "ordinary"), partition=0)])
-    ordinary = reader.wait_for(lambda r: r.key == b"ordinary", timeout=60, what="the ordinary delivery",
-                               guard=scheduler.assert_running)
+    kafka.produce_many(
+        requests,
+        [dict(headers=native(request_id=k.decode(), action="CANCEL"), partition=0) for k in cancelled]
+        + [dict(key=b"ordinary", value=b"o", headers=native(topic, at(5), "ordinary"), partition=0)],
+    )
+    ordinary = reader.wait_for(
+        lambda r: r.key == b"ordinary", timeout=60, what="the ordinary delivery", guard=scheduler.assert_running
+    )
     assert ordinary[-1].timestamp_ms < ms_of(due), "the herd held the job until its instant"
-    reader.wait_for(lambda r: r.key in herd, count=len(herd) - len(cancelled), timeout=120, what="the herd",
-                    guard=scheduler.assert_running)
+    reader.wait_for(
+        lambda r: r.key in herd,
+        count=len(herd) - len(cancelled),
+        timeout=120,
+        what="the herd",
+        guard=scheduler.assert_running,
+    )
     scheduler.mark()  # later batches have committed: anything still to come would be written by now
     records = [r for r in reader.read_to_end() if r.key in herd]
-    assert Counter(r.key for r in records) == Counter({k: 1 for k in herd if k not in cancelled}), \
-        sorted(Counter(r.key for r in records).items())
+    assert Counter(r.key for r in records) == Counter({k: 1 for k in herd if k not in cancelled}), sorted(
+        Counter(r.key for r in records).items()
+    )
     assert all(r.timestamp_ms >= ms_of(due) for r in records), "delivered before its due time"
     assert scheduler.stop() == 0

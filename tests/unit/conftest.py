@@ -20,19 +20,21 @@ def spark():
     from kafka_scheduler.kafka.jars import jar_paths
 
     already_running = SparkSession.getActiveSession() is not None
-    session = (SparkSession.builder.master("local[1]")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "1")
-               .config("spark.sql.codegen.hugeMethodLimit", str(HUGE_METHOD_LIMIT))  # as the job: decodes split
-               .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))  # as the job
-               # generated code, as the job in production (tests/conftest.py's INTERPRETED_SPARK is for the jobs)
-               .config("spark.sql.codegen.wholeStage", "true")
-               .config("spark.sql.codegen.factoryMode", "FALLBACK")
-               .config("spark.driver.extraJavaOptions", java_options())  # as the job: Avro's length limits
-               # the connector bundle: from_avro/to_avro (sky-avro) need spark-avro
-               .config("spark.jars", ",".join(str(p) for p in jar_paths("spark-kafka")))
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.sql.codegen.hugeMethodLimit", str(HUGE_METHOD_LIMIT))  # as the job: decodes split
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))  # as the job
+        # generated code, as the job in production (tests/conftest.py's INTERPRETED_SPARK is for the jobs)
+        .config("spark.sql.codegen.wholeStage", "true")
+        .config("spark.sql.codegen.factoryMode", "FALLBACK")
+        .config("spark.driver.extraJavaOptions", java_options())  # as the job: Avro's length limits
+        # the connector bundle: from_avro/to_avro (sky-avro) need spark-avro
+        .config("spark.jars", ",".join(str(p) for p in jar_paths("spark-kafka")))
+        .getOrCreate()
+    )
     yield session
     if not already_running:
         session.stop()

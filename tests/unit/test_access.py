@@ -97,11 +97,28 @@ def action(token=None):
 def test_loopback_is_127_slash_8_and_ipv6_loopback_also_mapped_into_ipv6():
     for address in ("127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1", "::ffff:127.1.2.3"):
         assert is_loopback(address), address
-    for address in ("10.0.0.1", "192.0.2.2", "::ffff:10.0.0.1", "::ffff:192.0.2.2", "fe80::1%eth0", "fd00::2",
-                    "0.0.0.0", "::", "localhost", "", "128.0.0.1", "::127.0.0.1"):
+    for address in (
+        "10.0.0.1",
+        "192.0.2.2",
+        "::ffff:10.0.0.1",
+        "::ffff:192.0.2.2",
+        "fe80::1%eth0",
+        "fd00::2",
+        "0.0.0.0",
+        "::",
+        "localhost",
+        "",
+        "128.0.0.1",
+        "::127.0.0.1",
+    ):
         assert not is_loopback(address), address
     assert [host_name(h) for h in ("127.0.0.1:9464", "LocalHost:80", "[::1]:9464", "example.org", "::1")] == [
-        "127.0.0.1", "localhost", "::1", "example.org", "::1"]
+        "127.0.0.1",
+        "localhost",
+        "::1",
+        "example.org",
+        "::1",
+    ]
 
 
 def test_the_matrix_with_a_token_configured(with_token, other_address, caplog):
@@ -123,8 +140,10 @@ def test_the_matrix_with_a_token_configured(with_token, other_address, caplog):
         assert call(server, source, "POST", "/api/actions", WRONG, body=action())[0] == 401, source
         assert call(server, source, "POST", "/api/actions", TOKEN, body=action())[0] == 200, source
         # A script with the token needs no page header.
-        assert call(server, source, "POST", "/api/actions", TOKEN, body=action(),
-                    headers={"X-Requested-With": ""})[0] == 200, source
+        assert (
+            call(server, source, "POST", "/api/actions", TOKEN, body=action(), headers={"X-Requested-With": ""})[0]
+            == 200
+        ), source
     status, headers, body = call(server, other_address, "GET", "/api/schedules")
     assert headers["WWW-Authenticate"].startswith("Bearer") and "token" in json.loads(body)["error"]
     assert [client for _, client in page.acted].count(other_address) == 2
@@ -164,14 +183,17 @@ def test_the_login_form_sets_a_session_cookie_that_opens_the_protected_routes(wi
     with_cookie = {"Cookie": session}
     assert call(server, other_address, "GET", "/api/schedules", headers=with_cookie)[0] == 200
     assert json.loads(call(server, other_address, "GET", "/api/access", headers=with_cookie)[2]) == {
-        "granted": "session", "token_configured": True}
+        "granted": "session",
+        "token_configured": True,
+    }
     assert call(server, other_address, "POST", "/api/actions", body=action(), headers=with_cookie)[0] == 200
     forged = session[:-2] + ("AA" if not session.endswith("AA") else "BB")
     assert call(server, other_address, "GET", "/api/schedules", headers={"Cookie": forged})[0] == 401
     name, value = session.split("=", 1)
     later = f"{name}={int(value.split('.')[0]) + 10}.{value.split('.')[1]}"
-    assert call(server, other_address, "GET", "/api/schedules", headers={"Cookie": later})[0] == 401, \
+    assert call(server, other_address, "GET", "/api/schedules", headers={"Cookie": later})[0] == 401, (
         "the expiry is signed too"
+    )
     status, headers, _ = call(server, other_address, "POST", "/logout", body={}, headers=with_cookie)
     assert status == 200 and "Max-Age=0" in headers["Set-Cookie"]
     # Signed with a key derived from the token: another token's job does not take it.
@@ -198,13 +220,15 @@ def test_posts_must_be_json_with_the_page_header_and_from_this_origin(without_to
     local = "127.0.0.1"
     host = f"{local}:{server.server_port}"
     assert call(server, local, "POST", "/api/actions", body=action())[0] == 200
-    cases = {"no page header": ({"X-Requested-With": ""}, 403),
-             "form content type": ({"Content-Type": "application/x-www-form-urlencoded"}, 415),
-             "text/plain": ({"Content-Type": "text/plain"}, 415),
-             "another origin": ({"Origin": "http://evil.example"}, 403),
-             "same host, other port": ({"Origin": f"http://{local}:1"}, 403),
-             "opaque origin": ({"Origin": "null"}, 403),
-             "cross-site fetch": ({"Sec-Fetch-Site": "cross-site"}, 403)}
+    cases = {
+        "no page header": ({"X-Requested-With": ""}, 403),
+        "form content type": ({"Content-Type": "application/x-www-form-urlencoded"}, 415),
+        "text/plain": ({"Content-Type": "text/plain"}, 415),
+        "another origin": ({"Origin": "http://evil.example"}, 403),
+        "same host, other port": ({"Origin": f"http://{local}:1"}, 403),
+        "opaque origin": ({"Origin": "null"}, 403),
+        "cross-site fetch": ({"Sec-Fetch-Site": "cross-site"}, 403),
+    }
     for what, (headers, expected) in cases.items():
         assert call(server, local, "POST", "/api/actions", body=action(), headers=headers)[0] == expected, what
     assert call(server, local, "POST", "/api/actions", body=action(), headers={"Origin": f"http://{host}"})[0] == 200

@@ -19,22 +19,32 @@ OUTCOMES = ("scheduled", "replaced", "replace_noop", "cancelled", "cancel_noop",
 
 
 def summary(batch_id=42, outcomes=(), delivered=0, held=0, dead_lettered=0, lateness_ms=50) -> BatchSummary:
-    return BatchSummary(batch_id, Counter(dict(outcomes)), delivered=delivered, held=held,
-                        dead_lettered=dead_lettered, earliest_due_ms=1_000_000 if delivered else None,
-                        written_at_ms=1_000_000 + lateness_ms, compute_s=0.31, write_s=0.05)
+    return BatchSummary(
+        batch_id,
+        Counter(dict(outcomes)),
+        delivered=delivered,
+        held=held,
+        dead_lettered=dead_lettered,
+        earliest_due_ms=1_000_000 if delivered else None,
+        written_at_ms=1_000_000 + lateness_ms,
+        compute_s=0.31,
+        write_s=0.05,
+    )
 
 
 def test_log_line_shows_the_held_count_only_when_something_was_held():
     held = summary(delivered=5, held=3).log_line()
     assert held == "batch 42: 5 delivered (3 held until due) (max lateness 0.05s) [state 0.31s, write 0.05s]"
     plain = summary(outcomes={"cancelled": 1, "scheduled": 2}, delivered=5, lateness_ms=410).log_line()
-    assert plain == ("batch 42: 3 requests (1 cancelled, 2 scheduled); 5 delivered (max lateness 0.41s) "
-                     "[state 0.31s, write 0.05s]")
+    assert plain == (
+        "batch 42: 3 requests (1 cancelled, 2 scheduled); 5 delivered (max lateness 0.41s) [state 0.31s, write 0.05s]"
+    )
     assert "held" not in plain
 
 
 def test_parser_reads_the_readme_example():
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")) as file:
+        readme = file.read()
     example = next(line for line in readme.splitlines() if line.startswith("`batch 42:"))
     parsed = parse_batch_line(example.strip("`;."))
     assert parsed is not None and parsed.batch == 42
@@ -43,36 +53,49 @@ def test_parser_reads_the_readme_example():
 
 
 def test_parser_ignores_other_lines_and_reads_a_logged_line_with_its_prefix():
-    log = "\n".join([
-        "05:31:02 INFO  running: reading app-schedule-requests; stop with Ctrl-C or SIGTERM",
-        "05:31:09 INFO  first batch done 7.1s after start",
-        "05:31:10 INFO  " + summary(7, {"replace_noop": 1, "scheduled": 2}).log_line(),
-        "05:31:11 INFO  " + summary(8, {"cancel_noop": 1}, delivered=2, held=1).log_line(),
-        "05:31:12 INFO  " + summary(9, {"rejected": 4}, delivered=1, dead_lettered=1).log_line(),
-        "05:31:13 INFO  stopped after 12 batches: 3 delivered",
-    ])
+    log = "\n".join(
+        [
+            "05:31:02 INFO  running: reading app-schedule-requests; stop with Ctrl-C or SIGTERM",
+            "05:31:09 INFO  first batch done 7.1s after start",
+            "05:31:10 INFO  " + summary(7, {"replace_noop": 1, "scheduled": 2}).log_line(),
+            "05:31:11 INFO  " + summary(8, {"cancel_noop": 1}, delivered=2, held=1).log_line(),
+            "05:31:12 INFO  " + summary(9, {"rejected": 4}, delivered=1, dead_lettered=1).log_line(),
+            "05:31:13 INFO  stopped after 12 batches: 3 delivered",
+        ]
+    )
     lines = batch_lines(log)
     assert [line.batch for line in lines] == [7, 8, 9]
     assert [(line.delivered, line.held, line.dead_lettered) for line in lines] == [(0, 0, 0), (2, 1, 0), (1, 0, 1)]
     assert outcome_counts(log) == Counter({"scheduled": 2, "replace_noop": 1, "cancel_noop": 1, "rejected": 4})
 
 
-@given(batch_id=st.integers(0, 10**9),
-       outcomes=st.dictionaries(st.sampled_from(OUTCOMES), st.integers(1, 10**6)),
-       delivered=st.integers(0, 10**6), held=st.integers(0, 10**6), dead=st.integers(0, 10**6),
-       lateness_ms=st.integers(-10**6, 10**7))
+@given(
+    batch_id=st.integers(0, 10**9),
+    outcomes=st.dictionaries(st.sampled_from(OUTCOMES), st.integers(1, 10**6)),
+    delivered=st.integers(0, 10**6),
+    held=st.integers(0, 10**6),
+    dead=st.integers(0, 10**6),
+    lateness_ms=st.integers(-(10**6), 10**7),
+)
 def test_parser_inverts_log_line(batch_id, outcomes, delivered, held, dead, lateness_ms):
     parsed = parse_batch_line(summary(batch_id, outcomes, delivered, held, dead, lateness_ms).log_line())
     assert parsed is not None
     assert (parsed.batch, parsed.outcomes, parsed.delivered, parsed.held, parsed.dead_lettered) == (
-        batch_id, Counter(outcomes), delivered, held, dead)
+        batch_id,
+        Counter(outcomes),
+        delivered,
+        held,
+        dead,
+    )
 
 
 # --- the sink's hold, on a real local SparkSession -------------------------------------------------------
 
-RECORDS_SCHEMA = ("kind string, topic string, key binary, value binary, "
-                  "headers array<struct<key:string,value:binary>>, due_ms bigint, partition int, prepared boolean, "
-                  "delivery_id string, max_lateness_ms bigint")
+RECORDS_SCHEMA = (
+    "kind string, topic string, key binary, value binary, "
+    "headers array<struct<key:string,value:binary>>, due_ms bigint, partition int, prepared boolean, "
+    "delivery_id string, max_lateness_ms bigint"
+)
 
 
 def records_frame(spark, rows: list, schema: str = RECORDS_SCHEMA):
@@ -136,22 +159,28 @@ def test_sink_hands_every_record_to_the_timed_writer_when_it_has_room(spark):
     assert held == 3
     assert sink.saves == [], "no Kafka write job of its own: the writer writes what is due now at once"
     assert sorted((r["delivery_id"] or "", r["kind"], r["key"], r["partition"], r["held"]) for r in writer.rows) == [
-        ("", "reject", b"bad", None, False), ("t-0-1", "deliver", b"overdue", None, False),
-        ("t-0-2", "deliver", b"soon", None, True), ("t-0-2", "history", b"soon", None, True),
-        ("t-0-3", "deliver", b"later", 1, True), ("t-0-4", "deliver", b"later-too", None, True)]
+        ("", "reject", b"bad", None, False),
+        ("t-0-1", "deliver", b"overdue", None, False),
+        ("t-0-2", "deliver", b"soon", None, True),
+        ("t-0-2", "history", b"soon", None, True),
+        ("t-0-3", "deliver", b"later", 1, True),
+        ("t-0-4", "deliver", b"later-too", None, True),
+    ]
 
 
-def test_beyond_the_writers_room_small_slices_go_to_it_and_the_herd_to_the_herd_writer_which_never_writes_early(
-        spark):
+def test_beyond_the_writers_room_small_slices_go_to_it_and_the_herd_to_the_herd_writer_which_never_writes_early(spark):
     now = int(time.time() * 1000)
-    rows = held_rows(now) + [("history", "app-schedule-history", b"later", b"v", [], now + 700, None, True, "t-0-3",
-                              None)]
+    rows = held_rows(now) + [
+        ("history", "app-schedule-history", b"later", b"v", [], now + 700, None, True, "t-0-3", None)
+    ]
     writer = FakeWriter(room=2)  # five prepared records: the slice of "soon" (2) fits, that of "later" (3) does not
     sink = capturing_sink(writer)
     held = sink._write(records_frame(spark, rows, RECORDS_SCHEMA), 5, 1)
     assert held == 3
     assert sorted((r["key"], r["kind"], r["held"]) for r in writer.rows) == [
-        (b"soon", "deliver", True), (b"soon", "history", True)]
+        (b"soon", "deliver", True),
+        (b"soon", "history", True),
+    ]
     # What is due now went out with the batch; the herd goes out at its time, from the herd writer.
     assert Counter(row["key"] for _, batch in sink.saves for row in batch) == Counter({b"overdue": 1, b"bad": 1})
     assert sink.herds.wait_written(now + 700, timeout=30)
@@ -166,8 +195,10 @@ def test_beyond_the_writers_room_small_slices_go_to_it_and_the_herd_to_the_herd_
 def test_sink_without_a_writer_writes_once(spark):
     now = int(time.time() * 1000)
     sink = capturing_sink(None)
-    held = sink._write(records_frame(spark, [("deliver", "out", b"k", b"v", [], now - 5, None, False, "t-0-1", None)],
-                                             RECORDS_SCHEMA), 0)
+    held = sink._write(
+        records_frame(spark, [("deliver", "out", b"k", b"v", [], now - 5, None, False, "t-0-1", None)], RECORDS_SCHEMA),
+        0,
+    )
     assert held == 0 and len(sink.saves) == 1
 
 
@@ -196,12 +227,34 @@ def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_late
     sink = capturing_sink(None)
     sink._summary = BatchSummary(7)
     sink._summary.delivered = 3
-    rows = [("deliver", "out", b"late", b"v", [{"key": "h", "value": b"1"}], now - 5000, None, False,
-             "requests-1-9@1767225600000", 1000),
-            ("history", "app-schedule-history", b"late", b"v", [], now - 5000, None, False,
-             "requests-1-9@1767225600000", 1000),
-            ("deliver", "out", b"in-time", b"v", [], now - 5000, None, False, "requests-0-3", 60_000),
-            ("deliver", "out", b"no-limit", b"v", [], now - 5000, None, False, "requests-0-4", None)]
+    rows = [
+        (
+            "deliver",
+            "out",
+            b"late",
+            b"v",
+            [{"key": "h", "value": b"1"}],
+            now - 5000,
+            None,
+            False,
+            "requests-1-9@1767225600000",
+            1000,
+        ),
+        (
+            "history",
+            "app-schedule-history",
+            b"late",
+            b"v",
+            [],
+            now - 5000,
+            None,
+            False,
+            "requests-1-9@1767225600000",
+            1000,
+        ),
+        ("deliver", "out", b"in-time", b"v", [], now - 5000, None, False, "requests-0-3", 60_000),
+        ("deliver", "out", b"no-limit", b"v", [], now - 5000, None, False, "requests-0-4", None),
+    ]
     records = records_frame(spark, rows, RECORDS_SCHEMA)
     out = {(r["kind"], r["key"]): r for r in sink._expire(records, now - 4000, sink._summary).collect()}
     assert set(out) == {("reject", b"late"), ("deliver", b"in-time"), ("deliver", b"no-limit")}
@@ -213,7 +266,10 @@ def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_late
     assert reason.startswith("expired: due ") and reason.endswith("not delivered within its max lateness of 1000 ms")
     assert dict(headers)["x-scheduler-due-ms"] == str(now - 5000).encode()
     assert [dict(headers)[f"x-scheduler-source-{n}"] for n in ("topic", "partition", "offset")] == [
-        b"requests", b"1", b"9"]
+        b"requests",
+        b"1",
+        b"9",
+    ]
     assert (sink._summary.expired, sink._summary.delivered) == (1, 2)
     # Nothing late: no transformation, no extra Spark job.
     assert sink._expire(records, now + 60_000, sink._summary) is records
@@ -221,11 +277,17 @@ def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_late
 
 def test_rows_the_state_marked_expired_become_rejections(spark):
     sink = capturing_sink(None)
-    schema = RECORDS_SCHEMA + (", wb_topic string, wb_partition int, wb_key binary, "
-                               "wb_headers array<struct<key:string,value:binary>>, history boolean")
-    records = records_frame(spark, [("expired", "out", b"k", b"v", [], 1000, None, False, "requests-0-5@1000", 10,
-                                      None, None, None, None, False)], schema)
+    schema = RECORDS_SCHEMA + (
+        ", wb_topic string, wb_partition int, wb_key binary, "
+        "wb_headers array<struct<key:string,value:binary>>, history boolean"
+    )
+    records = records_frame(
+        spark,
+        [("expired", "out", b"k", b"v", [], 1000, None, False, "requests-0-5@1000", 10, None, None, None, None, False)],
+        schema,
+    )
     row = sink._expired_as_rejections(records).collect()[0]
     assert (row["kind"], row["topic"]) == ("reject", sink.config.rejections_topic)
-    assert dict((h["key"], bytes(h["value"])) for h in row["headers"])["x-scheduler-rejection-reason"] == (
-        b"expired: due 1970-01-01T00:00:01.000Z, not delivered within its max lateness of 10 ms")
+    assert {h["key"]: bytes(h["value"]) for h in row["headers"]}["x-scheduler-rejection-reason"] == (
+        b"expired: due 1970-01-01T00:00:01.000Z, not delivered within its max lateness of 10 ms"
+    )

@@ -8,8 +8,16 @@ DUE = 1_000_000
 
 def schedule(sid, seq=0, due=DUE, committed=DUE - 20_000, action=None):
     version = f"v{seq}"
-    return Sent(sid, seq, action or ("schedule" if seq == 0 else "replace"), version, due, sid.encode(),
-                value_for(sid, version, 3), committed)
+    return Sent(
+        sid,
+        seq,
+        action or ("schedule" if seq == 0 else "replace"),
+        version,
+        due,
+        sid.encode(),
+        value_for(sid, version, 3),
+        committed,
+    )
 
 
 def cancel(sid, seq, committed):
@@ -22,8 +30,9 @@ def delivered(request, at=DUE + 50, delivery_id=b"requests-0-1", value=None):
 
 def test_a_clean_run_passes_and_counts():
     a, b0, b1, c = schedule("a"), schedule("b"), schedule("b", 1, DUE + 5_000), schedule("c")
-    verdict = check([a, b0, b1, c, cancel("c", 1, DUE - 15_000)],
-                    [delivered(a), delivered(b1, DUE + 5_001, b"requests-0-2")])
+    verdict = check(
+        [a, b0, b1, c, cancel("c", 1, DUE - 15_000)], [delivered(a), delivered(b1, DUE + 5_001, b"requests-0-2")]
+    )
     assert verdict.ok, verdict.failures
     assert verdict.figures["expected"] == 2 and verdict.figures["delivered"] == 2
     assert verdict.figures["cancelled"] == 1 and verdict.figures["duplicates"] == 0
@@ -90,8 +99,14 @@ def test_duplicates_fail_only_when_none_are_expected():
 
 
 def test_the_plan_leaves_every_replace_and_cancel_its_lead():
-    plan = make_plan(3_000, kills=5, broker_restarts=1, spread_s=240, seed=7,
-                     dialects=["native", "karafka", "etf1", "sky-avro", "sky-json"])
+    plan = make_plan(
+        3_000,
+        kills=5,
+        broker_restarts=1,
+        spread_s=240,
+        seed=7,
+        dialects=["native", "karafka", "etf1", "sky-avro", "sky-json"],
+    )
     due: dict[str, float] = {}
     for request in sorted(plan.requests, key=lambda r: (r.sid, r.seq)):
         if request.seq > 0:

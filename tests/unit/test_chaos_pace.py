@@ -15,8 +15,10 @@ def test_keep_up_sends_fewer_per_second_with_the_same_faults():
     assert full_count == FULL_COUNT and full_spread == keep_spread == 240.0
     end = plan_end_s(5, 1, 240.0)
     assert keep_count == round(KEEP_UP_PER_S * end) < full_count / 4
-    full, keep = make_plan(full_count, 5, 1, full_spread, 7, ["native"]), make_plan(keep_count, 5, 1, keep_spread, 7,
-                                                                                     ["native"])
+    full, keep = (
+        make_plan(full_count, 5, 1, full_spread, 7, ["native"]),
+        make_plan(keep_count, 5, 1, keep_spread, 7, ["native"]),
+    )
     assert [f.kind for f in full.faults] == [f.kind for f in keep.faults]
     assert len(keep.faults) == 6 and keep.end_s == full.end_s == end
     assert keep_count / keep.end_s <= KEEP_UP_PER_S
@@ -35,8 +37,10 @@ def test_a_larger_count_at_keep_up_stretches_the_plan_instead():
 
 
 def test_the_checker_counts_deliveries_written_at_their_instant():
-    sent = [Sent("a", 0, "schedule", "v0", 1_000, b"a", b"a|v0|x"), Sent("b", 0, "schedule", "v0", 1_000, b"b",
-                                                                           b"b|v0|x")]
+    sent = [
+        Sent("a", 0, "schedule", "v0", 1_000, b"a", b"a|v0|x"),
+        Sent("b", 0, "schedule", "v0", 1_000, b"b", b"b|v0|x"),
+    ]
     on_time = Delivery(b"a", b"a|v0|x", 1_050, b"id-a")
     late = Delivery(b"b", b"b|v0|x", 3_000, b"id-b")
     verdict = check(sent, [on_time, late])

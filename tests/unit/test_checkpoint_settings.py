@@ -9,17 +9,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from kafka_scheduler.engine.checkpoint import (STATE_FILE, STATE_FORMAT, HadoopFiles, LocalFiles, is_local,
-                                        settle_state_settings)
 from kafka_scheduler.config import ConfigError, add_arguments, resolve
+from kafka_scheduler.engine.checkpoint import (
+    STATE_FILE,
+    STATE_FORMAT,
+    HadoopFiles,
+    LocalFiles,
+    is_local,
+    settle_state_settings,
+)
 
 BUCKET_MS = 1000
-NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def config_of(checkpoint: Path | str, *argv: str, environ: dict | None = None):
@@ -57,11 +63,16 @@ def test_new_checkpoint_records_the_settings(tmp_path):
     config, notices = settle(checkpoint, "--partitions", "3")
     assert notices == []
     assert (config.state_layout, config.shards, config.partitions) == ("wheel", 6, 3)
-    assert recorded(checkpoint) == {"state_format": STATE_FORMAT, "app_id": "kafka-scheduler",
-                                    "state_layout": "wheel", "shards": 6,
-                                    "bucket_ms": 1000, "partitions": 3,
-                                    "inputs": {"kafka-scheduler-schedule-requests": "native"},
-                                    "created_at": "2026-03-01T12:00:00Z"}
+    assert recorded(checkpoint) == {
+        "state_format": STATE_FORMAT,
+        "app_id": "kafka-scheduler",
+        "state_layout": "wheel",
+        "shards": 6,
+        "bucket_ms": 1000,
+        "partitions": 3,
+        "inputs": {"kafka-scheduler-schedule-requests": "native"},
+        "created_at": "2026-03-01T12:00:00Z",
+    }
     assert STATE_FORMAT == 4
     assert config.catch_up_first, "a new checkpoint reads every input to its end before delivering"
     assert sorted(p.name for p in checkpoint.iterdir()) == [STATE_FILE], "temporary file left behind"
@@ -83,8 +94,10 @@ def test_recorded_values_are_honoured_when_not_given(tmp_path):
     before = (tmp_path / STATE_FILE).read_bytes()
     config, notices = settle(tmp_path, "--partitions", "3")
     assert (config.state_layout, config.shards, config.partitions) == ("wheel", 4, 3)
-    assert "state laid out in 4 shards, as recorded at the checkpoint's first run (the current settings alone " \
-           "would give 6)" in notices
+    assert (
+        "state laid out in 4 shards, as recorded at the checkpoint's first run (the current settings alone "
+        "would give 6)" in notices
+    )
     assert (tmp_path / STATE_FILE).read_bytes() == before, "a resumed checkpoint's record is never rewritten"
 
 
@@ -100,8 +113,10 @@ def test_explicit_shards_that_differ_are_refused_naming_the_flag_and_both_values
     with pytest.raises(ConfigError) as error:
         settle(tmp_path, "--shards", "6")
     message = str(error.value)
-    assert message == (f"--shards 6 does not match checkpoint {tmp_path}, whose state was laid out in 4 shards at "
-                       f"its first run: omit --shards to keep 4, or use a new --checkpoint-dir")
+    assert message == (
+        f"--shards 6 does not match checkpoint {tmp_path}, whose state was laid out in 4 shards at "
+        f"its first run: omit --shards to keep 4, or use a new --checkpoint-dir"
+    )
     assert (tmp_path / STATE_FILE).read_bytes() == before
 
 
@@ -119,8 +134,10 @@ def test_a_changed_partition_count_moves_no_shards_and_is_a_notice(tmp_path):
     first_run(tmp_path, "--partitions", "2")
     config, notices = settle(tmp_path, "--partitions", "5")
     assert config.shards == 4 and config.partitions == 5
-    assert notices[-1] == ("Spark keeps the 2 shuffle partitions of the checkpoint's first run; --partitions 5 now "
-                           "only sets the partition count of topics the scheduler creates")
+    assert notices[-1] == (
+        "Spark keeps the 2 shuffle partitions of the checkpoint's first run; --partitions 5 now "
+        "only sets the partition count of topics the scheduler creates"
+    )
     _, notices = settle(tmp_path, environ={"KAFKA_SCHEDULER_PARTITIONS": "2", "KAFKA_SCHEDULER_SHARDS": "4"})
     assert notices == []
     _, notices = settle(tmp_path, "--shards", "4", environ={"KAFKA_SCHEDULER_PARTITIONS": "7"})
@@ -132,21 +149,29 @@ def test_checkpoint_with_commits_but_no_settings_file_is_refused_as_legacy(tmp_p
     with pytest.raises(ConfigError) as error:
         settle(tmp_path)
     message = str(error.value)
-    assert message == (f"checkpoint {tmp_path} has committed batches but no {STATE_FILE}: it was written by an "
-                       f"earlier kafka-scheduler whose state format this version cannot read; its pending schedules "
-                       f"can only be drained with the version that wrote it, or use a new --checkpoint-dir")
+    assert message == (
+        f"checkpoint {tmp_path} has committed batches but no {STATE_FILE}: it was written by an "
+        f"earlier kafka-scheduler whose state format this version cannot read; its pending schedules "
+        f"can only be drained with the version that wrote it, or use a new --checkpoint-dir"
+    )
     assert not (tmp_path / STATE_FILE).exists()
 
 
-@pytest.mark.parametrize("content,expected", [
-    (b'{"state_format": 2, "state_lay', "is not valid JSON"),
-    (b"\xff\xfe\x00", "is not valid JSON (not UTF-8)"),
-    (b'["state_format", 2]', "is not a kafka-scheduler state file"),
-    (b'{"shards": 4}', "is not a kafka-scheduler state file"),
-    (b'{"state_format": "2"}', "is not a kafka-scheduler state file"),
-    (b'{"state_format": 4, "state_layout": "ring", "shards": 0, "bucket_ms": 1000, "partitions": 2, "inputs": {"a": "native"}}',
-     "is damaged (missing or invalid state_layout, shards)"),
-])
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        (b'{"state_format": 2, "state_lay', "is not valid JSON"),
+        (b"\xff\xfe\x00", "is not valid JSON (not UTF-8)"),
+        (b'["state_format", 2]', "is not a kafka-scheduler state file"),
+        (b'{"shards": 4}', "is not a kafka-scheduler state file"),
+        (b'{"state_format": "2"}', "is not a kafka-scheduler state file"),
+        (
+            b'{"state_format": 4, "state_layout": "ring", "shards": 0, "bucket_ms": 1000, "partitions": 2, '
+            b'"inputs": {"a": "native"}}',
+            "is damaged (missing or invalid state_layout, shards)",
+        ),
+    ],
+)
 def test_unreadable_or_foreign_settings_file_is_refused_naming_it(tmp_path, content, expected):
     commit(tmp_path)
     (tmp_path / STATE_FILE).write_bytes(content)
@@ -179,11 +204,19 @@ def test_file_uri_is_a_local_checkpoint(tmp_path):
     assert recorded(tmp_path / "with space")["shards"] == config.shards
 
 
-@pytest.mark.parametrize("path,local", [
-    ("checkpoints/app", True), ("/data/ckpt", True), ("file:///data/ckpt", True), ("file:/data/ckpt", True),
-    ("file://localhost/data/ckpt", True), ("hdfs:///checkpoints/app", False), ("s3a://bucket/ckpt", False),
-    ("file://otherhost/ckpt", False),
-])
+@pytest.mark.parametrize(
+    "path,local",
+    [
+        ("checkpoints/app", True),
+        ("/data/ckpt", True),
+        ("file:///data/ckpt", True),
+        ("file:/data/ckpt", True),
+        ("file://localhost/data/ckpt", True),
+        ("hdfs:///checkpoints/app", False),
+        ("s3a://bucket/ckpt", False),
+        ("file://otherhost/ckpt", False),
+    ],
+)
 def test_which_checkpoints_python_reads(path, local):
     assert is_local(path) is local
 
@@ -201,13 +234,14 @@ def test_run_refuses_before_connecting_to_kafka_with_one_line(tmp_path, capsys, 
 
     first_run(tmp_path)
     # Nothing listens on port 1: reaching Kafka would hang in the broker wait, not fail at once.
-    code = main(["run", "--bootstrap-servers", "127.0.0.1:1", "--checkpoint-dir", str(tmp_path),
-                 "--shards", "6"])
+    code = main(["run", "--bootstrap-servers", "127.0.0.1:1", "--checkpoint-dir", str(tmp_path), "--shards", "6"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err == (f"kafka-scheduler run: error: --shards 6 does not match checkpoint {tmp_path}, whose state was "
-                   f"laid out in 4 shards at its first run: omit --shards to keep 4, or use a new "
-                   f"--checkpoint-dir\n")
+    assert err == (
+        f"kafka-scheduler run: error: --shards 6 does not match checkpoint {tmp_path}, whose state was "
+        f"laid out in 4 shards at its first run: omit --shards to keep 4, or use a new "
+        f"--checkpoint-dir\n"
+    )
 
 
 # ---------------------------------------------------------------- through Hadoop's FileSystem
@@ -242,11 +276,12 @@ def test_inputs_are_recorded_and_an_added_input_is_read_from_its_start(tmp_path)
     assert recorded(tmp_path)["inputs"] == {"orders": "karafka", "videos": "etf1"}
     config, notices = settle(tmp_path, "--input", "orders:karafka", "--input", "videos:etf1")
     assert notices == [] and not config.catch_up_first
-    config, notices = settle(tmp_path, "--input", "orders:karafka", "--input", "videos:etf1", "--input",
-                             "sky:sky-avro")
+    config, notices = settle(tmp_path, "--input", "orders:karafka", "--input", "videos:etf1", "--input", "sky:sky-avro")
     assert config.catch_up_first
-    assert notices == ["new input sky (sky-avro): read from the earliest offset; the first batch reads every input "
-                       "to its end before delivering"]
+    assert notices == [
+        "new input sky (sky-avro): read from the earliest offset; the first batch reads every input "
+        "to its end before delivering"
+    ]
     assert recorded(tmp_path)["inputs"] == {"orders": "karafka", "videos": "etf1", "sky": "sky-avro"}
 
 
@@ -271,8 +306,9 @@ def test_an_input_read_with_another_dialect_is_refused(tmp_path):
     first_run(tmp_path, "--input", "orders:karafka")
     with pytest.raises(ConfigError) as error:
         settle(tmp_path, "--input", "orders:etf1")
-    assert str(error.value).startswith(f"input orders is read as etf1 now, but checkpoint {tmp_path} read it as "
-                                       f"karafka")
+    assert str(error.value).startswith(
+        f"input orders is read as etf1 now, but checkpoint {tmp_path} read it as karafka"
+    )
 
 
 def test_the_default_input_is_the_native_requests_topic(tmp_path):
@@ -284,12 +320,15 @@ def test_the_default_input_is_the_native_requests_topic(tmp_path):
     assert config.catch_up_first
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--input", "orders"], "--input: expected TOPIC:DIALECT, got 'orders'"),
-    (["--input", "orders:kaspr"], "--input: unknown dialect 'kaspr' for topic 'orders'"),
-    (["--input", "bad topic:etf1"], "--input: 'bad topic' is not a valid Kafka topic name"),
-    (["--input", "a:etf1", "--input", "a:karafka"], "--input: topic 'a' is given twice, as etf1 and as karafka"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--input", "orders"], "--input: expected TOPIC:DIALECT, got 'orders'"),
+        (["--input", "orders:kaspr"], "--input: unknown dialect 'kaspr' for topic 'orders'"),
+        (["--input", "bad topic:etf1"], "--input: 'bad topic' is not a valid Kafka topic name"),
+        (["--input", "a:etf1", "--input", "a:karafka"], "--input: topic 'a' is given twice, as etf1 and as karafka"),
+    ],
+)
 def test_invalid_inputs_are_refused_with_one_clear_message(tmp_path, argv, message):
     with pytest.raises(ConfigError) as error:
         config_of(tmp_path, *argv)

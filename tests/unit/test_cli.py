@@ -156,8 +156,9 @@ def test_schedule_with_malformed_header(capsys, header):
 
 
 def test_schedule_with_reserved_header(capsys):
-    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--header", "X-Scheduler-Action=CANCEL",
-                                *NO_KAFKA])
+    code, _, err = run(
+        capsys, ["schedule", "--to", "x", "--at", "+1m", "--header", "X-Scheduler-Action=CANCEL", *NO_KAFKA]
+    )
     assert code == 2
     assert "reserved" in one_line_error(err, "schedule")
 
@@ -165,8 +166,9 @@ def test_schedule_with_reserved_header(capsys):
 def test_value_and_value_file_are_exclusive(capsys, tmp_path):
     path = tmp_path / "v.bin"
     path.write_bytes(b"\x00")
-    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--value", "a", "--value-file", str(path),
-                                *NO_KAFKA])
+    code, _, err = run(
+        capsys, ["schedule", "--to", "x", "--at", "+1m", "--value", "a", "--value-file", str(path), *NO_KAFKA]
+    )
     assert code == 2
     lines = err.splitlines()
     assert len(lines) == 1 and "not allowed with" in lines[0], err
@@ -187,17 +189,28 @@ def test_missing_value_file_is_one_line(capsys, tmp_path):
 def test_client_commands_explain_the_dialects(capsys, command):
     code, out, _ = run(capsys, [command, "--help"])
     assert code == 0
-    for text in ("--dialect", "--requests-topic", "KAFKA_SCHEDULER_DIALECT", "karafka", "etf1", "sky-avro",
-                 "sky-json", "rounded up"):
+    for text in (
+        "--dialect",
+        "--requests-topic",
+        "KAFKA_SCHEDULER_DIALECT",
+        "karafka",
+        "etf1",
+        "sky-avro",
+        "sky-json",
+        "rounded up",
+    ):
         assert text in out, text
     assert ("--partition-key" in out) == (command != "cancel")
 
 
-@pytest.mark.parametrize("argv", [
-    ["schedule", "--to", "x", "--at", "+1m", "--id", "r-1", "--dialect", "karafka"],
-    ["replace", "--to", "x", "--at", "+1m", "--id", "r-1", "--value", "v", "--dialect", "etf1"],
-    ["cancel", "--id", "r-1", "--dialect", "sky-json"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["schedule", "--to", "x", "--at", "+1m", "--id", "r-1", "--dialect", "karafka"],
+        ["replace", "--to", "x", "--at", "+1m", "--id", "r-1", "--value", "v", "--dialect", "etf1"],
+        ["cancel", "--id", "r-1", "--dialect", "sky-json"],
+    ],
+)
 def test_other_dialects_need_a_requests_topic(capsys, argv):
     code, out, err = run(capsys, [*argv, *NO_KAFKA])
     assert code == 2
@@ -207,8 +220,10 @@ def test_other_dialects_need_a_requests_topic(capsys, argv):
 
 
 def test_other_dialects_need_an_id(capsys):
-    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--dialect", "sky-avro",
-                                "--requests-topic", "schedules", *NO_KAFKA])
+    code, _, err = run(
+        capsys,
+        ["schedule", "--to", "x", "--at", "+1m", "--dialect", "sky-avro", "--requests-topic", "schedules", *NO_KAFKA],
+    )
     assert code == 2
     assert "--id is required with --dialect sky-avro" in one_line_error(err, "schedule")
 
@@ -216,16 +231,52 @@ def test_other_dialects_need_an_id(capsys):
 @pytest.mark.parametrize("dialect", ["native", "etf1", "sky-avro", "sky-json"])
 @pytest.mark.parametrize("flag,value", [("--partition", "1"), ("--partition-key", "k")])
 def test_partition_flags_are_karafka_only(capsys, dialect, flag, value):
-    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--id", "r", "--value", "v",
-                                "--dialect", dialect, "--requests-topic", "s", flag, value, *NO_KAFKA])
+    code, _, err = run(
+        capsys,
+        [
+            "schedule",
+            "--to",
+            "x",
+            "--at",
+            "+1m",
+            "--id",
+            "r",
+            "--value",
+            "v",
+            "--dialect",
+            dialect,
+            "--requests-topic",
+            "s",
+            flag,
+            value,
+            *NO_KAFKA,
+        ],
+    )
     assert code == 2
     line = one_line_error(err, "schedule")
     assert f"{flag} is only supported with --dialect karafka" in line
 
 
 def test_negative_partition(capsys):
-    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--id", "r", "--dialect", "karafka",
-                                "--requests-topic", "s", "--partition", "-1", *NO_KAFKA])
+    code, _, err = run(
+        capsys,
+        [
+            "schedule",
+            "--to",
+            "x",
+            "--at",
+            "+1m",
+            "--id",
+            "r",
+            "--dialect",
+            "karafka",
+            "--requests-topic",
+            "s",
+            "--partition",
+            "-1",
+            *NO_KAFKA,
+        ],
+    )
     assert code == 2
     assert "--partition -1" in one_line_error(err, "schedule")
 
@@ -252,19 +303,42 @@ def test_dialect_from_the_environment(capsys, monkeypatch):
     assert "--requests-topic is required with --dialect etf1" in one_line_error(err, "cancel")
 
 
-@pytest.mark.parametrize("dialect,header", [("karafka", "schedule_target_topic=y"), ("etf1", "Scheduler-Epoch=1"),
-                                            ("sky-json", "x-scheduler-delivery-id=1")])
+@pytest.mark.parametrize(
+    "dialect,header",
+    [("karafka", "schedule_target_topic=y"), ("etf1", "Scheduler-Epoch=1"), ("sky-json", "x-scheduler-delivery-id=1")],
+)
 def test_dialect_reserved_header(capsys, dialect, header):
-    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--id", "r", "--value", "v",
-                                "--dialect", dialect, "--requests-topic", "s", "--header", header, *NO_KAFKA])
+    code, _, err = run(
+        capsys,
+        [
+            "schedule",
+            "--to",
+            "x",
+            "--at",
+            "+1m",
+            "--id",
+            "r",
+            "--value",
+            "v",
+            "--dialect",
+            dialect,
+            "--requests-topic",
+            "s",
+            "--header",
+            header,
+            *NO_KAFKA,
+        ],
+    )
     assert code == 2
     line = one_line_error(err, "schedule")
     assert "reserved" in line and header.split("=")[0] in line
 
 
 def test_etf1_needs_a_value(capsys):
-    code, _, err = run(capsys, ["schedule", "--to", "x", "--at", "+1m", "--id", "r", "--dialect", "etf1",
-                                "--requests-topic", "s", *NO_KAFKA])
+    code, _, err = run(
+        capsys,
+        ["schedule", "--to", "x", "--at", "+1m", "--id", "r", "--dialect", "etf1", "--requests-topic", "s", *NO_KAFKA],
+    )
     assert code == 2
     assert "null value" in one_line_error(err, "schedule")
 
@@ -299,9 +373,32 @@ def produced(monkeypatch):
 
 
 def test_karafka_schedule_end_to_end(capsys, produced):
-    code, out, err = run(capsys, ["schedule", "--to", "orders", "--at", "2026-05-24T12:30:00.250Z", "--id", "r-1",
-                                  "--key", "k", "--value", "v", "--header", "trace=abc", "--dialect", "karafka",
-                                  "--requests-topic", "schedules", "--partition", "4", "--partition-key", "pk"])
+    code, out, err = run(
+        capsys,
+        [
+            "schedule",
+            "--to",
+            "orders",
+            "--at",
+            "2026-05-24T12:30:00.250Z",
+            "--id",
+            "r-1",
+            "--key",
+            "k",
+            "--value",
+            "v",
+            "--header",
+            "trace=abc",
+            "--dialect",
+            "karafka",
+            "--requests-topic",
+            "schedules",
+            "--partition",
+            "4",
+            "--partition-key",
+            "pk",
+        ],
+    )
     assert (code, err) == (0, "")
     assert out == ("sent schedule id=r-1 (karafka on schedules): deliver to orders at 2026-05-24T12:30:01.000Z\n")
     (record,) = produced
@@ -309,10 +406,15 @@ def test_karafka_schedule_end_to_end(capsys, produced):
     assert (record["key"], record["value"]) == (b"r-1", b"v")
     assert "partition" not in record and record["config"]["partitioner"] == "murmur2_random"
     assert record["headers"] == [
-        ("schedule_schema_version", b"1.0.0"), ("schedule_source_type", b"schedule"),
-        ("schedule_target_epoch", b"1779625801"), ("schedule_target_topic", b"orders"),
-        ("schedule_target_key", b"k"), ("schedule_target_partition", b"4"), ("schedule_target_partition_key", b"pk"),
-        ("trace", b"abc")]
+        ("schedule_schema_version", b"1.0.0"),
+        ("schedule_source_type", b"schedule"),
+        ("schedule_target_epoch", b"1779625801"),
+        ("schedule_target_topic", b"orders"),
+        ("schedule_target_key", b"k"),
+        ("schedule_target_partition", b"4"),
+        ("schedule_target_partition_key", b"pk"),
+        ("trace", b"abc"),
+    ]
 
 
 def test_sky_json_cancel_end_to_end(capsys, produced):
@@ -323,8 +425,9 @@ def test_sky_json_cancel_end_to_end(capsys, produced):
 
 
 def test_native_schedule_end_to_end_is_unchanged(capsys, produced):
-    code, out, _ = run(capsys, ["schedule", "--to", "orders", "--at", "2026-05-24T12:30:00.250Z", "--id", "r-1",
-                                "--app-id", "app"])
+    code, out, _ = run(
+        capsys, ["schedule", "--to", "orders", "--at", "2026-05-24T12:30:00.250Z", "--id", "r-1", "--app-id", "app"]
+    )
     assert code == 0
     assert out == "sent schedule id=r-1: deliver to orders at 2026-05-24T12:30:00.250Z\n"
     (record,) = produced
@@ -334,26 +437,43 @@ def test_native_schedule_end_to_end_is_unchanged(capsys, produced):
 
 
 def test_recurring_schedules_are_commands_too(capsys):
-    code, out, _ = run(capsys, ["--help"])
+    _, out, _ = run(capsys, ["--help"])
     for command in ("pause", "resume"):
         assert f"  {command} " in out, command
-    code, out, _ = run(capsys, ["schedule", "--help"])
+    _, out, _ = run(capsys, ["schedule", "--help"])
     for flag in ("--cron", "--timezone", "--missed", "--start-at", "--end-at", "--max-lateness"):
         assert flag in out
-    code, out, _ = run(capsys, ["cancel", "--help"])
+    _code, out, _ = run(capsys, ["cancel", "--help"])
     assert "--cron" in out
 
 
-@pytest.mark.parametrize("argv,fragment", [
-    (["schedule", "--to", "x", "--cron", "@hourly"], "--cron needs --id"),
-    (["schedule", "--to", "x", "--cron", "* * *", "--id", "c"], "invalid cron expression"),
-    (["schedule", "--to", "x", "--cron", "@hourly", "--at", "+1m", "--id", "c"], "--at and --cron"),
-    (["schedule", "--to", "x", "--at", "+1m", "--timezone", "Europe/Paris"], "--timezone is for a recurring"),
-    (["schedule", "--to", "x", "--at", "+1m", "--max-lateness", "soon"], "max lateness 'soon'"),
-    (["schedule", "--to", "x", "--cron", "@hourly", "--id", "c", "--dialect", "karafka", "--requests-topic", "s"],
-     "no recurring schedules"),
-    (["pause", "--id", "c", "--dialect", "etf1", "--requests-topic", "s"], "no recurring schedules"),
-])
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["schedule", "--to", "x", "--cron", "@hourly"], "--cron needs --id"),
+        (["schedule", "--to", "x", "--cron", "* * *", "--id", "c"], "invalid cron expression"),
+        (["schedule", "--to", "x", "--cron", "@hourly", "--at", "+1m", "--id", "c"], "--at and --cron"),
+        (["schedule", "--to", "x", "--at", "+1m", "--timezone", "Europe/Paris"], "--timezone is for a recurring"),
+        (["schedule", "--to", "x", "--at", "+1m", "--max-lateness", "soon"], "max lateness 'soon'"),
+        (
+            [
+                "schedule",
+                "--to",
+                "x",
+                "--cron",
+                "@hourly",
+                "--id",
+                "c",
+                "--dialect",
+                "karafka",
+                "--requests-topic",
+                "s",
+            ],
+            "no recurring schedules",
+        ),
+        (["pause", "--id", "c", "--dialect", "etf1", "--requests-topic", "s"], "no recurring schedules"),
+    ],
+)
 def test_bad_recurring_requests_fail_with_one_line_before_any_connection(capsys, argv, fragment):
     code, out, err = run(capsys, [*argv, *NO_KAFKA])
     assert code == 2 and out == ""

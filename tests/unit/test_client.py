@@ -3,25 +3,28 @@ with a stand-in producer (no Kafka)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from kafka_scheduler.client.scheduler_client import RequestError, format_instant, parse_due, request_headers
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("text,delta", [
-    ("+30s", timedelta(seconds=30)),
-    ("+5m", timedelta(minutes=5)),
-    ("+2h", timedelta(hours=2)),
-    ("+1d", timedelta(days=1)),
-    ("+250ms", timedelta(milliseconds=250)),
-    ("+0s", timedelta(0)),
-    ("  +90s ", timedelta(seconds=90)),
-])
+@pytest.mark.parametrize(
+    "text,delta",
+    [
+        ("+30s", timedelta(seconds=30)),
+        ("+5m", timedelta(minutes=5)),
+        ("+2h", timedelta(hours=2)),
+        ("+1d", timedelta(days=1)),
+        ("+250ms", timedelta(milliseconds=250)),
+        ("+0s", timedelta(0)),
+        ("  +90s ", timedelta(seconds=90)),
+    ],
+)
 def test_relative_due_times(text, delta):
     assert parse_due(text, now=NOW) == NOW + delta
 
@@ -34,20 +37,28 @@ def test_relative_due_time_defaults_to_the_current_time():
     assert due.utcoffset() == timedelta(0)
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("2026-05-24T12:30:00Z", datetime(2026, 5, 24, 12, 30, tzinfo=UTC)),
-    ("2026-05-24T12:30:00z", datetime(2026, 5, 24, 12, 30, tzinfo=UTC)),
-    ("2026-05-24T12:30:00.250Z", datetime(2026, 5, 24, 12, 30, 0, 250000, tzinfo=UTC)),
-    ("2026-05-24T12:30:00+02:00", datetime(2026, 5, 24, 10, 30, tzinfo=UTC)),
-    ("2026-05-24T01:30:00+02:00", datetime(2026, 5, 23, 23, 30, tzinfo=UTC)),
-    ("2026-05-24T12:30:00-05:30", datetime(2026, 5, 24, 18, 0, tzinfo=UTC)),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("2026-05-24T12:30:00Z", datetime(2026, 5, 24, 12, 30, tzinfo=UTC)),
+        ("2026-05-24T12:30:00z", datetime(2026, 5, 24, 12, 30, tzinfo=UTC)),
+        ("2026-05-24T12:30:00.250Z", datetime(2026, 5, 24, 12, 30, 0, 250000, tzinfo=UTC)),
+        ("2026-05-24T12:30:00+02:00", datetime(2026, 5, 24, 10, 30, tzinfo=UTC)),
+        ("2026-05-24T01:30:00+02:00", datetime(2026, 5, 23, 23, 30, tzinfo=UTC)),
+        ("2026-05-24T12:30:00-05:30", datetime(2026, 5, 24, 18, 0, tzinfo=UTC)),
+    ],
+)
 def test_iso_due_times_are_converted_to_utc(text, expected):
     due = parse_due(text, now=NOW)
     assert due == expected
     assert due.utcoffset() == timedelta(0)
     assert (due.year, due.month, due.day, due.hour, due.minute) == (
-        expected.year, expected.month, expected.day, expected.hour, expected.minute)
+        expected.year,
+        expected.month,
+        expected.day,
+        expected.hour,
+        expected.minute,
+    )
 
 
 def test_zoneless_iso_is_rejected():
@@ -85,15 +96,17 @@ def test_naive_datetime_is_rejected():
 # ---------------------------------------------------------------- format_instant
 
 
-@pytest.mark.parametrize("instant,text", [
-    (datetime(2026, 5, 24, 12, 30, tzinfo=UTC), "2026-05-24T12:30:00.000Z"),
-    (datetime(2026, 5, 24, 12, 30, 1, 999999, tzinfo=UTC), "2026-05-24T12:30:01.999Z"),
-    (datetime(2026, 5, 24, 12, 30, 1, 5000, tzinfo=UTC), "2026-05-24T12:30:01.005Z"),
-    (datetime(2026, 5, 24, 12, 30, tzinfo=timezone(timedelta(hours=2))), "2026-05-24T10:30:00.000Z"),
-    (datetime(2026, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=3))), "2025-12-31T22:00:00.000Z"),
-    (datetime(2026, 5, 24, 12, 30, 0, 123456, tzinfo=timezone(timedelta(hours=-4))),
-     "2026-05-24T16:30:00.123Z"),
-])
+@pytest.mark.parametrize(
+    "instant,text",
+    [
+        (datetime(2026, 5, 24, 12, 30, tzinfo=UTC), "2026-05-24T12:30:00.000Z"),
+        (datetime(2026, 5, 24, 12, 30, 1, 999999, tzinfo=UTC), "2026-05-24T12:30:01.999Z"),
+        (datetime(2026, 5, 24, 12, 30, 1, 5000, tzinfo=UTC), "2026-05-24T12:30:01.005Z"),
+        (datetime(2026, 5, 24, 12, 30, tzinfo=timezone(timedelta(hours=2))), "2026-05-24T10:30:00.000Z"),
+        (datetime(2026, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=3))), "2025-12-31T22:00:00.000Z"),
+        (datetime(2026, 5, 24, 12, 30, 0, 123456, tzinfo=timezone(timedelta(hours=-4))), "2026-05-24T16:30:00.123Z"),
+    ],
+)
 def test_format_instant(instant, text):
     assert format_instant(instant) == text
 
@@ -109,8 +122,9 @@ def test_format_then_parse_round_trips_to_the_millisecond():
 
 def test_request_headers_order_and_encoding():
     due = datetime(2026, 5, 24, 12, 30, 0, 250000, tzinfo=UTC)
-    headers = request_headers("ADD", "orders", due, "r-1",
-                              headers=[("trace", "abc"), ("raw", b"\xff\x00"), ("trace", "é"), ("none", None)])
+    headers = request_headers(
+        "ADD", "orders", due, "r-1", headers=[("trace", "abc"), ("raw", b"\xff\x00"), ("trace", "é"), ("none", None)]
+    )
     assert headers == [
         ("trace", b"abc"),
         ("raw", b"\xff\x00"),
@@ -145,16 +159,21 @@ def test_cancel_headers():
     ]
 
 
-@pytest.mark.parametrize("name", ["x-scheduler-action", "X-Scheduler-Deliver-At", "X-SCHEDULER-foo",
-                                  "x-scheduler-delivery-id"])
+@pytest.mark.parametrize(
+    "name", ["x-scheduler-action", "X-Scheduler-Deliver-At", "X-SCHEDULER-foo", "x-scheduler-delivery-id"]
+)
 def test_reserved_user_header_names_are_rejected(name):
     with pytest.raises(RequestError, match="reserved"):
         request_headers("ADD", "orders", datetime(2026, 5, 24, tzinfo=UTC), headers=[("ok", "1"), (name, "x")])
 
 
 def test_header_names_only_resembling_the_prefix_are_fine():
-    headers = request_headers("ADD", "orders", datetime(2026, 5, 24, tzinfo=UTC),
-                              headers=[("x-schedulerish", "1"), ("my-x-scheduler-note", "2")])
+    headers = request_headers(
+        "ADD",
+        "orders",
+        datetime(2026, 5, 24, tzinfo=UTC),
+        headers=[("x-schedulerish", "1"), ("my-x-scheduler-note", "2")],
+    )
     assert headers[:2] == [("x-schedulerish", b"1"), ("my-x-scheduler-note", b"2")]
 
 
@@ -171,7 +190,7 @@ def test_empty_request_id_is_rejected():
 class FakeProducer:
     """Records the producer config and every produce call; the topic has ``partitions`` partitions."""
 
-    instances: list["FakeProducer"] = []
+    instances: list[FakeProducer] = []
     partitions = 3
 
     def __init__(self, config):
@@ -182,8 +201,11 @@ class FakeProducer:
     def list_topics(self, topic, timeout):
         from types import SimpleNamespace
 
-        topics = {} if self.partitions == 0 else {
-            topic: SimpleNamespace(error=None, partitions={p: None for p in range(self.partitions)})}
+        topics = (
+            {}
+            if self.partitions == 0
+            else {topic: SimpleNamespace(error=None, partitions=dict.fromkeys(range(self.partitions)))}
+        )
         return SimpleNamespace(topics=topics)
 
     def produce(self, topic, key=None, value=None, headers=None, on_delivery=None, **extra):
@@ -234,8 +256,9 @@ def test_client_karafka_keys_by_id_and_lets_murmur2_partition(fake_producer):
     from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     with SchedulerClient("b:9092", dialect="karafka", requests_topic="schedules") as client:
-        due = client.schedule("orders", "2026-05-24T12:30:00.250Z", value=b"v", key=b"k", request_id="r-1",
-                              target_partition=2)
+        due = client.schedule(
+            "orders", "2026-05-24T12:30:00.250Z", value=b"v", key=b"k", request_id="r-1", target_partition=2
+        )
         client.replace("orders", "2026-05-24T12:31:00Z", value=b"w", request_id="r-1")
         client.cancel("r-1")
     producer = fake_producer.instances[0]
@@ -245,8 +268,11 @@ def test_client_karafka_keys_by_id_and_lets_murmur2_partition(fake_producer):
     assert [p["key"] for p in producer.produced] == [b"r-1"] * 3
     assert all("partition" not in p for p in producer.produced)
     assert dict(producer.produced[0]["headers"])["schedule_target_partition"] == b"2"
-    assert [dict(p["headers"])["schedule_source_type"] for p in producer.produced] == [b"schedule", b"schedule",
-                                                                                     b"cancel"]
+    assert [dict(p["headers"])["schedule_source_type"] for p in producer.produced] == [
+        b"schedule",
+        b"schedule",
+        b"cancel",
+    ]
     assert producer.produced[2]["value"] is None
 
 
@@ -310,24 +336,45 @@ def test_client_sends_kaspr_cron_requests_all_on_the_partition_of_the_cron_id(fa
     from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     with SchedulerClient("b:9092", app_id="app") as client:
-        client.cron("reminders", "0 9 * * 1-5", value=b"standup", key="team", headers=[("trace", "1")],
-                    request_id="standup", timezone="Europe/Paris", missed="skip",
-                    start_at="2026-01-05T00:00:00Z", end_at=datetime(2026, 12, 31, tzinfo=UTC), max_lateness="10m")
+        client.cron(
+            "reminders",
+            "0 9 * * 1-5",
+            value=b"standup",
+            key="team",
+            headers=[("trace", "1")],
+            request_id="standup",
+            timezone="Europe/Paris",
+            missed="skip",
+            start_at="2026-01-05T00:00:00Z",
+            end_at=datetime(2026, 12, 31, tzinfo=UTC),
+            max_lateness="10m",
+        )
         client.pause("standup")
         client.resume("standup")
         client.cancel("standup", cron=True)
-        client.schedule("orders", "2026-05-24T12:30:00Z", value="v", request_id="r-1", max_lateness=timedelta(minutes=5))
+        client.schedule(
+            "orders", "2026-05-24T12:30:00Z", value="v", request_id="r-1", max_lateness=timedelta(minutes=5)
+        )
     add, pause, resume, cancel, one_shot = fake_producer.instances[0].produced
     assert {r["partition"] for r in (add, pause, resume, cancel)} == {zlib.crc32(b"standup") % 3}
     assert (add["key"], add["value"]) == (b"team", b"standup")
     assert add["headers"] == [
-        ("trace", b"1"), ("x-scheduler-action", b"CRON_ADD"), ("x-scheduler-deliver-to", b"reminders"),
-        ("x-scheduler-request-id", b"standup"), ("x-scheduler-cron-expr", b"0 9 * * 1-5"),
-        ("x-scheduler-cron-missed-fire-policy", b"skip"), ("x-scheduler-cron-timezone", b"Europe/Paris"),
+        ("trace", b"1"),
+        ("x-scheduler-action", b"CRON_ADD"),
+        ("x-scheduler-deliver-to", b"reminders"),
+        ("x-scheduler-request-id", b"standup"),
+        ("x-scheduler-cron-expr", b"0 9 * * 1-5"),
+        ("x-scheduler-cron-missed-fire-policy", b"skip"),
+        ("x-scheduler-cron-timezone", b"Europe/Paris"),
         ("x-scheduler-cron-start-at", b"2026-01-05T00:00:00.000Z"),
-        ("x-scheduler-cron-end-at", b"2026-12-31T00:00:00.000Z"), ("x-scheduler-max-lateness", b"600000")]
+        ("x-scheduler-cron-end-at", b"2026-12-31T00:00:00.000Z"),
+        ("x-scheduler-max-lateness", b"600000"),
+    ]
     assert [dict(r["headers"])["x-scheduler-action"] for r in (pause, resume, cancel)] == [
-        b"CRON_PAUSE", b"CRON_RESUME", b"CRON_CANCEL"]
+        b"CRON_PAUSE",
+        b"CRON_RESUME",
+        b"CRON_CANCEL",
+    ]
     assert dict(one_shot["headers"])["x-scheduler-max-lateness"] == b"300000"
 
 
@@ -345,9 +392,19 @@ def test_other_dialects_say_they_have_no_crons_nor_max_lateness(fake_producer, d
     assert fake_producer.instances[0].produced == []
 
 
-@pytest.mark.parametrize("lateness,expected", [("10m", 600_000), ("1h30m", 5_400_000), ("PT10M", 600_000),
-                                               ("pt0.5s", 500), ("250ms", 250), (1500, 1500), ("2d", 172_800_000),
-                                               (timedelta(seconds=3), 3000)])
+@pytest.mark.parametrize(
+    "lateness,expected",
+    [
+        ("10m", 600_000),
+        ("1h30m", 5_400_000),
+        ("PT10M", 600_000),
+        ("pt0.5s", 500),
+        ("250ms", 250),
+        (1500, 1500),
+        ("2d", 172_800_000),
+        (timedelta(seconds=3), 3000),
+    ],
+)
 def test_max_lateness_is_read_as_the_scheduler_reads_it(lateness, expected):
     from kafka_scheduler.client.encoders import lateness_ms
 
@@ -366,10 +423,15 @@ def test_a_bad_cron_is_refused_before_sending(fake_producer):
     from kafka_scheduler.client.scheduler_client import SchedulerClient
 
     with SchedulerClient("b:9092") as client:
-        for kwargs, message in [(dict(expr="* * *"), "invalid cron expression"), (dict(expr=""), "needs an expression"),
-                                (dict(expr="@hourly", missed="later"), "use replay or skip"),
-                                (dict(expr="@hourly", start_at="2026-02-01T00:00:00Z",
-                                      end_at="2026-01-01T00:00:00Z"), "end is before its start")]:
+        for kwargs, message in [
+            (dict(expr="* * *"), "invalid cron expression"),
+            (dict(expr=""), "needs an expression"),
+            (dict(expr="@hourly", missed="later"), "use replay or skip"),
+            (
+                dict(expr="@hourly", start_at="2026-02-01T00:00:00Z", end_at="2026-01-01T00:00:00Z"),
+                "end is before its start",
+            ),
+        ]:
             with pytest.raises(RequestError, match=message):
                 client.cron("out", request_id="c", **kwargs)
     assert fake_producer.instances[0].produced == []

@@ -50,10 +50,15 @@ def test_env_names():
 
 
 def test_environment_overrides_default():
-    config = resolve(parse(), environ={"KAFKA_SCHEDULER_BOOTSTRAP_SERVERS": "kafka:9093",
-                                       "KAFKA_SCHEDULER_PARTITIONS": "4",
-                                       "KAFKA_SCHEDULER_HISTORY": "yes",
-                                       "KAFKA_SCHEDULER_TRIGGER_INTERVAL": "1 second"})
+    config = resolve(
+        parse(),
+        environ={
+            "KAFKA_SCHEDULER_BOOTSTRAP_SERVERS": "kafka:9093",
+            "KAFKA_SCHEDULER_PARTITIONS": "4",
+            "KAFKA_SCHEDULER_HISTORY": "yes",
+            "KAFKA_SCHEDULER_TRIGGER_INTERVAL": "1 second",
+        },
+    )
     assert config.bootstrap_servers == "kafka:9093"
     assert config.partitions == 4
     assert config.history is True
@@ -62,10 +67,15 @@ def test_environment_overrides_default():
 
 def test_flag_overrides_environment():
     args = parse("--bootstrap-servers", "flag:1", "--partitions", "3", "--history", "false")
-    config = resolve(args, environ={"KAFKA_SCHEDULER_BOOTSTRAP_SERVERS": "env:2",
-                                    "KAFKA_SCHEDULER_PARTITIONS": "9",
-                                    "KAFKA_SCHEDULER_HISTORY": "true",
-                                    "KAFKA_SCHEDULER_MAX_VALUE_BYTES": "500"})
+    config = resolve(
+        args,
+        environ={
+            "KAFKA_SCHEDULER_BOOTSTRAP_SERVERS": "env:2",
+            "KAFKA_SCHEDULER_PARTITIONS": "9",
+            "KAFKA_SCHEDULER_HISTORY": "true",
+            "KAFKA_SCHEDULER_MAX_VALUE_BYTES": "500",
+        },
+    )
     assert config.bootstrap_servers == "flag:1"
     assert config.partitions == 3
     assert config.history is False
@@ -83,35 +93,41 @@ def test_resolve_reads_os_environ_by_default(monkeypatch):
     assert resolve(parse("--app-id", "from-flag")).app_id == "from-flag"
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("0s", "0 milliseconds"),
-    ("250ms", "250 milliseconds"),
-    ("1 second", "1000 milliseconds"),
-    ("2 seconds", "2000 milliseconds"),
-    ("2m", "120000 milliseconds"),
-    ("1 minute", "60000 milliseconds"),
-    ("0.5s", "500 milliseconds"),
-    ("100 milliseconds", "100 milliseconds"),
-    (" 3S ", "3000 milliseconds"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("0s", "0 milliseconds"),
+        ("250ms", "250 milliseconds"),
+        ("1 second", "1000 milliseconds"),
+        ("2 seconds", "2000 milliseconds"),
+        ("2m", "120000 milliseconds"),
+        ("1 minute", "60000 milliseconds"),
+        ("0.5s", "500 milliseconds"),
+        ("100 milliseconds", "100 milliseconds"),
+        (" 3S ", "3000 milliseconds"),
+    ],
+)
 def test_trigger_interval(text, expected):
     assert resolve(parse("--trigger-interval", text), environ={}).trigger_interval == expected
     assert resolve(parse(), environ={"KAFKA_SCHEDULER_TRIGGER_INTERVAL": text}).trigger_interval == expected
 
 
-@pytest.mark.parametrize("argv", [
-    ("--trigger-interval", "soon"),
-    ("--trigger-interval", "5h"),
-    ("--trigger-interval=-1s",),
-    ("--partitions", "0"),
-    ("--partitions", "-2"),
-    ("--partitions", "two"),
-    ("--max-value-bytes", "0"),
-    ("--max-ahead-days", "1.5"),
-    ("--max-requests-per-batch", "0"),
-    ("--history", "maybe"),
-    ("--allowed-destinations", "orders-("),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--trigger-interval", "soon"),
+        ("--trigger-interval", "5h"),
+        ("--trigger-interval=-1s",),
+        ("--partitions", "0"),
+        ("--partitions", "-2"),
+        ("--partitions", "two"),
+        ("--max-value-bytes", "0"),
+        ("--max-ahead-days", "1.5"),
+        ("--max-requests-per-batch", "0"),
+        ("--history", "maybe"),
+        ("--allowed-destinations", "orders-("),
+    ],
+)
 def test_bad_flag_values_name_the_flag(argv):
     with pytest.raises(ConfigError) as error:
         resolve(parse(*argv), environ={})
@@ -119,13 +135,16 @@ def test_bad_flag_values_name_the_flag(argv):
     assert str(error.value).startswith(flag + ":"), str(error.value)
 
 
-@pytest.mark.parametrize("name,value", [
-    ("KAFKA_SCHEDULER_TRIGGER_INTERVAL", "soon"),
-    ("KAFKA_SCHEDULER_PARTITIONS", "0"),
-    ("KAFKA_SCHEDULER_HISTORY", "maybe"),
-    ("KAFKA_SCHEDULER_ALLOWED_DESTINATIONS", "[unclosed"),
-    ("KAFKA_SCHEDULER_MAX_VALUE_BYTES", "1e3"),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("KAFKA_SCHEDULER_TRIGGER_INTERVAL", "soon"),
+        ("KAFKA_SCHEDULER_PARTITIONS", "0"),
+        ("KAFKA_SCHEDULER_HISTORY", "maybe"),
+        ("KAFKA_SCHEDULER_ALLOWED_DESTINATIONS", "[unclosed"),
+        ("KAFKA_SCHEDULER_MAX_VALUE_BYTES", "1e3"),
+    ],
+)
 def test_bad_environment_values_name_the_variable(name, value):
     with pytest.raises(ConfigError) as error:
         resolve(parse(), environ={name: value})
@@ -165,8 +184,13 @@ def test_topic_names():
     assert config.history_topic == "billing-schedule-history"
     assert config.ticks_topic == "billing-scheduler-ticks"
     assert config.ledger_topic == "billing-schedule-ledger"
-    assert config.own_topics == ("billing-schedule-requests", "billing-schedule-rejections",
-                                 "billing-schedule-history", "billing-scheduler-ticks", "billing-schedule-ledger")
+    assert config.own_topics == (
+        "billing-schedule-requests",
+        "billing-schedule-rejections",
+        "billing-schedule-history",
+        "billing-scheduler-ticks",
+        "billing-schedule-ledger",
+    )
 
 
 def test_a_yes_no_flag_alone_means_yes():
@@ -177,8 +201,10 @@ def test_a_yes_no_flag_alone_means_yes():
 
 
 def test_allowed_destinations_is_kept_verbatim():
-    assert resolve(parse("--allowed-destinations", "orders-.*|payments"), environ={}).allowed_destinations \
+    assert (
+        resolve(parse("--allowed-destinations", "orders-.*|payments"), environ={}).allowed_destinations
         == "orders-.*|payments"
+    )
 
 
 def test_add_arguments_subset():
@@ -198,8 +224,10 @@ def test_describe_lists_every_setting():
 
 
 def test_resolve_records_which_options_were_given_and_where():
-    config = resolve(parse("--partitions", "3", "--shards", "5"),
-                     environ={"KAFKA_SCHEDULER_STATE_LAYOUT": "wheel", "KAFKA_SCHEDULER_SHARDS": "9"})
+    config = resolve(
+        parse("--partitions", "3", "--shards", "5"),
+        environ={"KAFKA_SCHEDULER_STATE_LAYOUT": "wheel", "KAFKA_SCHEDULER_SHARDS": "9"},
+    )
     assert config.given_by("partitions") == "--partitions"
     assert config.given_by("shards") == "--shards"  # the flag wins, and is what gets named
     assert config.given_by("state_layout") == "KAFKA_SCHEDULER_STATE_LAYOUT"
@@ -220,6 +248,7 @@ def test_how_an_option_was_given_changes_neither_equality_nor_describe():
 
 def test_a_jvm_of_the_job_out_of_heap_exits_instead_of_hanging():
     from kafka_scheduler.engine.session import spark_settings
+
     settings = spark_settings(resolve(parse(), environ={}))
     for side in ("driver", "executor"):
         assert "-XX:+ExitOnOutOfMemoryError" in settings[f"spark.{side}.extraJavaOptions"].split()
@@ -227,6 +256,7 @@ def test_a_jvm_of_the_job_out_of_heap_exits_instead_of_hanging():
 
 def test_the_state_stores_share_one_bounded_memory_budget():
     from kafka_scheduler.engine.session import ROCKSDB_MEMORY_MB, spark_settings
+
     settings = spark_settings(resolve(parse(), environ={}))
     assert settings["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] == "true"
     assert settings["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] == str(ROCKSDB_MEMORY_MB)
@@ -237,6 +267,7 @@ def test_the_decode_runs_compiled_and_the_state_step_skips_the_arrow_size_check(
     """Two settings that made ingest 1.5x faster (docs/measurements.md): without them the decode's generated method
     is too big for the JIT, and Spark sizes each Arrow batch again after every row it sends to the state step."""
     from kafka_scheduler.engine.session import spark_settings
+
     settings = spark_settings(resolve(parse(), environ={}))
     assert int(settings["spark.sql.codegen.hugeMethodLimit"]) <= 8000  # HotSpot's HugeMethodLimit
     assert settings["spark.sql.execution.arrow.maxBytesPerBatch"] == str(2**31 - 1)  # Spark's "unbounded"
@@ -246,11 +277,13 @@ def test_spark_keeps_every_class_a_job_generates():
     """A job's query and sink generate more classes than Spark's default cache of 100 holds: with it, every batch
     compiled ~23 of them again (docs/measurements.md, "The batch cycle on a slow day")."""
     from kafka_scheduler.engine.session import spark_settings
+
     assert int(spark_settings(resolve(parse(), environ={}))["spark.sql.codegen.cache.maxEntries"]) >= 500
 
 
 def test_the_state_retention_settings_reach_spark():
     from kafka_scheduler.engine.session import spark_settings
+
     assert spark_settings(resolve(parse(), environ={}))["spark.sql.streaming.minBatchesToRetain"] == "20"
     assert spark_settings(resolve(parse(), environ={}))["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "10"
     kept = spark_settings(resolve(parse("--state-batches-kept", "3", "--state-snapshot-every", "4"), environ={}))

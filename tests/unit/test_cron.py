@@ -5,8 +5,8 @@ first occurrence). No croniter in the reference."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from functools import lru_cache
+from datetime import UTC, datetime, timedelta
+from functools import cache
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -19,9 +19,21 @@ from kafka_scheduler.engine import cron
 # Zones with every kind of transition: an hour at 02:00 (Paris, New York), at midnight (Sao Paulo's DST years:
 # local midnight does not exist), 30 minutes (Lord Howe), two hours (Troll), a 45-minute offset (Chatham),
 # negative DST years and Ramadan switches (Casablanca), a skipped day (Apia, 2011), none (Kolkata, UTC).
-ZONES = ["Europe/Paris", "America/New_York", "America/Sao_Paulo", "Australia/Lord_Howe", "Antarctica/Troll",
-         "Pacific/Chatham", "Africa/Casablanca", "Pacific/Apia", "America/St_Johns", "Asia/Kolkata", "Europe/London",
-         "America/Havana", None]
+ZONES = [
+    "Europe/Paris",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "Australia/Lord_Howe",
+    "Antarctica/Troll",
+    "Pacific/Chatham",
+    "Africa/Casablanca",
+    "Pacific/Apia",
+    "America/St_Johns",
+    "Asia/Kolkata",
+    "Europe/London",
+    "America/Havana",
+    None,
+]
 YEARS = (2010, 2030)
 
 
@@ -54,8 +66,16 @@ def parse(expr: str):
     minute, hour, dom, month, dow = fields[:5]
     second = fields[5] if len(fields) == 6 else "0"
     dows = {d % 7 for d in _field(dow, 0, 7)}
-    return (sorted(_field(second, 0, 59)), sorted(_field(minute, 0, 59)), sorted(_field(hour, 0, 23)),
-            _field(dom, 1, 31), _field(month, 1, 12), dows, dom != "*", dow != "*")
+    return (
+        sorted(_field(second, 0, 59)),
+        sorted(_field(minute, 0, 59)),
+        sorted(_field(hour, 0, 23)),
+        _field(dom, 1, 31),
+        _field(month, 1, 12),
+        dows,
+        dom != "*",
+        dow != "*",
+    )
 
 
 def _day_matches(day: datetime, fields) -> bool:
@@ -69,18 +89,18 @@ def _day_matches(day: datetime, fields) -> bool:
 
 
 def _epoch_ms(moment: datetime) -> int:
-    return (moment - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 
 
 def occurrences(local: datetime, tz) -> list[int]:
     """Every UTC instant (ms) whose local wall-clock time is ``local``: none, one, or two in a repeated hour. Found
     by trying each offset the zone has around that time and keeping those that read back as ``local``."""
     if tz is None:
-        return [_epoch_ms(local.replace(tzinfo=timezone.utc))]
+        return [_epoch_ms(local.replace(tzinfo=UTC))]
     offsets = {tz.utcoffset(local + timedelta(hours=h)) for h in (-26, -3, -1, 0, 1, 3, 26)}
     found = set()
     for offset in offsets:
-        instant = local.replace(tzinfo=timezone.utc) - offset
+        instant = local.replace(tzinfo=UTC) - offset
         if datetime.fromtimestamp(instant.timestamp(), tz).replace(tzinfo=None) == local:
             found.add(_epoch_ms(instant))
     return sorted(found)
@@ -90,7 +110,7 @@ def reference_next(expr: str, tz_name, after_ms: int):
     tz = None if tz_name is None else ZoneInfo(tz_name)
     fields = parse(expr)
     seconds, minutes, hours = fields[:3]
-    start = datetime.fromtimestamp(after_ms / 1000, tz or timezone.utc).replace(tzinfo=None)
+    start = datetime.fromtimestamp(after_ms / 1000, tz or UTC).replace(tzinfo=None)
     day = datetime(start.year, start.month, start.day) - timedelta(days=1)
     for _ in range(3 * 366):
         if _day_matches(day, fields):
@@ -114,31 +134,41 @@ def _part(low: int, high: int):
     single = st.integers(low, high).map(str)
     # (a degenerate range a-a is left out: croniter reads '0-0' in the hour field as every hour)
     ranged = st.tuples(st.integers(low, high - 1), st.integers(1, high - low)).map(
-        lambda ab: f"{ab[0]}-{min(high, ab[0] + ab[1])}")
+        lambda ab: f"{ab[0]}-{min(high, ab[0] + ab[1])}"
+    )
     stepped = st.tuples(st.sampled_from(["*", str(low)]), st.integers(2, max(2, (high - low) // 2))).map(
-        lambda a: f"{a[0]}/{a[1]}")
+        lambda a: f"{a[0]}/{a[1]}"
+    )
     listed = st.lists(st.integers(low, high), min_size=2, max_size=4, unique=True).map(
-        lambda xs: ",".join(map(str, sorted(xs))))
+        lambda xs: ",".join(map(str, sorted(xs)))
+    )
     return st.one_of(st.just("*"), single, ranged, stepped, listed)
 
 
 EXPRESSIONS = st.one_of(
     st.tuples(_part(0, 59), _part(0, 23), st.just("*"), st.just("*"), st.just("*")).map(" ".join),
     st.tuples(_part(0, 59), _part(0, 23), _part(1, 31), _part(1, 12), st.sampled_from(["*", "1-5", "0,6", "3"])).map(
-        " ".join),
+        " ".join
+    ),
     # six fields, seconds last; coarse seconds so the minimum interval holds
-    st.tuples(_part(0, 59), _part(0, 23), st.just("*"), st.just("*"), st.just("*"),
-              st.sampled_from(["0", "30", "*/15", "10,40", "0-50/25"])).map(" ".join),
+    st.tuples(
+        _part(0, 59),
+        _part(0, 23),
+        st.just("*"),
+        st.just("*"),
+        st.just("*"),
+        st.sampled_from(["0", "30", "*/15", "10,40", "0-50/25"]),
+    ).map(" ".join),
 )
 
 
-@lru_cache(maxsize=None)
+@cache
 def transitions(tz_name: str) -> list[int]:
     """The instants (ms) where the zone's offset changes between YEARS, found hour by hour and then to the second."""
     tz = ZoneInfo(tz_name)
     out = []
-    moment = datetime(YEARS[0], 1, 1, tzinfo=timezone.utc)
-    end = datetime(YEARS[1], 12, 31, tzinfo=timezone.utc)
+    moment = datetime(YEARS[0], 1, 1, tzinfo=UTC)
+    end = datetime(YEARS[1], 12, 31, tzinfo=UTC)
     previous = moment.astimezone(tz).utcoffset()
     while moment < end:
         following = moment + timedelta(hours=1)
@@ -164,8 +194,10 @@ def near_a_transition(draw):
     return tz_name, instant + draw(st.integers(-30 * 3_600_000, 6 * 3_600_000))
 
 
-ANY_INSTANT = st.tuples(st.sampled_from(ZONES), st.integers(_epoch_ms(datetime(YEARS[0], 1, 1, tzinfo=timezone.utc)),
-                                                            _epoch_ms(datetime(YEARS[1], 1, 1, tzinfo=timezone.utc))))
+ANY_INSTANT = st.tuples(
+    st.sampled_from(ZONES),
+    st.integers(_epoch_ms(datetime(YEARS[0], 1, 1, tzinfo=UTC)), _epoch_ms(datetime(YEARS[1], 1, 1, tzinfo=UTC))),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -208,42 +240,45 @@ def test_the_repeated_hour_fires_once_at_its_first_occurrence():
     spec = cron.spec("30 2 * * *", "Europe/Paris")
     # 2026-10-25: 03:00 -> 02:00 in Paris; 02:30 happens twice. It fires at the first (CEST, 00:30 UTC).
     first = spec.next_after(paris_ms(2026, 10, 24, 12))
-    assert first == paris_ms(2026, 10, 25, 2, 30, fold=0) == _epoch_ms(datetime(2026, 10, 25, 0, 30, tzinfo=timezone.utc))
+    assert first == paris_ms(2026, 10, 25, 2, 30, fold=0) == _epoch_ms(datetime(2026, 10, 25, 0, 30, tzinfo=UTC))
     assert spec.next_after(first) == paris_ms(2026, 10, 26, 2, 30)
     every_20 = cron.spec("*/20 * * * *", "Europe/Paris")
     fired = [every_20.next_after(paris_ms(2026, 10, 25, 1, 50))]
     while len(fired) < 6:
         fired.append(every_20.next_after(fired[-1]))
-    utc = [datetime.fromtimestamp(t / 1000, timezone.utc).strftime("%H:%M") for t in fired]
+    utc = [datetime.fromtimestamp(t / 1000, UTC).strftime("%H:%M") for t in fired]
     # 02:00, 02:20, 02:40 CEST (00:00-00:40 UTC); the second pass (01:00-01:40 UTC) fires nothing; 03:00 CET.
     assert utc == ["00:00", "00:20", "00:40", "02:00", "02:20", "02:40"]
 
 
 def test_six_fields_have_the_seconds_last_and_aliases_work():
     assert cron.spec("* * * * * */5").min_interval_ms == 5000
-    start = _epoch_ms(datetime(2026, 1, 1, tzinfo=timezone.utc))
+    start = _epoch_ms(datetime(2026, 1, 1, tzinfo=UTC))
     assert cron.spec("* * * * * */5").next_after(start) == start + 5000
     assert cron.spec("@hourly").next_after(start) == start + 3_600_000
 
 
 def test_aliases_and_zones_of_the_daily_alias():
-    start = _epoch_ms(datetime(2026, 1, 1, tzinfo=timezone.utc))
+    start = _epoch_ms(datetime(2026, 1, 1, tzinfo=UTC))
     # Kolkata is UTC+05:30: local midnight of Jan 2 is 18:30 UTC on Jan 1.
     assert cron.spec("@daily", "Asia/Kolkata").next_after(start) == start + (18 * 60 + 30) * 60_000
-    assert cron.spec("@weekly").next_after(start) == _epoch_ms(datetime(2026, 1, 4, tzinfo=timezone.utc))
+    assert cron.spec("@weekly").next_after(start) == _epoch_ms(datetime(2026, 1, 4, tzinfo=UTC))
 
 
-@pytest.mark.parametrize("expr, reason", [
-    ("", "invalid x-scheduler-cron-expr"),
-    ("* * * *", "invalid x-scheduler-cron-expr"),
-    ("* * * * * 70", "invalid x-scheduler-cron-expr"),
-    ("*/0 * * * *", "invalid x-scheduler-cron-expr"),
-    ("@reboot", "invalid x-scheduler-cron-expr"),
-    ("0 0 30 2 *", "invalid x-scheduler-cron-expr '0 0 30 2 *': it never fires"),
-    ("* * * * * */4", "fires every 4s at times, more often than the minimum interval 5s"),
-    ("* * * * * 0,1", "fires every 1s"),
-    ("0,59 * * * * 0,58", "fires every 2s"),  # across the minute: :58 then :00 of the next
-])
+@pytest.mark.parametrize(
+    "expr, reason",
+    [
+        ("", "invalid x-scheduler-cron-expr"),
+        ("* * * *", "invalid x-scheduler-cron-expr"),
+        ("* * * * * 70", "invalid x-scheduler-cron-expr"),
+        ("*/0 * * * *", "invalid x-scheduler-cron-expr"),
+        ("@reboot", "invalid x-scheduler-cron-expr"),
+        ("0 0 30 2 *", "invalid x-scheduler-cron-expr '0 0 30 2 *': it never fires"),
+        ("* * * * * */4", "fires every 4s at times, more often than the minimum interval 5s"),
+        ("* * * * * 0,1", "fires every 1s"),
+        ("0,59 * * * * 0,58", "fires every 2s"),  # across the minute: :58 then :00 of the next
+    ],
+)
 def test_invalid_and_too_frequent_expressions_have_a_reason(expr, reason):
     assert reason in cron.problem(expr, None, 5000)
 
@@ -267,11 +302,15 @@ def test_next_firings_in_bulk_computes_once_per_expression_zone_and_instant(monk
         return original(self, after_ms)
 
     monkeypatch.setattr(cron.CronSpec, "next_after", counted)
-    start = _epoch_ms(datetime(2026, 1, 1, tzinfo=timezone.utc))
+    start = _epoch_ms(datetime(2026, 1, 1, tzinfo=UTC))
     n = 1_000_000
-    out = cron.next_firings(np.full(n, "* * * * *", dtype=object), np.full(n, None, dtype=object),
-                            np.full(n, start, dtype=np.int64))
+    out = cron.next_firings(
+        np.full(n, "* * * * *", dtype=object), np.full(n, None, dtype=object), np.full(n, start, dtype=np.int64)
+    )
     assert len(calls) == 1 and (out == start + 60_000).all()
-    mixed = cron.next_firings(["* * * * *", "* * * * *", "@hourly", "@hourly"],
-                              [None, "Asia/Kolkata", None, None], [start, start, start, start + 1])
+    mixed = cron.next_firings(
+        ["* * * * *", "* * * * *", "@hourly", "@hourly"],
+        [None, "Asia/Kolkata", None, None],
+        [start, start, start, start + 1],
+    )
     assert list(mixed) == [start + 60_000, start + 60_000, start + 3_600_000, start + 3_600_000]

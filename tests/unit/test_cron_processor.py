@@ -12,8 +12,16 @@ from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP
 
 
 def firing(due_ms: int = 1_767_225_605_000, lateness=None) -> Schedule:
-    return Schedule(due_ms, "out", b"k", b"tick", (("h", b"1"),), f"requests-0-9@{due_ms}", max_lateness_ms=lateness,
-                    cron=Cron("* * * * * */5", "Europe/Paris", "skip", 1_767_225_600_000, None))
+    return Schedule(
+        due_ms,
+        "out",
+        b"k",
+        b"tick",
+        (("h", b"1"),),
+        f"requests-0-9@{due_ms}",
+        max_lateness_ms=lateness,
+        cron=Cron("* * * * * */5", "Europe/Paris", "skip", 1_767_225_600_000, None),
+    )
 
 
 def headers(rows, row: int) -> list:
@@ -34,39 +42,58 @@ def test_a_firing_is_delivered_with_kaspr_fire_timestamp_and_its_own_delivery_id
 
 
 def test_rows_marked_expired_are_emitted_as_expired_with_their_max_lateness():
-    frame = wheel.mark_expired(wheel.entries_frame([firing(10_000, lateness=500), firing(10_000, lateness=5000)]),
-                               now_ms=11_000)
+    frame = wheel.mark_expired(
+        wheel.entries_frame([firing(10_000, lateness=500), firing(10_000, lateness=5000)]), now_ms=11_000
+    )
     rows = wheel_processor.deliveries_frame(frame, now_ms=11_000)
     assert list(rows["kind"]) == ["expired", "deliver"]
     assert list(rows["max_lateness_ms"]) == [500, 5000]
 
 
 def test_a_cron_add_the_rules_refuse_is_rejected_as_the_decoder_would():
-    rejected = pd.DataFrame([(b"k", b"v", [{"key": "x-scheduler-action", "value": b"CRON_ADD"}, {"key": "a",
-                                                                                                "value": None}],
-                              "requests-2-17", "invalid x-scheduler-cron-expr 'x' (...)")],
-                            columns=["key", "value", "raw_headers", "delivery_id", "reason"])
+    rejected = pd.DataFrame(
+        [
+            (
+                b"k",
+                b"v",
+                [{"key": "x-scheduler-action", "value": b"CRON_ADD"}, {"key": "a", "value": None}],
+                "requests-2-17",
+                "invalid x-scheduler-cron-expr 'x' (...)",
+            )
+        ],
+        columns=["key", "value", "raw_headers", "delivery_id", "reason"],
+    )
     rows = wheel_processor.rejections_frame(rejected, "app-schedule-rejections")
     assert list(rows["kind"]) == ["reject"] and list(rows["topic"]) == ["app-schedule-rejections"]
     assert headers(rows, 0) == [
-        ("x-scheduler-action", b"CRON_ADD"), ("a", None),
+        ("x-scheduler-action", b"CRON_ADD"),
+        ("a", None),
         ("x-scheduler-rejection-reason", b"invalid x-scheduler-cron-expr 'x' (...)"),
-        ("x-scheduler-source-topic", b"requests"), ("x-scheduler-source-partition", b"2"),
-        ("x-scheduler-source-offset", b"17")]
+        ("x-scheduler-source-topic", b"requests"),
+        ("x-scheduler-source-partition", b"2"),
+        ("x-scheduler-source-offset", b"17"),
+    ]
     assert rows["delivery_id"][0] is None  # a rejection gets no delivery id header
 
 
 def test_chunks_keep_cron_columns_and_chunks_written_before_them_read_as_one_shots():
-    frame = wheel.entries_frame([firing(lateness=600_000), Schedule(5, "out", None, None, (), "t-0-1")],
-                                [(b"cron:requests/a", b"d" * 16), (None, None)])
+    frame = wheel.entries_frame(
+        [firing(lateness=600_000), Schedule(5, "out", None, None, (), "t-0-1")],
+        [(b"cron:requests/a", b"d" * 16), (None, None)],
+    )
     back = wheel_processor.from_blob(wheel_processor.to_blob(frame))
     assert wheel.schedules_of(back) == wheel.schedules_of(frame)
     # A chunk of the format before issue 19: no expiry or cron columns.
     old_schema = pa.schema([f for f in wheel_processor.CHUNK_SCHEMA if f.name in wheel.ENTRY_COLUMNS[:16]])
-    old = wheel_processor._ipc(pa.Table.from_pandas(
-        frame.iloc[1:][[f.name for f in old_schema]].assign(
-            partition=pd.array([None], dtype="Int32"), wb_partition=pd.array([None], dtype="Int32")),
-        schema=old_schema, preserve_index=False))
+    old = wheel_processor._ipc(
+        pa.Table.from_pandas(
+            frame.iloc[1:][[f.name for f in old_schema]].assign(
+                partition=pd.array([None], dtype="Int32"), wb_partition=pd.array([None], dtype="Int32")
+            ),
+            schema=old_schema,
+            preserve_index=False,
+        )
+    )
     read = wheel_processor.from_blob(old)
     assert list(read.columns) == wheel.ENTRY_COLUMNS
     assert wheel.schedules_of(read) == [Schedule(5, "out", None, None, (), "t-0-1")]

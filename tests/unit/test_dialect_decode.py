@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import fastavro
 import pytest
@@ -20,8 +20,7 @@ from pyspark.sql import functions as F
 
 from kafka_scheduler import dialects
 from kafka_scheduler.dialects.common import NORMALIZED_COLUMNS, DecodeSettings
-from kafka_scheduler.protocol import REJECTIONS_SID
-from kafka_scheduler.protocol import ENTRY_OVERHEAD_BYTES
+from kafka_scheduler.protocol import ENTRY_OVERHEAD_BYTES, REJECTIONS_SID
 
 from . import test_native_decode as native_cases
 
@@ -34,8 +33,13 @@ DIALECT_OF = {KARAFKA: "karafka", ETF1: "etf1", SKY_AVRO: "sky-avro", SKY_JSON: 
 STRAY = "nobody-reads-this"
 
 # Input topics are never destinations: they are among the app's own topics.
-SETTINGS = DecodeSettings(rejections_topic=REJECTIONS, own_topics=(NATIVE, REJECTIONS, HISTORY, *DIALECT_OF),
-                          allowed_destinations=None, max_value_bytes=100, max_ahead_ms=100 * 365 * 86_400_000)
+SETTINGS = DecodeSettings(
+    rejections_topic=REJECTIONS,
+    own_topics=(NATIVE, REJECTIONS, HISTORY, *DIALECT_OF),
+    allowed_destinations=None,
+    max_value_bytes=100,
+    max_ahead_ms=100 * 365 * 86_400_000,
+)
 
 EPOCH_S = 1893456000  # 2030-01-01T00:00:00Z
 EPOCH_MS = EPOCH_S * 1000
@@ -49,7 +53,7 @@ def ts_of(offset: int) -> datetime:
 
 def seconds_of(offset: int) -> int:
     """The record timestamp in whole Unix seconds (ts_of adds 7 ms to a whole second)."""
-    return int((ts_of(offset) - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(seconds=1))
+    return int((ts_of(offset) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(seconds=1))
 
 
 def h(name, value):
@@ -68,9 +72,15 @@ def case(topic, offset, headers, key=b"id-1", value=b"payload", partition=0):
 
 # ================================================================ Karafka
 
-V, T, EP, TT, TK, TP, TPK = ("schedule_schema_version", "schedule_source_type", "schedule_target_epoch",
-                             "schedule_target_topic", "schedule_target_key", "schedule_target_partition",
-                             "schedule_target_partition_key")
+V, T, EP, TT, TK, TP, TPK = (
+    "schedule_schema_version",
+    "schedule_source_type",
+    "schedule_target_epoch",
+    "schedule_target_topic",
+    "schedule_target_key",
+    "schedule_target_partition",
+    "schedule_target_partition_key",
+)
 SRC_OFF, OURS = "schedule_source_offset", "x-scheduler-source-offset"
 
 
@@ -82,8 +92,16 @@ def k_schedule(epoch="1893456000", topic="orders", *extra, version="1.0.0"):
     return [h(V, version), h(T, "schedule"), h(EP, epoch), h(TT, topic), *extra]
 
 
-K_VALID_HEADERS = [h("trace", b"\x01\xff"), h(V, "1.0.0"), h(EP, "1893456000.0015"), h(T, "schedule"),
-                   h(TT, "orders"), h(TK, b"\x00tk\xff"), h(TPK, b"pk"), h("nullh", None)]
+K_VALID_HEADERS = [
+    h("trace", b"\x01\xff"),
+    h(V, "1.0.0"),
+    h(EP, "1893456000.0015"),
+    h(T, "schedule"),
+    h(TT, "orders"),
+    h(TK, b"\x00tk\xff"),
+    h(TPK, b"pk"),
+    h("nullh", None),
+]
 K_VALID = karafka(100, K_VALID_HEADERS, key=ODD_KEY, value=ODD_VALUE, partition=2)
 K_EXPLICIT_PARTITION = karafka(101, k_schedule("1893456000", "orders", h(TP, "3"), h(TPK, b"pk")))
 K_WHOLE_SECONDS = karafka(102, k_schedule("1893456000"))
@@ -93,22 +111,45 @@ K_TINY = karafka(105, k_schedule("0.0001"))
 K_HALF = karafka(106, k_schedule("1893456000.5"))
 K_MAJOR_ONLY = karafka(107, k_schedule(version="1"))
 K_MINOR = karafka(108, k_schedule(version="1.2"))
-K_STALE_OFFSETS = karafka(109, [h(V, "1.0.0"), h(T, "schedule"), h(SRC_OFF, "5"), h(EP, "1893456000"),
-                                h(OURS, "6"), h(TT, "orders")], partition=1)
-K_NAME_CASE = karafka(110, [h("Schedule_Schema_Version", "1.0.0"), h("SCHEDULE_SOURCE_TYPE", "schedule"),
-                            h("Schedule_Target_Epoch", "1893456000"), h("schedule_TARGET_topic", "orders")])
+K_STALE_OFFSETS = karafka(
+    109,
+    [h(V, "1.0.0"), h(T, "schedule"), h(SRC_OFF, "5"), h(EP, "1893456000"), h(OURS, "6"), h(TT, "orders")],
+    partition=1,
+)
+K_NAME_CASE = karafka(
+    110,
+    [
+        h("Schedule_Schema_Version", "1.0.0"),
+        h("SCHEDULE_SOURCE_TYPE", "schedule"),
+        h("Schedule_Target_Epoch", "1893456000"),
+        h("schedule_TARGET_topic", "orders"),
+    ],
+)
 K_BINARY_KEY = karafka(111, k_schedule(), key=b"\xc3(\x00\xff")
 K_NULL_PAYLOAD = karafka(112, k_schedule(), value=None)
 K_CANCEL = karafka(120, [h(V, "1.0.0"), h(T, "cancel")], value=None, partition=2)
 # Our write-back for K_VALID, written out by hand: the envelope headers with the type set to tombstone,
 # then Karafka's and our offset headers.
-K_OUR_WRITE_BACK = karafka(121, [h("trace", b"\x01\xff"), h(V, "1.0.0"), h(EP, "1893456000.0015"),
-                                 h(T, "tombstone"), h(TT, "orders"), h(TK, b"\x00tk\xff"), h(TPK, b"pk"),
-                                 h("nullh", None), h(SRC_OFF, "100"), h(OURS, "100")],
-                           key=ODD_KEY, value=None, partition=2)
+K_OUR_WRITE_BACK = karafka(
+    121,
+    [
+        h("trace", b"\x01\xff"),
+        h(V, "1.0.0"),
+        h(EP, "1893456000.0015"),
+        h(T, "tombstone"),
+        h(TT, "orders"),
+        h(TK, b"\x00tk\xff"),
+        h(TPK, b"pk"),
+        h("nullh", None),
+        h(SRC_OFF, "100"),
+        h(OURS, "100"),
+    ],
+    key=ODD_KEY,
+    value=None,
+    partition=2,
+)
 K_OURS_WINS = karafka(122, [h(V, "1.0.0"), h(T, "tombstone"), h(SRC_OFF, "9"), h(OURS, "7")], value=None)
-K_KARAFKA_TOMBSTONE = karafka(123, [h(V, "1.0.0"), h(T, "tombstone"), h(TT, "orders"), h(SRC_OFF, "42")],
-                              value=None)
+K_KARAFKA_TOMBSTONE = karafka(123, [h(V, "1.0.0"), h(T, "tombstone"), h(TT, "orders"), h(SRC_OFF, "42")], value=None)
 K_BARE_TOMBSTONE = karafka(124, [h(V, "1.0.0"), h(T, "tombstone")], value=None)
 K_LEADING_ZEROS = karafka(125, [h(V, "1.0.0"), h(T, "tombstone"), h(OURS, "007")], value=None)
 
@@ -151,8 +192,9 @@ K_GARBAGE_TYPE = karafka(175, [h(V, "1.0.0"), h(T, b"sched\xffule"), h(EP, "1893
 K_GARBAGE_TOPIC = karafka(176, k_schedule("1893456000", b"ord\xffers"))
 K_GARBAGE_EPOCH = karafka(177, k_schedule(b"18934560\xff0"))
 K_GARBAGE_VERSION = karafka(178, k_schedule(version=b"1.\xff"))
-K_TWO_ERRORS = karafka(179, [h("user", b"\x00\xff"), h(V, "1.0.0"), h(T, "schedule")], key=ODD_KEY,
-                       value=ODD_VALUE, partition=5)
+K_TWO_ERRORS = karafka(
+    179, [h("user", b"\x00\xff"), h(V, "1.0.0"), h(T, "schedule")], key=ODD_KEY, value=ODD_VALUE, partition=5
+)
 K_NULL_HEADERS = karafka(180, None)
 # A duplicated target header does not matter to a cancel (and is not reported for it).
 K_CANCEL_DUPLICATE_TARGET = karafka(181, [h(V, "1.0.0"), h(T, "cancel"), h(TT, "a"), h(TT, "b")], value=None)
@@ -171,8 +213,13 @@ def e_schedule(epoch="1893456000", topic="online-videos", *extra):
 
 
 # The example of ETF1's README.
-E_VALID = etf1(200, [h(EPOCH, "1893456000"), h(TARGET_TOPIC, "online-videos"), h(TARGET_KEY, "vid1"),
-                     h("customer-header", "dummy")], key=b"vid1-online", value=b'"video 1"', partition=1)
+E_VALID = etf1(
+    200,
+    [h(EPOCH, "1893456000"), h(TARGET_TOPIC, "online-videos"), h(TARGET_KEY, "vid1"), h("customer-header", "dummy")],
+    key=b"vid1-online",
+    value=b'"video 1"',
+    partition=1,
+)
 E_NO_TARGET_KEY = etf1(201, e_schedule())
 E_PAST = etf1(202, e_schedule("0"))
 E_EMPTY_VALUE = etf1(203, e_schedule(), value=b"")
@@ -204,10 +251,19 @@ E_TWO_ERRORS = etf1(247, [h("user", b"\x00\xff")], key=ODD_KEY, value=ODD_VALUE,
 # ================================================================ Sky (Avro and JSON)
 
 EXPIRED = "schedule:expired"
-AVRO_FIELDS = [{"name": "time", "type": "long"}, {"name": "topic", "type": "string"},
-               {"name": "key", "type": "bytes"}, {"name": "value", "type": ["null", "bytes"]}]
-AVRO_SCHEMA = fastavro.parse_schema({"type": "record", "name": "AvroSchedule", "fields": [
-    *AVRO_FIELDS, {"name": "headers", "type": {"type": "map", "values": "bytes"}}]})
+AVRO_FIELDS = [
+    {"name": "time", "type": "long"},
+    {"name": "topic", "type": "string"},
+    {"name": "key", "type": "bytes"},
+    {"name": "value", "type": ["null", "bytes"]},
+]
+AVRO_SCHEMA = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "AvroSchedule",
+        "fields": [*AVRO_FIELDS, {"name": "headers", "type": {"type": "map", "values": "bytes"}}],
+    }
+)
 OLDER_AVRO_SCHEMA = fastavro.parse_schema({"type": "record", "name": "AvroSchedule", "fields": AVRO_FIELDS})
 
 
@@ -265,16 +321,34 @@ A_NEGATIVE_TIME = sky_avro(337, avro(time=-5))
 A_INTERNAL_TOPIC = sky_avro(338, avro(topic="__consumer_offsets"))
 A_TO_INPUT = sky_avro(339, avro(topic=SKY_JSON))
 A_EMPTY_TOPIC = sky_avro(340, avro(topic=""))
-A_GARBAGE_TOPIC = sky_avro(341, zigzag(EPOCH_MS) + avro_bytes(b"ord\xffers") + avro_bytes(b"k") + zigzag(0)
-                           + zigzag(0))
-A_GARBAGE_HEADER_NAME = sky_avro(342, zigzag(EPOCH_MS) + avro_bytes(b"orders") + avro_bytes(b"k") + zigzag(0)
-                                 + zigzag(1) + avro_bytes(b"na\xffme") + avro_bytes(b"v") + zigzag(0))
+A_GARBAGE_TOPIC = sky_avro(341, zigzag(EPOCH_MS) + avro_bytes(b"ord\xffers") + avro_bytes(b"k") + zigzag(0) + zigzag(0))
+A_GARBAGE_HEADER_NAME = sky_avro(
+    342,
+    zigzag(EPOCH_MS)
+    + avro_bytes(b"orders")
+    + avro_bytes(b"k")
+    + zigzag(0)
+    + zigzag(1)
+    + avro_bytes(b"na\xffme")
+    + avro_bytes(b"v")
+    + zigzag(0),
+)
 A_TOO_FAR = sky_avro(343, avro(time=10**17))
 A_TOO_LARGE = sky_avro(344, avro(value=b"x" * 101))
 # Valid Avro, but not in its canonical form: a map block with a negative count and a byte size
 # (Java's BlockingBinaryEncoder writes those). Encoded again it is shorter: rejected (see sky_avro.py).
-A_NEGATIVE_BLOCK = sky_avro(345, zigzag(EPOCH_MS) + avro_bytes(b"orders") + avro_bytes(b"k") + zigzag(0)
-                            + zigzag(-1) + zigzag(4) + avro_bytes(b"a") + avro_bytes(b"1") + zigzag(0))
+A_NEGATIVE_BLOCK = sky_avro(
+    345,
+    zigzag(EPOCH_MS)
+    + avro_bytes(b"orders")
+    + avro_bytes(b"k")
+    + zigzag(0)
+    + zigzag(-1)
+    + zigzag(4)
+    + avro_bytes(b"a")
+    + avro_bytes(b"1")
+    + zigzag(0),
+)
 A_DUPLICATE_EXPIRED = sky_avro(346, None, [h(EXPIRED, "true"), h(EXPIRED, "true")])
 A_BAD_OURS = sky_avro(347, None, [h(EXPIRED, "true"), h(OURS, "3x")])
 A_TWO_ERRORS = sky_avro(348, avro(time=-1, topic="__x"), key=ODD_KEY, partition=3)
@@ -300,9 +374,19 @@ def schedule_json(**fields):
     return {name: value for name, value in base.items() if value is not ...}
 
 
-J_VALID = sky_json(400, {"time": EPOCH_MS + 123, "topic": "orders", "key": b64(ODD_KEY), "value": b64(ODD_VALUE),
-                         "headers": {"h2": b64(b"\x01\xff"), "h1": "", "content-type": b64(b"text/plain")}},
-                   [h("ignored", "x")], key=b"sched-1", partition=2)
+J_VALID = sky_json(
+    400,
+    {
+        "time": EPOCH_MS + 123,
+        "topic": "orders",
+        "key": b64(ODD_KEY),
+        "value": b64(ODD_VALUE),
+        "headers": {"h2": b64(b"\x01\xff"), "h1": "", "content-type": b64(b"text/plain")},
+    },
+    [h("ignored", "x")],
+    key=b"sched-1",
+    partition=2,
+)
 J_NULL_PAYLOAD = sky_json(401, schedule_json(value=None))
 J_NO_PAYLOAD = sky_json(402, schedule_json(value=...))
 J_NO_HEADERS = sky_json(403, schedule_json(headers=...))
@@ -310,8 +394,9 @@ J_NULL_HEADERS = sky_json(404, schedule_json(headers=None))
 J_PRETTY = sky_json(405, "\n  " + json.dumps(schedule_json(headers={"a": b64(b"1")}), indent=2) + "\n\t ")
 J_QUOTED_TIME = sky_json(406, schedule_json(time=str(EPOCH_MS)))
 J_NULL_HEADER_VALUE = sky_json(407, schedule_json(headers={"n": None}))
-J_DUPLICATE_HEADER = sky_json(408, '{"time": %d, "topic": "orders", "key": "aw==", '
-                                   '"headers": {"a": "MQ==", "a": "Mg=="}}' % EPOCH_MS)
+J_DUPLICATE_HEADER = sky_json(
+    408, f'{{"time": {EPOCH_MS}, "topic": "orders", "key": "aw==", "headers": {{"a": "MQ==", "a": "Mg=="}}}}'
+)
 J_UNPADDED = sky_json(409, schedule_json(key="YQ", value="YWI"))
 J_EMPTY_OBJECT_HEADERS = sky_json(410, schedule_json(headers={}))
 J_CANCEL = sky_json(420, None, partition=2)
@@ -357,8 +442,10 @@ J_EMPTY_TOPIC = sky_json(463, schedule_json(topic=""))
 
 
 def rows_of(topic):
-    return [(key, value, topic, partition, offset, ts_of(offset), 0, headers)
-            for offset, (key, value, headers, partition) in sorted(CASES[topic].items())]
+    return [
+        (key, value, topic, partition, offset, ts_of(offset), 0, headers)
+        for offset, (key, value, headers, partition) in sorted(CASES[topic].items())
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -370,8 +457,12 @@ def results(spark):
     stray = [(b"k", b"v", STRAY, 0, 1, ts_of(1), 0, [])]
     inputs = {**DIALECT_OF, NATIVE: "native"}
 
-    alone = [dialects.decode(spark.createDataFrame(rows, KAFKA_SCHEMA), {topic: inputs[topic]}, SETTINGS)
-             .withColumn("run", F.lit("alone")) for topic, rows in records.items()]
+    alone = [
+        dialects.decode(spark.createDataFrame(rows, KAFKA_SCHEMA), {topic: inputs[topic]}, SETTINGS).withColumn(
+            "run", F.lit("alone")
+        )
+        for topic, rows in records.items()
+    ]
     # One frame, like the one Kafka source of all inputs.
     everything = spark.createDataFrame([row for rows in records.values() for row in rows] + stray, KAFKA_SCHEMA)
     mixed = dialects.decode(everything, inputs, SETTINGS).withColumn("run", F.lit("mixed"))
@@ -408,15 +499,38 @@ def expected_entry_bytes(key, value, headers, wb_key, wb_headers):
     return size if wb_headers is None else size + len(wb_key or b"") + header_bytes(wb_headers)
 
 
-def expect_row(row, topic, offset, *, action, due_ms=None, dest=None, key=None, value=None, headers=(),
-               completes=None, partition=None, partition_key=None, wb_headers=None, history=False, cron=None):
+def expect_row(
+    row,
+    topic,
+    offset,
+    *,
+    action,
+    due_ms=None,
+    dest=None,
+    key=None,
+    value=None,
+    headers=(),
+    completes=None,
+    partition=None,
+    partition_key=None,
+    wb_headers=None,
+    history=False,
+    cron=None,
+):
     """The whole normalized row of a valid request, every column (``cron``: the columns of expiry and crons that
     the request sets; null otherwise)."""
     record_key, _, _, src_partition = CASES[topic][offset]
     headers = list(headers)
-    actual = dict(row, key=blob(row["key"]), value=blob(row["value"]), headers=headers_of(row),
-                  wb_key=blob(row["wb_key"]), wb_headers=headers_of(row, "wb_headers"), sid=blob(row["sid"]),
-                  partition_key=blob(row["partition_key"]))
+    actual = dict(
+        row,
+        key=blob(row["key"]),
+        value=blob(row["value"]),
+        headers=headers_of(row),
+        wb_key=blob(row["wb_key"]),
+        wb_headers=headers_of(row, "wb_headers"),
+        sid=blob(row["sid"]),
+        partition_key=blob(row["partition_key"]),
+    )
     written_back = wb_headers is not None
     assert actual == {
         "sid": b"id:" + topic.encode() + b"/" + record_key,
@@ -442,13 +556,21 @@ def expect_row(row, topic, offset, *, action, due_ms=None, dest=None, key=None, 
         "wb_headers": None if wb_headers is None else list(wb_headers),
         "history": history,
         "run": "alone",
-        **dict.fromkeys(CRON_AND_EXPIRY_COLUMNS), **(cron or {}),
+        **dict.fromkeys(CRON_AND_EXPIRY_COLUMNS),
+        **(cron or {}),
     }
 
 
 # The columns only a native request with a max lateness or a CRON_ADD fills in.
-CRON_AND_EXPIRY_COLUMNS = ("max_lateness_ms", "cron_expr", "cron_tz", "cron_policy", "cron_start_ms", "cron_end_ms",
-                           "raw_headers")
+CRON_AND_EXPIRY_COLUMNS = (
+    "max_lateness_ms",
+    "cron_expr",
+    "cron_tz",
+    "cron_policy",
+    "cron_start_ms",
+    "cron_end_ms",
+    "raw_headers",
+)
 
 
 def reasons_of(row):
@@ -471,13 +593,27 @@ def expect_rejection(row, topic, offset, *fragments):
     assert headers_of(row) == (
         list(headers or [])
         + [("x-scheduler-rejection-reason", r.encode()) for r in reasons]
-        + [("x-scheduler-source-topic", topic.encode()),
-           ("x-scheduler-source-partition", str(partition).encode()),
-           ("x-scheduler-source-offset", str(offset).encode())])
+        + [
+            ("x-scheduler-source-topic", topic.encode()),
+            ("x-scheduler-source-partition", str(partition).encode()),
+            ("x-scheduler-source-offset", str(offset).encode()),
+        ]
+    )
     assert row["delivery_id"] == f"{topic}-{partition}-{offset}"
     assert (row["src_topic"], row["src_partition"], row["src_offset"]) == (topic, partition, offset)
-    assert all(row[c] is None for c in ("completes", "partition", "partition_key", "wb_topic", "wb_partition",
-                                        "wb_key", "wb_headers", "entry_bytes"))
+    assert all(
+        row[c] is None
+        for c in (
+            "completes",
+            "partition",
+            "partition_key",
+            "wb_topic",
+            "wb_partition",
+            "wb_key",
+            "wb_headers",
+            "entry_bytes",
+        )
+    )
     assert row["history"] is False
     return reasons
 
@@ -488,14 +624,35 @@ def expect_rejection(row, topic, offset, *fragments):
 def test_karafka_schedule_is_decoded_exactly(decoded):
     envelope = [(name, value) for name, value in K_VALID_HEADERS]
     expect_row(
-        decoded[KARAFKA, K_VALID], KARAFKA, K_VALID, action="ADD",
+        decoded[KARAFKA, K_VALID],
+        KARAFKA,
+        K_VALID,
+        action="ADD",
         due_ms=EPOCH_MS + 2,  # 1893456000.0015 s = ...000001.5 ms, rounded up
-        dest="orders", key=b"\x00tk\xff", value=ODD_VALUE, partition_key=b"pk",
-        headers=envelope + [("schedule_source_topic", KARAFKA.encode()), ("schedule_source_partition", b"2"),
-                            ("schedule_source_offset", b"100"), ("schedule_source_key", ODD_KEY)],
-        wb_headers=[("trace", b"\x01\xff"), (V, b"1.0.0"), (EP, b"1893456000.0015"), (T, b"tombstone"),
-                    (TT, b"orders"), (TK, b"\x00tk\xff"), (TPK, b"pk"), ("nullh", None),
-                    (SRC_OFF, b"100"), (OURS, b"100")])
+        dest="orders",
+        key=b"\x00tk\xff",
+        value=ODD_VALUE,
+        partition_key=b"pk",
+        headers=envelope
+        + [
+            ("schedule_source_topic", KARAFKA.encode()),
+            ("schedule_source_partition", b"2"),
+            ("schedule_source_offset", b"100"),
+            ("schedule_source_key", ODD_KEY),
+        ],
+        wb_headers=[
+            ("trace", b"\x01\xff"),
+            (V, b"1.0.0"),
+            (EP, b"1893456000.0015"),
+            (T, b"tombstone"),
+            (TT, b"orders"),
+            (TK, b"\x00tk\xff"),
+            (TPK, b"pk"),
+            ("nullh", None),
+            (SRC_OFF, b"100"),
+            (OURS, b"100"),
+        ],
+    )
 
 
 def test_karafka_explicit_partition_wins_over_the_partition_key(decoded):
@@ -504,15 +661,18 @@ def test_karafka_explicit_partition_wins_over_the_partition_key(decoded):
     assert row["key"] is None  # no schedule_target_key: a null key
 
 
-@pytest.mark.parametrize("offset,due_ms", [
-    (K_WHOLE_SECONDS, EPOCH_MS),
-    (K_EXACT_MS, EPOCH_MS + 123),
-    (K_SUB_MS, EPOCH_MS + 124),
-    (K_TINY, 1),
-    (K_HALF, EPOCH_MS + 500),
-    (K_MAJOR_ONLY, EPOCH_MS),
-    (K_MINOR, EPOCH_MS),
-])
+@pytest.mark.parametrize(
+    "offset,due_ms",
+    [
+        (K_WHOLE_SECONDS, EPOCH_MS),
+        (K_EXACT_MS, EPOCH_MS + 123),
+        (K_SUB_MS, EPOCH_MS + 124),
+        (K_TINY, 1),
+        (K_HALF, EPOCH_MS + 500),
+        (K_MAJOR_ONLY, EPOCH_MS),
+        (K_MINOR, EPOCH_MS),
+    ],
+)
 def test_karafka_due_time_is_never_early(decoded, offset, due_ms):
     row = decoded[KARAFKA, offset]
     assert (row["kind"], row["action"], row["due_ms"]) == ("request", "ADD", due_ms)
@@ -521,8 +681,14 @@ def test_karafka_due_time_is_never_early(decoded, offset, due_ms):
 def test_karafka_write_back_replaces_earlier_offsets(decoded):
     row = decoded[KARAFKA, K_STALE_OFFSETS]
     assert row["kind"] == "request"
-    assert headers_of(row, "wb_headers") == [(V, b"1.0.0"), (T, b"tombstone"), (EP, b"1893456000"),
-                                             (TT, b"orders"), (SRC_OFF, b"109"), (OURS, b"109")]
+    assert headers_of(row, "wb_headers") == [
+        (V, b"1.0.0"),
+        (T, b"tombstone"),
+        (EP, b"1893456000"),
+        (TT, b"orders"),
+        (SRC_OFF, b"109"),
+        (OURS, b"109"),
+    ]
     # the delivered record still has every envelope header, then the source headers
     assert headers_of(row)[:6] == CASES[KARAFKA][K_STALE_OFFSETS][2]
 
@@ -549,61 +715,68 @@ def test_karafka_cancel(decoded):
     expect_row(decoded[KARAFKA, K_CANCEL], KARAFKA, K_CANCEL, action="CANCEL")
 
 
-@pytest.mark.parametrize("offset,completes", [
-    (K_OUR_WRITE_BACK, f"{KARAFKA}-2-100"),  # completes exactly the version K_VALID decoded
-    (K_OURS_WINS, f"{KARAFKA}-0-7"),
-    (K_KARAFKA_TOMBSTONE, f"{KARAFKA}-0-42"),
-    (K_BARE_TOMBSTONE, None),  # the version pending at that point
-    (K_LEADING_ZEROS, f"{KARAFKA}-0-7"),
-])
+@pytest.mark.parametrize(
+    "offset,completes",
+    [
+        (K_OUR_WRITE_BACK, f"{KARAFKA}-2-100"),  # completes exactly the version K_VALID decoded
+        (K_OURS_WINS, f"{KARAFKA}-0-7"),
+        (K_KARAFKA_TOMBSTONE, f"{KARAFKA}-0-42"),
+        (K_BARE_TOMBSTONE, None),  # the version pending at that point
+        (K_LEADING_ZEROS, f"{KARAFKA}-0-7"),
+    ],
+)
 def test_karafka_tombstones_complete_a_version(decoded, offset, completes):
     expect_row(decoded[KARAFKA, offset], KARAFKA, offset, action="COMPLETE", completes=completes)
 
 
-@pytest.mark.parametrize("offset,fragments", [
-    (K_NO_KEY, ["missing schedule id"]),
-    (K_EMPTY_KEY, ["missing schedule id"]),
-    (K_NO_VERSION, ["missing schedule_schema_version"]),
-    (K_NEWER, ["schedule_schema_version '2.0.0' is newer than 1.x"]),
-    (K_MUCH_NEWER, ["is newer than 1.x"]),
-    (K_OLDER, ["unsupported schedule_schema_version '0.9'"]),
-    (K_BAD_VERSION, ["unsupported schedule_schema_version 'v1'"]),
-    (K_FOUR_PART_VERSION, ["unsupported schedule_schema_version '1.0.0.0'"]),
-    (K_NO_TYPE, ["missing schedule_source_type"]),
-    (K_UNKNOWN_TYPE, ["unknown schedule_source_type 'delete'"]),
-    (K_TYPE_CASE, ["unknown schedule_source_type 'Schedule'"]),
-    (K_NO_EPOCH, ["missing schedule_target_epoch"]),
-    (K_NEGATIVE_EPOCH, ["schedule_target_epoch '-5' is negative"]),
-    (K_WORD_EPOCH, ["invalid schedule_target_epoch 'soon'"]),
-    (K_EXPONENT_EPOCH, ["invalid schedule_target_epoch '1.8e9'"]),
-    (K_EMPTY_EPOCH, ["invalid schedule_target_epoch ''"]),
-    (K_NO_TOPIC, ["missing schedule_target_topic"]),
-    (K_EMPTY_TOPIC, ["missing schedule_target_topic"]),
-    (K_INTERNAL_TOPIC, ["destination topic '__consumer_offsets' is not allowed"]),
-    (K_TO_REJECTIONS, [f"destination topic '{REJECTIONS}' is not allowed"]),
-    (K_TO_INPUT, [f"destination topic '{ETF1}' is not allowed"]),
-    (K_BAD_TOPIC_NAME, ["invalid destination topic name 'a b'"]),
-    (K_NEGATIVE_PARTITION, ["invalid schedule_target_partition '-1'"]),
-    (K_WORD_PARTITION, ["invalid schedule_target_partition 'first'"]),
-    (K_HUGE_PARTITION, ["invalid schedule_target_partition '99999999999'"]),
-    (K_TOO_FAR, ["due time is more than 36500 days ahead"]),
-    (K_OVERFLOW_EPOCH, ["due time is more than 36500 days ahead"]),
-    (K_TOO_LARGE, ["value too large: 101 bytes"]),
-    (K_DUPLICATE_VERSION, ["duplicate header schedule_schema_version"]),
-    (K_DUPLICATE_EPOCH, ["duplicate header schedule_target_epoch"]),
-    (K_DUPLICATE_OURS, ["duplicate header x-scheduler-source-offset"]),
-    (K_BAD_OURS, ["invalid x-scheduler-source-offset 'abc'"]),
-    (K_BAD_THEIRS, ["invalid schedule_source_offset '-1'"]),
-    (K_NEWER_TOMBSTONE, ["is newer than 1.x"]),
-    (K_CANCEL_NO_VERSION, ["missing schedule_schema_version"]),
-    # invalid UTF-8 shows as U+FFFD: the value fails its check, and the reason stays readable
-    (K_GARBAGE_TYPE, ["unknown schedule_source_type 'sched\ufffdule'"]),
-    (K_GARBAGE_TOPIC, ["invalid destination topic name 'ord\ufffders'"]),
-    (K_GARBAGE_EPOCH, ["invalid schedule_target_epoch '18934560\ufffd0'"]),
-    (K_GARBAGE_VERSION, ["unsupported schedule_schema_version '1.\ufffd'"]),
-    (K_TWO_ERRORS, ["missing schedule_target_epoch", "missing schedule_target_topic"]),
-    (K_NULL_HEADERS, ["missing schedule_schema_version", "missing schedule_source_type"]),
-], ids=lambda p: str(p) if isinstance(p, int) else None)
+@pytest.mark.parametrize(
+    "offset,fragments",
+    [
+        (K_NO_KEY, ["missing schedule id"]),
+        (K_EMPTY_KEY, ["missing schedule id"]),
+        (K_NO_VERSION, ["missing schedule_schema_version"]),
+        (K_NEWER, ["schedule_schema_version '2.0.0' is newer than 1.x"]),
+        (K_MUCH_NEWER, ["is newer than 1.x"]),
+        (K_OLDER, ["unsupported schedule_schema_version '0.9'"]),
+        (K_BAD_VERSION, ["unsupported schedule_schema_version 'v1'"]),
+        (K_FOUR_PART_VERSION, ["unsupported schedule_schema_version '1.0.0.0'"]),
+        (K_NO_TYPE, ["missing schedule_source_type"]),
+        (K_UNKNOWN_TYPE, ["unknown schedule_source_type 'delete'"]),
+        (K_TYPE_CASE, ["unknown schedule_source_type 'Schedule'"]),
+        (K_NO_EPOCH, ["missing schedule_target_epoch"]),
+        (K_NEGATIVE_EPOCH, ["schedule_target_epoch '-5' is negative"]),
+        (K_WORD_EPOCH, ["invalid schedule_target_epoch 'soon'"]),
+        (K_EXPONENT_EPOCH, ["invalid schedule_target_epoch '1.8e9'"]),
+        (K_EMPTY_EPOCH, ["invalid schedule_target_epoch ''"]),
+        (K_NO_TOPIC, ["missing schedule_target_topic"]),
+        (K_EMPTY_TOPIC, ["missing schedule_target_topic"]),
+        (K_INTERNAL_TOPIC, ["destination topic '__consumer_offsets' is not allowed"]),
+        (K_TO_REJECTIONS, [f"destination topic '{REJECTIONS}' is not allowed"]),
+        (K_TO_INPUT, [f"destination topic '{ETF1}' is not allowed"]),
+        (K_BAD_TOPIC_NAME, ["invalid destination topic name 'a b'"]),
+        (K_NEGATIVE_PARTITION, ["invalid schedule_target_partition '-1'"]),
+        (K_WORD_PARTITION, ["invalid schedule_target_partition 'first'"]),
+        (K_HUGE_PARTITION, ["invalid schedule_target_partition '99999999999'"]),
+        (K_TOO_FAR, ["due time is more than 36500 days ahead"]),
+        (K_OVERFLOW_EPOCH, ["due time is more than 36500 days ahead"]),
+        (K_TOO_LARGE, ["value too large: 101 bytes"]),
+        (K_DUPLICATE_VERSION, ["duplicate header schedule_schema_version"]),
+        (K_DUPLICATE_EPOCH, ["duplicate header schedule_target_epoch"]),
+        (K_DUPLICATE_OURS, ["duplicate header x-scheduler-source-offset"]),
+        (K_BAD_OURS, ["invalid x-scheduler-source-offset 'abc'"]),
+        (K_BAD_THEIRS, ["invalid schedule_source_offset '-1'"]),
+        (K_NEWER_TOMBSTONE, ["is newer than 1.x"]),
+        (K_CANCEL_NO_VERSION, ["missing schedule_schema_version"]),
+        # invalid UTF-8 shows as U+FFFD: the value fails its check, and the reason stays readable
+        (K_GARBAGE_TYPE, ["unknown schedule_source_type 'sched\ufffdule'"]),
+        (K_GARBAGE_TOPIC, ["invalid destination topic name 'ord\ufffders'"]),
+        (K_GARBAGE_EPOCH, ["invalid schedule_target_epoch '18934560\ufffd0'"]),
+        (K_GARBAGE_VERSION, ["unsupported schedule_schema_version '1.\ufffd'"]),
+        (K_TWO_ERRORS, ["missing schedule_target_epoch", "missing schedule_target_topic"]),
+        (K_NULL_HEADERS, ["missing schedule_schema_version", "missing schedule_source_type"]),
+    ],
+    ids=lambda p: str(p) if isinstance(p, int) else None,
+)
 def test_karafka_rejections(decoded, offset, fragments):
     expect_rejection(decoded[KARAFKA, offset], KARAFKA, offset, *fragments)
 
@@ -617,12 +790,26 @@ def test_karafka_cancel_ignores_target_headers(decoded):
 
 def test_etf1_schedule_is_decoded_exactly(decoded):
     expect_row(
-        decoded[ETF1, E_VALID], ETF1, E_VALID, action="ADD", due_ms=EPOCH_MS, dest="online-videos", key=b"vid1",
+        decoded[ETF1, E_VALID],
+        ETF1,
+        E_VALID,
+        action="ADD",
+        due_ms=EPOCH_MS,
+        dest="online-videos",
+        key=b"vid1",
         value=b'"video 1"',
-        headers=[(EPOCH, b"1893456000"), (TARGET_TOPIC, b"online-videos"), (TARGET_KEY, b"vid1"),
-                 ("customer-header", b"dummy"), ("scheduler-timestamp", str(seconds_of(E_VALID)).encode()),
-                 ("scheduler-key", b"vid1-online"), ("scheduler-topic", ETF1.encode())],
-        wb_headers=[(OURS, b"200")], history=True)
+        headers=[
+            (EPOCH, b"1893456000"),
+            (TARGET_TOPIC, b"online-videos"),
+            (TARGET_KEY, b"vid1"),
+            ("customer-header", b"dummy"),
+            ("scheduler-timestamp", str(seconds_of(E_VALID)).encode()),
+            ("scheduler-key", b"vid1-online"),
+            ("scheduler-topic", ETF1.encode()),
+        ],
+        wb_headers=[(OURS, b"200")],
+        history=True,
+    )
 
 
 def test_etf1_variants(decoded):
@@ -643,30 +830,33 @@ def test_etf1_null_value_cancels(decoded, offset):
 
 
 def test_etf1_our_write_back_completes_its_version(decoded):
-    expect_row(decoded[ETF1, E_OUR_WRITE_BACK], ETF1, E_OUR_WRITE_BACK, action="COMPLETE",
-               completes=f"{ETF1}-1-200")
+    expect_row(decoded[ETF1, E_OUR_WRITE_BACK], ETF1, E_OUR_WRITE_BACK, action="COMPLETE", completes=f"{ETF1}-1-200")
 
 
-@pytest.mark.parametrize("offset,fragments", [
-    (E_NO_KEY, ["missing schedule id"]),
-    (E_EMPTY_KEY, ["missing schedule id"]),
-    (E_NO_EPOCH, ["missing scheduler-epoch"]),
-    (E_NEGATIVE_EPOCH, ["scheduler-epoch '-1' is negative"]),
-    (E_FRACTION_EPOCH, ["scheduler-epoch '1893456000.5' is not a whole number of seconds"]),
-    (E_WORD_EPOCH, ["invalid scheduler-epoch 'tomorrow'"]),
-    (E_EMPTY_EPOCH, ["invalid scheduler-epoch ''"]),
-    (E_NO_TOPIC, ["missing scheduler-target-topic"]),
-    (E_TO_INPUT, [f"destination topic '{ETF1}' is not allowed"]),
-    (E_GARBAGE_TOPIC, ["invalid destination topic name 'vid\ufffdeos'"]),
-    (E_TOO_FAR, ["due time is more than 36500 days ahead"]),
-    (E_OVERFLOW_EPOCH, ["due time is more than 36500 days ahead"]),
-    (E_TOO_LARGE, ["value too large: 101 bytes"]),
-    (E_DUPLICATE_EPOCH, ["duplicate header scheduler-epoch"]),
-    (E_BAD_OURS, ["invalid x-scheduler-source-offset 'x'"]),
-    (E_DUPLICATE_OURS, ["duplicate header x-scheduler-source-offset"]),
-    (E_GARBAGE_EPOCH, ["invalid scheduler-epoch '\ufffd'"]),
-    (E_TWO_ERRORS, ["missing scheduler-epoch", "missing scheduler-target-topic"]),
-], ids=lambda p: str(p) if isinstance(p, int) else None)
+@pytest.mark.parametrize(
+    "offset,fragments",
+    [
+        (E_NO_KEY, ["missing schedule id"]),
+        (E_EMPTY_KEY, ["missing schedule id"]),
+        (E_NO_EPOCH, ["missing scheduler-epoch"]),
+        (E_NEGATIVE_EPOCH, ["scheduler-epoch '-1' is negative"]),
+        (E_FRACTION_EPOCH, ["scheduler-epoch '1893456000.5' is not a whole number of seconds"]),
+        (E_WORD_EPOCH, ["invalid scheduler-epoch 'tomorrow'"]),
+        (E_EMPTY_EPOCH, ["invalid scheduler-epoch ''"]),
+        (E_NO_TOPIC, ["missing scheduler-target-topic"]),
+        (E_TO_INPUT, [f"destination topic '{ETF1}' is not allowed"]),
+        (E_GARBAGE_TOPIC, ["invalid destination topic name 'vid\ufffdeos'"]),
+        (E_TOO_FAR, ["due time is more than 36500 days ahead"]),
+        (E_OVERFLOW_EPOCH, ["due time is more than 36500 days ahead"]),
+        (E_TOO_LARGE, ["value too large: 101 bytes"]),
+        (E_DUPLICATE_EPOCH, ["duplicate header scheduler-epoch"]),
+        (E_BAD_OURS, ["invalid x-scheduler-source-offset 'x'"]),
+        (E_DUPLICATE_OURS, ["duplicate header x-scheduler-source-offset"]),
+        (E_GARBAGE_EPOCH, ["invalid scheduler-epoch '\ufffd'"]),
+        (E_TWO_ERRORS, ["missing scheduler-epoch", "missing scheduler-target-topic"]),
+    ],
+    ids=lambda p: str(p) if isinstance(p, int) else None,
+)
 def test_etf1_rejections(decoded, offset, fragments):
     expect_rejection(decoded[ETF1, offset], ETF1, offset, *fragments)
 
@@ -678,9 +868,18 @@ def test_sky_avro_schedule_is_decoded_exactly(decoded):
     row = decoded[SKY_AVRO, A_VALID]
     # Avro maps have no order: the headers come in Spark's map order.
     assert sorted(headers_of(row)) == sorted(A_HEADERS.items())
-    expect_row(row, SKY_AVRO, A_VALID, action="ADD", due_ms=EPOCH_MS + 123, dest="orders", key=ODD_KEY,
-               value=ODD_VALUE, headers=headers_of(row),
-               wb_headers=[(EXPIRED, b"true"), (OURS, b"300")])
+    expect_row(
+        row,
+        SKY_AVRO,
+        A_VALID,
+        action="ADD",
+        due_ms=EPOCH_MS + 123,
+        dest="orders",
+        key=ODD_KEY,
+        value=ODD_VALUE,
+        headers=headers_of(row),
+        wb_headers=[(EXPIRED, b"true"), (OURS, b"300")],
+    )
 
 
 def test_sky_avro_variants(decoded):
@@ -696,8 +895,17 @@ def test_sky_avro_variants(decoded):
 
 
 def test_sky_avro_older_schema_without_headers(decoded):
-    expect_row(decoded[SKY_AVRO, A_OLDER], SKY_AVRO, A_OLDER, action="ADD", due_ms=EPOCH_MS, dest="orders",
-               key=b"k", value=b"v", wb_headers=[(EXPIRED, b"true"), (OURS, str(A_OLDER).encode())])
+    expect_row(
+        decoded[SKY_AVRO, A_OLDER],
+        SKY_AVRO,
+        A_OLDER,
+        action="ADD",
+        due_ms=EPOCH_MS,
+        dest="orders",
+        key=b"k",
+        value=b"v",
+        wb_headers=[(EXPIRED, b"true"), (OURS, str(A_OLDER).encode())],
+    )
     row = decoded[SKY_AVRO, A_OLDER_NULL_PAYLOAD]
     assert (row["kind"], row["value"], row["headers"]) == ("request", None, [])
 
@@ -707,36 +915,43 @@ def test_sky_avro_null_value_cancels(decoded, offset):
     expect_row(decoded[SKY_AVRO, offset], SKY_AVRO, offset, action="CANCEL")
 
 
-@pytest.mark.parametrize("offset,completes", [
-    (A_SKY_EXPIRED, None),  # written by Sky: the version pending at that point
-    (A_EXPIRED_UPPER, None),
-    (A_OUR_WRITE_BACK, f"{SKY_AVRO}-2-300"),
-])
+@pytest.mark.parametrize(
+    "offset,completes",
+    [
+        (A_SKY_EXPIRED, None),  # written by Sky: the version pending at that point
+        (A_EXPIRED_UPPER, None),
+        (A_OUR_WRITE_BACK, f"{SKY_AVRO}-2-300"),
+    ],
+)
 def test_sky_avro_expired_tombstones_complete(decoded, offset, completes):
     expect_row(decoded[SKY_AVRO, offset], SKY_AVRO, offset, action="COMPLETE", completes=completes)
 
 
-@pytest.mark.parametrize("offset,fragments", [
-    (A_NO_KEY, ["missing schedule id"]),
-    (A_EMPTY_KEY, ["missing schedule id"]),
-    (A_TRUNCATED_HEADERS, ["malformed Avro schedule"]),
-    (A_TRUNCATED_EARLY, ["malformed Avro schedule (neither"]),
-    (A_TRAILING, ["malformed Avro schedule: the value is 2 bytes longer"]),
-    (A_GARBAGE, ["malformed Avro schedule"]),
-    (A_EMPTY_VALUE, ["malformed Avro schedule"]),
-    (A_NEGATIVE_TIME, ["time -5 is negative"]),
-    (A_INTERNAL_TOPIC, ["destination topic '__consumer_offsets' is not allowed"]),
-    (A_TO_INPUT, [f"destination topic '{SKY_JSON}' is not allowed"]),
-    (A_EMPTY_TOPIC, ["missing topic"]),
-    (A_GARBAGE_TOPIC, ["invalid destination topic name 'ord\ufffders'"]),
-    (A_GARBAGE_HEADER_NAME, ["header name 'na\ufffdme' is not valid UTF-8"]),
-    (A_TOO_FAR, ["due time is more than 36500 days ahead"]),
-    (A_TOO_LARGE, ["value too large: 101 bytes"]),
-    (A_NEGATIVE_BLOCK, ["malformed Avro schedule: the value is 1 bytes longer"]),
-    (A_DUPLICATE_EXPIRED, ["duplicate header schedule:expired"]),
-    (A_BAD_OURS, ["invalid x-scheduler-source-offset '3x'"]),
-    (A_TWO_ERRORS, ["time -1 is negative", "destination topic '__x' is not allowed"]),
-], ids=lambda p: str(p) if isinstance(p, int) else None)
+@pytest.mark.parametrize(
+    "offset,fragments",
+    [
+        (A_NO_KEY, ["missing schedule id"]),
+        (A_EMPTY_KEY, ["missing schedule id"]),
+        (A_TRUNCATED_HEADERS, ["malformed Avro schedule"]),
+        (A_TRUNCATED_EARLY, ["malformed Avro schedule (neither"]),
+        (A_TRAILING, ["malformed Avro schedule: the value is 2 bytes longer"]),
+        (A_GARBAGE, ["malformed Avro schedule"]),
+        (A_EMPTY_VALUE, ["malformed Avro schedule"]),
+        (A_NEGATIVE_TIME, ["time -5 is negative"]),
+        (A_INTERNAL_TOPIC, ["destination topic '__consumer_offsets' is not allowed"]),
+        (A_TO_INPUT, [f"destination topic '{SKY_JSON}' is not allowed"]),
+        (A_EMPTY_TOPIC, ["missing topic"]),
+        (A_GARBAGE_TOPIC, ["invalid destination topic name 'ord\ufffders'"]),
+        (A_GARBAGE_HEADER_NAME, ["header name 'na\ufffdme' is not valid UTF-8"]),
+        (A_TOO_FAR, ["due time is more than 36500 days ahead"]),
+        (A_TOO_LARGE, ["value too large: 101 bytes"]),
+        (A_NEGATIVE_BLOCK, ["malformed Avro schedule: the value is 1 bytes longer"]),
+        (A_DUPLICATE_EXPIRED, ["duplicate header schedule:expired"]),
+        (A_BAD_OURS, ["invalid x-scheduler-source-offset '3x'"]),
+        (A_TWO_ERRORS, ["time -1 is negative", "destination topic '__x' is not allowed"]),
+    ],
+    ids=lambda p: str(p) if isinstance(p, int) else None,
+)
 def test_sky_avro_rejections(decoded, offset, fragments):
     expect_rejection(decoded[SKY_AVRO, offset], SKY_AVRO, offset, *fragments)
 
@@ -750,27 +965,43 @@ def test_truncated_current_record_is_not_taken_for_an_older_one(decoded):
 
 
 def test_sky_json_schedule_is_decoded_exactly(decoded):
-    expect_row(decoded[SKY_JSON, J_VALID], SKY_JSON, J_VALID, action="ADD", due_ms=EPOCH_MS + 123, dest="orders",
-               key=ODD_KEY, value=ODD_VALUE,
-               headers=[("h2", b"\x01\xff"), ("h1", b""), ("content-type", b"text/plain")],  # in document order
-               wb_headers=[(EXPIRED, b"true"), (OURS, b"400")])
+    expect_row(
+        decoded[SKY_JSON, J_VALID],
+        SKY_JSON,
+        J_VALID,
+        action="ADD",
+        due_ms=EPOCH_MS + 123,
+        dest="orders",
+        key=ODD_KEY,
+        value=ODD_VALUE,
+        headers=[("h2", b"\x01\xff"), ("h1", b""), ("content-type", b"text/plain")],  # in document order
+        wb_headers=[(EXPIRED, b"true"), (OURS, b"400")],
+    )
 
 
-@pytest.mark.parametrize("offset,value,headers", [
-    (J_NULL_PAYLOAD, None, []),
-    (J_NO_PAYLOAD, None, []),
-    (J_NO_HEADERS, b"v", []),
-    (J_NULL_HEADERS, b"v", []),
-    (J_EMPTY_OBJECT_HEADERS, b"v", []),
-    (J_PRETTY, b"v", [("a", b"1")]),
-    (J_QUOTED_TIME, b"v", []),
-    (J_NULL_HEADER_VALUE, b"v", [("n", None)]),
-    (J_UNPADDED, b"ab", []),
-])
+@pytest.mark.parametrize(
+    "offset,value,headers",
+    [
+        (J_NULL_PAYLOAD, None, []),
+        (J_NO_PAYLOAD, None, []),
+        (J_NO_HEADERS, b"v", []),
+        (J_NULL_HEADERS, b"v", []),
+        (J_EMPTY_OBJECT_HEADERS, b"v", []),
+        (J_PRETTY, b"v", [("a", b"1")]),
+        (J_QUOTED_TIME, b"v", []),
+        (J_NULL_HEADER_VALUE, b"v", [("n", None)]),
+        (J_UNPADDED, b"ab", []),
+    ],
+)
 def test_sky_json_variants(decoded, offset, value, headers):
     row = decoded[SKY_JSON, offset]
     assert (row["kind"], row["due_ms"], row["topic"], blob(row["value"]), headers_of(row)) == (
-        "request", EPOCH_MS, "orders", value, headers), reasons_of(row) if row["kind"] == "reject" else row
+        "request",
+        EPOCH_MS,
+        "orders",
+        value,
+        headers,
+    ), reasons_of(row) if row["kind"] == "reject" else row
 
 
 def test_sky_json_keeps_a_repeated_header(decoded):
@@ -781,49 +1012,58 @@ def test_sky_json_keeps_a_repeated_header(decoded):
 def test_sky_json_null_values(decoded):
     expect_row(decoded[SKY_JSON, J_CANCEL], SKY_JSON, J_CANCEL, action="CANCEL")
     expect_row(decoded[SKY_JSON, J_SKY_EXPIRED], SKY_JSON, J_SKY_EXPIRED, action="COMPLETE")
-    expect_row(decoded[SKY_JSON, J_OUR_WRITE_BACK], SKY_JSON, J_OUR_WRITE_BACK, action="COMPLETE",
-               completes=f"{SKY_JSON}-2-400")
+    expect_row(
+        decoded[SKY_JSON, J_OUR_WRITE_BACK],
+        SKY_JSON,
+        J_OUR_WRITE_BACK,
+        action="COMPLETE",
+        completes=f"{SKY_JSON}-2-400",
+    )
 
 
 MALFORMED_JSON = "malformed JSON schedule"
 
 
-@pytest.mark.parametrize("offset,fragments", [
-    (J_NO_KEY, ["missing schedule id"]),
-    (J_EMPTY_KEY, ["missing schedule id"]),
-    (J_OPEN_BRACE, [MALFORMED_JSON]),
-    (J_NOT_JSON, [MALFORMED_JSON]),
-    (J_TRAILING, [MALFORMED_JSON]),
-    (J_TWO_OBJECTS, [MALFORMED_JSON]),
-    (J_ARRAY, [MALFORMED_JSON]),
-    (J_NULL_TEXT, [MALFORMED_JSON]),
-    (J_EMPTY_VALUE, [MALFORMED_JSON]),
-    (J_NUMBER, [MALFORMED_JSON]),
-    (J_CLOSING_BRACKET, [MALFORMED_JSON]),
-    (J_GARBAGE_TOPIC, ["invalid destination topic name 'ord\ufffders'"]),
-    (J_NO_TIME, ["missing time"]),
-    (J_NO_TOPIC, ["missing topic"]),
-    (J_EMPTY_TOPIC, ["missing topic"]),
-    (J_NO_KEY_FIELD, ["missing key"]),
-    (J_NULL_KEY_FIELD, ["missing key"]),
-    (J_WORD_TIME, ["invalid time 'soon'"]),
-    (J_FRACTION_TIME, ["invalid time '1.5'"]),
-    (J_NEGATIVE_TIME, ["time -5 is negative"]),
-    (J_BAD_KEY, ["invalid base64 in key"]),
-    (J_SPACE_IN_VALUE, ["invalid base64 in value"]),
-    (J_BAD_PADDING, ["invalid base64 in value"]),
-    (J_LINE_BREAK, ["invalid base64 in value"]),
-    (J_BAD_HEADER, ["invalid base64 in headers 'x'"]),
-    (J_BAD_HEADERS, ["invalid base64 in headers 'x', 'z'"]),
-    (J_HEADERS_LIST, ["invalid headers"]),
-    (J_HEADERS_TEXT, ["invalid headers"]),
-    (J_TO_INPUT, [f"destination topic '{KARAFKA}' is not allowed"]),
-    (J_TOO_FAR, ["due time is more than 36500 days ahead"]),
-    (J_OVERFLOW_TIME, ["due time is more than 36500 days ahead"]),
-    (J_TOO_LARGE, ["value too large: 101 bytes"]),
-    (J_TWO_ERRORS, ["missing time", "missing topic"]),
-    (J_DUPLICATE_OURS, ["duplicate header x-scheduler-source-offset"]),
-], ids=lambda p: str(p) if isinstance(p, int) else None)
+@pytest.mark.parametrize(
+    "offset,fragments",
+    [
+        (J_NO_KEY, ["missing schedule id"]),
+        (J_EMPTY_KEY, ["missing schedule id"]),
+        (J_OPEN_BRACE, [MALFORMED_JSON]),
+        (J_NOT_JSON, [MALFORMED_JSON]),
+        (J_TRAILING, [MALFORMED_JSON]),
+        (J_TWO_OBJECTS, [MALFORMED_JSON]),
+        (J_ARRAY, [MALFORMED_JSON]),
+        (J_NULL_TEXT, [MALFORMED_JSON]),
+        (J_EMPTY_VALUE, [MALFORMED_JSON]),
+        (J_NUMBER, [MALFORMED_JSON]),
+        (J_CLOSING_BRACKET, [MALFORMED_JSON]),
+        (J_GARBAGE_TOPIC, ["invalid destination topic name 'ord\ufffders'"]),
+        (J_NO_TIME, ["missing time"]),
+        (J_NO_TOPIC, ["missing topic"]),
+        (J_EMPTY_TOPIC, ["missing topic"]),
+        (J_NO_KEY_FIELD, ["missing key"]),
+        (J_NULL_KEY_FIELD, ["missing key"]),
+        (J_WORD_TIME, ["invalid time 'soon'"]),
+        (J_FRACTION_TIME, ["invalid time '1.5'"]),
+        (J_NEGATIVE_TIME, ["time -5 is negative"]),
+        (J_BAD_KEY, ["invalid base64 in key"]),
+        (J_SPACE_IN_VALUE, ["invalid base64 in value"]),
+        (J_BAD_PADDING, ["invalid base64 in value"]),
+        (J_LINE_BREAK, ["invalid base64 in value"]),
+        (J_BAD_HEADER, ["invalid base64 in headers 'x'"]),
+        (J_BAD_HEADERS, ["invalid base64 in headers 'x', 'z'"]),
+        (J_HEADERS_LIST, ["invalid headers"]),
+        (J_HEADERS_TEXT, ["invalid headers"]),
+        (J_TO_INPUT, [f"destination topic '{KARAFKA}' is not allowed"]),
+        (J_TOO_FAR, ["due time is more than 36500 days ahead"]),
+        (J_OVERFLOW_TIME, ["due time is more than 36500 days ahead"]),
+        (J_TOO_LARGE, ["value too large: 101 bytes"]),
+        (J_TWO_ERRORS, ["missing time", "missing topic"]),
+        (J_DUPLICATE_OURS, ["duplicate header x-scheduler-source-offset"]),
+    ],
+    ids=lambda p: str(p) if isinstance(p, int) else None,
+)
 def test_sky_json_rejections(decoded, offset, fragments):
     expect_rejection(decoded[SKY_JSON, offset], SKY_JSON, offset, *fragments)
 
@@ -857,12 +1097,22 @@ def test_native_records_decode_as_the_native_tests_expect_in_the_mix(results):
     # A few of the native test's cases, checked again in the mixed decode.
     row = results["mixed", NATIVE, native_cases.VALID_ADD]
     assert (row["kind"], row["action"], row["due_ms"], row["topic"]) == (
-        "request", "ADD", native_cases.ms("2030-01-02T03:04:05.678Z"), "orders")
-    assert headers_of(row) == [("trace", b"\x01\xff"), ("trace", b"\x02"), ("nullh", None),
-                               ("Content-Type", b"application/octet-stream")]
+        "request",
+        "ADD",
+        native_cases.ms("2030-01-02T03:04:05.678Z"),
+        "orders",
+    )
+    assert headers_of(row) == [
+        ("trace", b"\x01\xff"),
+        ("trace", b"\x02"),
+        ("nullh", None),
+        ("Content-Type", b"application/octet-stream"),
+    ]
     assert (row["completes"], row["wb_headers"], row["history"], row["partition"]) == (None, None, False, None)
     assert reasons_of(results["mixed", NATIVE, native_cases.TWO_ERRORS]) == [
-        "missing x-scheduler-deliver-to", "missing x-scheduler-deliver-at"]
+        "missing x-scheduler-deliver-to",
+        "missing x-scheduler-deliver-at",
+    ]
 
 
 def test_a_decode_of_all_five_dialects_compiles(spark):

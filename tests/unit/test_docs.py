@@ -20,8 +20,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
 def test_the_configuration_page_documents_every_option():
-    missing = [o.name for o in OPTIONS
-               if f"`{o.flag}`" not in CONFIGURATION or f"`{env_name(o)}`" not in CONFIGURATION]
+    missing = [o.name for o in OPTIONS if f"`{o.flag}`" not in CONFIGURATION or f"`{env_name(o)}`" not in CONFIGURATION]
     assert missing == []
 
 
@@ -39,8 +38,10 @@ def test_the_configuration_page_example_file_is_valid(tmp_path):
 
 def test_the_operations_page_lists_every_metric():
     table = OPERATIONS.split("## Metrics", 1)[1].split("\n## ", 1)[0]
-    names = {family.name + ("_total" if family.type == "counter" else "")
-             for family in SchedulerMetrics({}).registry.collect()}
+    names = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in SchedulerMetrics({}).registry.collect()
+    }
     listed = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `kafka_scheduler_")}
     assert listed == names
 
@@ -60,8 +61,7 @@ def relative_links(text: str) -> list[str]:
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
     prose = re.sub(r"`[^`\n]*`", "", prose)
     targets = [m.group(1) for m in LINK.finditer(prose)]
-    return [t.split("#", 1)[0] for t in targets
-            if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+    return [t.split("#", 1)[0] for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -72,6 +72,5 @@ def test_every_relative_link_points_to_a_file_that_exists(page):
 
 
 def test_the_link_check_sees_links_and_skips_code_and_urls():
-    text = ("see [a](docs/a.md#x) and ![b](b.svg), [c](https://x.org/c), [d](#top), `[e](e.md)`\n"
-            "```\n[f](f.md)\n```\n")
+    text = "see [a](docs/a.md#x) and ![b](b.svg), [c](https://x.org/c), [d](#top), `[e](e.md)`\n```\n[f](f.md)\n```\n"
     assert relative_links(text) == ["docs/a.md", "b.svg"]

@@ -12,22 +12,25 @@ import time
 
 import pytest
 
-from kafka_scheduler.kafka.local_broker import free_port
-from kafka_scheduler.engine.checkpoint import STATE_FILE, LocalFiles
 from kafka_scheduler.config import ConfigError
-from kafka_scheduler.pipeline import _storage_failure
+from kafka_scheduler.engine.checkpoint import STATE_FILE, LocalFiles
 from kafka_scheduler.engine.record_sink import framed_bytes
+from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.kafka.topics import KafkaUnreachable, broker_addresses, wait_for_broker
+from kafka_scheduler.pipeline import _storage_failure
 
 from .test_checkpoint_settings import commit, first_run, recorded, settle
-
 
 # ---------------------------------------------------------------- a broker that is not there yet
 
 
 def test_bootstrap_addresses_are_read_from_every_form():
     assert broker_addresses("127.0.0.1:9092, kafka-1:9093,PLAINTEXT://k2:19092,[::1]:9094,nonsense") == [
-        ("127.0.0.1", 9092), ("kafka-1", 9093), ("k2", 19092), ("::1", 9094)]
+        ("127.0.0.1", 9092),
+        ("kafka-1", 9093),
+        ("k2", 19092),
+        ("::1", 9094),
+    ]
 
 
 def test_waiting_for_a_broker_says_so_at_once_then_at_the_note_interval_and_gives_up_only_with_a_timeout(caplog):
@@ -41,7 +44,8 @@ def test_waiting_for_a_broker_says_so_at_once_then_at_the_note_interval_and_give
     assert 2 <= len(notes) <= 3, notes
     assert notes[0] == f"broker: waiting for {address} (connection refused)", notes
     assert notes[1].startswith(f"broker: waiting for {address} (connection refused); ") and notes[1].endswith(
-        "s so far"), notes
+        "s so far"
+    ), notes
 
 
 def test_a_stop_ends_the_wait_for_a_broker():
@@ -60,9 +64,11 @@ def test_a_checkpoint_under_a_file_cannot_be_written_and_says_so(tmp_path):
     files = LocalFiles(tmp_path / "file" / "ckpt")
     with pytest.raises(ConfigError) as error:
         files.check_writable()
-    assert str(error.value) == (f"cannot write to checkpoint {tmp_path}/file/ckpt: Not a directory; the scheduler "
-                                f"keeps its offsets and state there: make it writable and give it room, or use "
-                                f"another --checkpoint-dir")
+    assert str(error.value) == (
+        f"cannot write to checkpoint {tmp_path}/file/ckpt: Not a directory; the scheduler "
+        f"keeps its offsets and state there: make it writable and give it room, or use "
+        f"another --checkpoint-dir"
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders (the integration test mounts one)")
@@ -80,29 +86,36 @@ def test_a_writable_checkpoint_passes_the_probe_and_keeps_nothing_of_it(tmp_path
     assert list((tmp_path / "ckpt").iterdir()) == []
 
 
-@pytest.mark.parametrize("text,cause", [
-    ("java.io.IOException: No space left on device at ...offsets/.3.tmp", "No space left on device"),
-    ("org.apache.hadoop.fs.FSError: java.io.IOException: Read-only file system", "Read-only file system"),
-    ("[STREAM_FAILED] Query terminated with exception: Task failed: division by zero", None),
-])
+@pytest.mark.parametrize(
+    "text,cause",
+    [
+        ("java.io.IOException: No space left on device at ...offsets/.3.tmp", "No space left on device"),
+        ("org.apache.hadoop.fs.FSError: java.io.IOException: Read-only file system", "Read-only file system"),
+        ("[STREAM_FAILED] Query terminated with exception: Task failed: division by zero", None),
+    ],
+)
 def test_a_query_that_failed_writing_files_is_told_apart(text, cause):
     assert _storage_failure(text) == cause
 
 
-def test_run_on_an_unwritable_checkpoint_exits_2_with_one_line_before_anything_starts(tmp_path, capsys,
-                                                                                      keep_signal_handlers):
+def test_run_on_an_unwritable_checkpoint_exits_2_with_one_line_before_anything_starts(
+    tmp_path, capsys, keep_signal_handlers
+):
     from kafka_scheduler.cli.main import main
 
     (tmp_path / "file").write_text("")
     started = time.monotonic()
     # Nothing listens on the bootstrap port: reaching for Kafka would wait, not fail.
-    code = main(["run", "--bootstrap-servers", f"127.0.0.1:{free_port()}", "--checkpoint-dir",
-                 str(tmp_path / "file" / "ckpt")])
+    code = main(
+        ["run", "--bootstrap-servers", f"127.0.0.1:{free_port()}", "--checkpoint-dir", str(tmp_path / "file" / "ckpt")]
+    )
     err = capsys.readouterr().err
     assert code == 2 and time.monotonic() - started < 10
-    assert err == (f"kafka-scheduler run: error: cannot write to checkpoint {tmp_path}/file/ckpt: Not a directory; "
-                   f"the scheduler keeps its offsets and state there: make it writable and give it room, or use "
-                   f"another --checkpoint-dir\n")
+    assert err == (
+        f"kafka-scheduler run: error: cannot write to checkpoint {tmp_path}/file/ckpt: Not a directory; "
+        f"the scheduler keeps its offsets and state there: make it writable and give it room, or use "
+        f"another --checkpoint-dir\n"
+    )
 
 
 # ---------------------------------------------------------------- damaged or foreign checkpoints
@@ -112,9 +125,11 @@ def test_a_checkpoint_of_another_app_id_is_refused_naming_both(tmp_path):
     first_run(tmp_path, "--app-id", "billing", "--input", "shared-requests:native")
     with pytest.raises(ConfigError) as error:
         settle(tmp_path, "--app-id", "reminders", "--input", "shared-requests:native")
-    assert str(error.value) == (f"checkpoint {tmp_path} belongs to app id billing (recorded at its first run), not "
-                                f"reminders: its offsets and state are that app's. Run with --app-id billing, or use "
-                                f"another --checkpoint-dir")
+    assert str(error.value) == (
+        f"checkpoint {tmp_path} belongs to app id billing (recorded at its first run), not "
+        f"reminders: its offsets and state are that app's. Run with --app-id billing, or use "
+        f"another --checkpoint-dir"
+    )
     settle(tmp_path, "--app-id", "billing", "--input", "shared-requests:native")
 
 
@@ -132,12 +147,15 @@ def test_a_settings_file_from_before_app_ids_gets_the_app_id_of_its_next_start(t
 def test_another_spark_querys_checkpoint_is_refused_naming_what_it_read(tmp_path):
     commit(tmp_path, 7)
     (tmp_path / "offsets" / "7").write_text(
-        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"clicks":{"0":42,"1":40}}\n{"orders":{"0":3}}\n')
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"clicks":{"0":42,"1":40}}\n{"orders":{"0":3}}\n'
+    )
     with pytest.raises(ConfigError) as error:
         settle(tmp_path)
-    assert str(error.value) == (f"checkpoint {tmp_path} is not a kafka-scheduler checkpoint: it has no {STATE_FILE}, "
-                                f"and its query read clicks, orders, none of the inputs of app kafka-scheduler "
-                                f"(kafka-scheduler-schedule-requests). Use another --checkpoint-dir")
+    assert str(error.value) == (
+        f"checkpoint {tmp_path} is not a kafka-scheduler checkpoint: it has no {STATE_FILE}, "
+        f"and its query read clicks, orders, none of the inputs of app kafka-scheduler "
+        f"(kafka-scheduler-schedule-requests). Use another --checkpoint-dir"
+    )
 
 
 DAMAGE = [
@@ -145,11 +163,11 @@ DAMAGE = [
     ("metadata", b"\x00\x17garbage", "metadata is not Spark's query metadata"),
     ("metadata", b'{"name": "x"}', "metadata is not Spark's query metadata"),
     ("offsets/0", b"", "offsets/0 does not start with Spark's version line"),
-    ("offsets/0", b"v1\n{\"batchWatermarkMs\":0,\"batchTi", "offsets/0 holds a line that is not JSON"),
+    ("offsets/0", b'v1\n{"batchWatermarkMs":0,"batchTi', "offsets/0 holds a line that is not JSON"),
     ("offsets/0", b"\xff\xfe", "offsets/0 is not text"),
     ("commits/0", b"v1\n", "commits/0 has no content after its version line"),
     ("commits/0", b"PK\x03\x04 a zip?", "commits/0 does not start with Spark's version line"),
-    ("offsets/1", b"v1\n{\"batchWat", "offsets/1 holds a line that is not JSON"),  # the batch in flight at a crash
+    ("offsets/1", b'v1\n{"batchWat', "offsets/1 holds a line that is not JSON"),  # the batch in flight at a crash
 ]
 
 
@@ -187,6 +205,9 @@ def test_framing_leaves_room_for_the_batch_header_and_lz4_blocks():
 def test_a_checkpoint_of_a_query_without_kafka_sources_is_refused_as_foreign(tmp_path):
     commit(tmp_path, 2)
     (tmp_path / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"0":20}\n')
-    with pytest.raises(ConfigError, match="is not a kafka-scheduler checkpoint: it has no kafka-scheduler-state.json, "
-                                          "and its query read no Kafka topic, none of the inputs"):
+    with pytest.raises(
+        ConfigError,
+        match="is not a kafka-scheduler checkpoint: it has no kafka-scheduler-state.json, "
+        "and its query read no Kafka topic, none of the inputs",
+    ):
         settle(tmp_path)

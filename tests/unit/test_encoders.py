@@ -5,38 +5,56 @@ from __future__ import annotations
 import base64
 import io
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import fastavro
 import pytest
 
-from kafka_scheduler.client.scheduler_client import request_headers
 from kafka_scheduler.client.encoders import DIALECTS, RequestError, effective_due, encode
+from kafka_scheduler.client.scheduler_client import request_headers
 
-UTC = timezone.utc
+UTC = UTC
 DUE = datetime(2026, 5, 24, 12, 30, 0, 250000, tzinfo=UTC)  # Unix 1779625800.25
 DUE_S = 1779625800
 NON_NATIVE = [d for d in DIALECTS if d != "native"]
 
 # The contract's Sky writer schema, written out here rather than imported: the test decodes on its own.
-SKY_SCHEMA = fastavro.parse_schema({
-    "type": "record", "name": "AvroSchedule", "fields": [
-        {"name": "time", "type": "long"},
-        {"name": "topic", "type": "string"},
-        {"name": "key", "type": "bytes"},
-        {"name": "value", "type": ["null", "bytes"]},
-        {"name": "headers", "type": {"type": "map", "values": "bytes"}}]})
-SKY_SCHEMA_WITHOUT_HEADERS = fastavro.parse_schema({
-    "type": "record", "name": "AvroSchedule", "fields": [
-        {"name": "time", "type": "long"},
-        {"name": "topic", "type": "string"},
-        {"name": "key", "type": "bytes"},
-        {"name": "value", "type": ["null", "bytes"]}]})
+SKY_SCHEMA = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "AvroSchedule",
+        "fields": [
+            {"name": "time", "type": "long"},
+            {"name": "topic", "type": "string"},
+            {"name": "key", "type": "bytes"},
+            {"name": "value", "type": ["null", "bytes"]},
+            {"name": "headers", "type": {"type": "map", "values": "bytes"}},
+        ],
+    }
+)
+SKY_SCHEMA_WITHOUT_HEADERS = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "AvroSchedule",
+        "fields": [
+            {"name": "time", "type": "long"},
+            {"name": "topic", "type": "string"},
+            {"name": "key", "type": "bytes"},
+            {"name": "value", "type": ["null", "bytes"]},
+        ],
+    }
+)
 
 
 def schedule(dialect, action="schedule", **overrides):
-    args = dict(request_id="r-1", topic="orders", due=DUE, key=b"user-42", value=b"\x00payload\xff",
-                headers=[("trace", "abc"), ("raw", b"\xff\x00")])
+    args = dict(
+        request_id="r-1",
+        topic="orders",
+        due=DUE,
+        key=b"user-42",
+        value=b"\x00payload\xff",
+        headers=[("trace", "abc"), ("raw", b"\xff\x00")],
+    )
     args.update(overrides)
     return encode(dialect, action, **args)
 
@@ -50,10 +68,13 @@ def read_avro(value: bytes) -> dict:
 
 def read_json(value: bytes) -> dict:
     document = json.loads(value.decode("utf-8"))
-    return {"time": document["time"], "topic": document["topic"],
-            "key": base64.b64decode(document["key"], validate=True),
-            "value": None if document["value"] is None else base64.b64decode(document["value"], validate=True),
-            "headers": {name: base64.b64decode(v, validate=True) for name, v in document["headers"].items()}}
+    return {
+        "time": document["time"],
+        "topic": document["topic"],
+        "key": base64.b64decode(document["key"], validate=True),
+        "value": None if document["value"] is None else base64.b64decode(document["value"], validate=True),
+        "headers": {name: base64.b64decode(v, validate=True) for name, v in document["headers"].items()},
+    }
 
 
 # ---------------------------------------------------------------- karafka
@@ -79,8 +100,12 @@ def test_karafka_schedule():
 def test_karafka_schedule_without_key_or_partition():
     _, value, headers = schedule("karafka", key=None, value=None, headers=[])
     names = [name for name, _ in headers]
-    assert names == ["schedule_schema_version", "schedule_source_type", "schedule_target_epoch",
-                     "schedule_target_topic"]
+    assert names == [
+        "schedule_schema_version",
+        "schedule_source_type",
+        "schedule_target_epoch",
+        "schedule_target_topic",
+    ]
     assert value is None
 
 
@@ -108,14 +133,17 @@ def test_karafka_partition_zero_is_kept():
 # ---------------------------------------------------------------- rounding
 
 
-@pytest.mark.parametrize("due,seconds", [
-    (datetime(2026, 5, 24, 12, 30, tzinfo=UTC), DUE_S),
-    (datetime(2026, 5, 24, 12, 30, 0, 1, tzinfo=UTC), DUE_S + 1),
-    (datetime(2026, 5, 24, 12, 30, 0, 999999, tzinfo=UTC), DUE_S + 1),
-    (datetime(2026, 5, 24, 12, 30, 1, tzinfo=UTC), DUE_S + 1),
-    (datetime(2026, 5, 24, 14, 30, 0, 1, tzinfo=timezone(timedelta(hours=2))), DUE_S + 1),
-    (datetime(1970, 1, 1, tzinfo=UTC), 0),
-])
+@pytest.mark.parametrize(
+    "due,seconds",
+    [
+        (datetime(2026, 5, 24, 12, 30, tzinfo=UTC), DUE_S),
+        (datetime(2026, 5, 24, 12, 30, 0, 1, tzinfo=UTC), DUE_S + 1),
+        (datetime(2026, 5, 24, 12, 30, 0, 999999, tzinfo=UTC), DUE_S + 1),
+        (datetime(2026, 5, 24, 12, 30, 1, tzinfo=UTC), DUE_S + 1),
+        (datetime(2026, 5, 24, 14, 30, 0, 1, tzinfo=timezone(timedelta(hours=2))), DUE_S + 1),
+        (datetime(1970, 1, 1, tzinfo=UTC), 0),
+    ],
+)
 def test_second_dialects_round_up_to_the_second(due, seconds):
     karafka = dict(schedule("karafka", due=due).headers)
     etf1 = dict(schedule("etf1", due=due).headers)
@@ -124,12 +152,15 @@ def test_second_dialects_round_up_to_the_second(due, seconds):
     assert effective_due("karafka", due) >= due
 
 
-@pytest.mark.parametrize("due,millis", [
-    (datetime(2026, 5, 24, 12, 30, tzinfo=UTC), DUE_S * 1000),
-    (datetime(2026, 5, 24, 12, 30, 0, 1, tzinfo=UTC), DUE_S * 1000 + 1),
-    (datetime(2026, 5, 24, 12, 30, 0, 1000, tzinfo=UTC), DUE_S * 1000 + 1),
-    (datetime(2026, 5, 24, 12, 30, 0, 1001, tzinfo=UTC), DUE_S * 1000 + 2),
-])
+@pytest.mark.parametrize(
+    "due,millis",
+    [
+        (datetime(2026, 5, 24, 12, 30, tzinfo=UTC), DUE_S * 1000),
+        (datetime(2026, 5, 24, 12, 30, 0, 1, tzinfo=UTC), DUE_S * 1000 + 1),
+        (datetime(2026, 5, 24, 12, 30, 0, 1000, tzinfo=UTC), DUE_S * 1000 + 1),
+        (datetime(2026, 5, 24, 12, 30, 0, 1001, tzinfo=UTC), DUE_S * 1000 + 2),
+    ],
+)
 def test_sky_rounds_up_to_the_millisecond(due, millis):
     assert read_avro(schedule("sky-avro", due=due).value)["time"] == millis
     assert read_json(schedule("sky-json", due=due).value)["time"] == millis
@@ -187,13 +218,19 @@ def test_sky_avro_schedule():
     assert key == b"r-1"
     assert headers == []
     assert not value.startswith(b"\x00\x00\x00\x00")  # no registry magic byte and id
-    assert read_avro(value) == {"time": DUE_S * 1000 + 250, "topic": "orders", "key": b"user-42",
-                                "value": b"\x00payload\xff", "headers": {"trace": b"abc", "raw": b"\xff\x00"}}
+    assert read_avro(value) == {
+        "time": DUE_S * 1000 + 250,
+        "topic": "orders",
+        "key": b"user-42",
+        "value": b"\x00payload\xff",
+        "headers": {"trace": b"abc", "raw": b"\xff\x00"},
+    }
 
 
 def test_sky_avro_decodes_with_the_older_schema_too():
-    record = fastavro.schemaless_reader(io.BytesIO(schedule("sky-avro", headers=[]).value), SKY_SCHEMA,
-                                        SKY_SCHEMA_WITHOUT_HEADERS)
+    record = fastavro.schemaless_reader(
+        io.BytesIO(schedule("sky-avro", headers=[]).value), SKY_SCHEMA, SKY_SCHEMA_WITHOUT_HEADERS
+    )
     assert record == {"time": DUE_S * 1000 + 250, "topic": "orders", "key": b"user-42", "value": b"\x00payload\xff"}
 
 
@@ -212,8 +249,13 @@ def test_sky_json_schedule():
     assert set(document) == {"time", "topic", "key", "value", "headers"}
     assert isinstance(document["time"], int)
     assert document["key"] == base64.b64encode(b"user-42").decode()
-    assert read_json(value) == {"time": DUE_S * 1000 + 250, "topic": "orders", "key": b"user-42",
-                                "value": b"\x00payload\xff", "headers": {"trace": b"abc", "raw": b"\xff\x00"}}
+    assert read_json(value) == {
+        "time": DUE_S * 1000 + 250,
+        "topic": "orders",
+        "key": b"user-42",
+        "value": b"\x00payload\xff",
+        "headers": {"trace": b"abc", "raw": b"\xff\x00"},
+    }
 
 
 def test_sky_json_null_value_and_no_key():
@@ -259,30 +301,36 @@ def test_non_native_dialects_need_a_request_id(dialect, action):
         schedule(dialect, action, request_id="")
 
 
-@pytest.mark.parametrize("dialect,name", [
-    ("native", "X-Scheduler-Action"),
-    ("karafka", "schedule_target_topic"),
-    ("karafka", "Schedule_Anything"),
-    ("karafka", "x-scheduler-source-offset"),
-    ("etf1", "scheduler-epoch"),
-    ("etf1", "SCHEDULER-KEY"),
-    ("etf1", "x-scheduler-delivery-id"),
-    ("sky-avro", "x-scheduler-delivery-id"),
-    ("sky-json", "x-scheduler-source-offset"),
-])
+@pytest.mark.parametrize(
+    "dialect,name",
+    [
+        ("native", "X-Scheduler-Action"),
+        ("karafka", "schedule_target_topic"),
+        ("karafka", "Schedule_Anything"),
+        ("karafka", "x-scheduler-source-offset"),
+        ("etf1", "scheduler-epoch"),
+        ("etf1", "SCHEDULER-KEY"),
+        ("etf1", "x-scheduler-delivery-id"),
+        ("sky-avro", "x-scheduler-delivery-id"),
+        ("sky-json", "x-scheduler-source-offset"),
+    ],
+)
 def test_reserved_header_names(dialect, name):
     with pytest.raises(RequestError, match=f"header '{name}'.*reserved"):
         schedule(dialect, headers=[("ok", "1"), (name, "x")])
 
 
-@pytest.mark.parametrize("dialect,name", [
-    ("karafka", "scheduler-epoch"),
-    ("karafka", "schedule-note"),
-    ("etf1", "schedule_target_topic"),
-    ("etf1", "my-scheduler-note"),
-    ("sky-json", "schedule_target_topic"),
-    ("sky-avro", "scheduler-epoch"),
-])
+@pytest.mark.parametrize(
+    "dialect,name",
+    [
+        ("karafka", "scheduler-epoch"),
+        ("karafka", "schedule-note"),
+        ("etf1", "schedule_target_topic"),
+        ("etf1", "my-scheduler-note"),
+        ("sky-json", "schedule_target_topic"),
+        ("sky-avro", "scheduler-epoch"),
+    ],
+)
 def test_other_dialects_prefixes_are_plain_headers(dialect, name):
     record = schedule(dialect, headers=[(name, "x")])
     if dialect.startswith("sky"):

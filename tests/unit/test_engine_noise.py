@@ -65,4 +65,5 @@ def test_librdkafka_lines_go_to_debug(caplog):
     caplog.set_level("DEBUG", logger="kafka_scheduler.librdkafka")
     KafkaClientLog().log(3, "%s [%s] %s: %s", "FAIL", "rdkafka#producer-1", "thrd", "Connect failed")
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("DEBUG", "FAIL [rdkafka#producer-1] thrd: Connect failed")]
+        ("DEBUG", "FAIL [rdkafka#producer-1] thrd: Connect failed")
+    ]

@@ -48,8 +48,11 @@ def test_slices_go_out_in_order_never_before_their_last_due_time_and_each_herd_i
     assert writer.hand("herd-a", [(first, 3)]) == 3
     assert writer.pending == 15
     assert writer.wait_written(slice_end_ms(later[1]), timeout=10)
-    assert [(records, number) for records, number, *_ in recorder.writes] == \
-        [("herd-a", first), ("herd-b", later[0]), ("herd-b", later[1])]
+    assert [(records, number) for records, number, *_ in recorder.writes] == [
+        ("herd-a", first),
+        ("herd-b", later[0]),
+        ("herd-b", later[1]),
+    ]
     assert all(at >= slice_end_ms(number) for _, number, _, at, *_ in recorder.writes), "a slice written early"
     assert recorder.released == ["herd-a", "herd-b"]
     assert writer.pending == 0 and writer.written == 15

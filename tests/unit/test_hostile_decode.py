@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -23,33 +23,51 @@ from hypothesis import strategies as st
 from kafka_scheduler import dialects
 from kafka_scheduler.dialects import common, karafka, native, sky_avro
 from kafka_scheduler.dialects.common import DecodeSettings
-from kafka_scheduler.protocol import REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
-from kafka_scheduler.protocol import REJECTIONS_SID
+from kafka_scheduler.protocol import REJECTION_REASON, REJECTIONS_SID, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 
 from .. import hostile_records as hr
 from .test_native_decode import KAFKA_SCHEMA
 
 REJECTIONS, HISTORY = "app-schedule-rejections", "app-schedule-history"
-TOPIC_OF = {"native": "app-schedule-requests", "karafka": "karafka-schedules", "etf1": "etf1-schedules",
-            "sky-avro": "sky-avro-schedules", "sky-json": "sky-json-schedules"}
+TOPIC_OF = {
+    "native": "app-schedule-requests",
+    "karafka": "karafka-schedules",
+    "etf1": "etf1-schedules",
+    "sky-avro": "sky-avro-schedules",
+    "sky-json": "sky-json-schedules",
+}
 INPUTS = {topic: dialect for dialect, topic in TOPIC_OF.items()}
 OWN = (REJECTIONS, HISTORY, *INPUTS)
 MAX_VALUE_BYTES = 100
-SETTINGS = DecodeSettings(rejections_topic=REJECTIONS, own_topics=OWN, allowed_destinations=None,
-                          max_value_bytes=MAX_VALUE_BYTES, max_ahead_ms=100 * 365 * 86_400_000)
-NOW = datetime(2026, 11, 26, 12, 0, 0, 7000, tzinfo=timezone.utc)
-NOW_MS = int((NOW - datetime(1970, 1, 1, tzinfo=timezone.utc)) / timedelta(milliseconds=1))
-ACTIONS = {"native": {"ADD", "REPLACE", "CANCEL"}, "karafka": {"ADD", "CANCEL", "COMPLETE"},
-           "etf1": {"ADD", "CANCEL", "COMPLETE"}, "sky-avro": {"ADD", "CANCEL", "COMPLETE"},
-           "sky-json": {"ADD", "CANCEL", "COMPLETE"}}
+SETTINGS = DecodeSettings(
+    rejections_topic=REJECTIONS,
+    own_topics=OWN,
+    allowed_destinations=None,
+    max_value_bytes=MAX_VALUE_BYTES,
+    max_ahead_ms=100 * 365 * 86_400_000,
+)
+NOW = datetime(2026, 11, 26, 12, 0, 0, 7000, tzinfo=UTC)
+NOW_MS = int((NOW - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(milliseconds=1))
+ACTIONS = {
+    "native": {"ADD", "REPLACE", "CANCEL"},
+    "karafka": {"ADD", "CANCEL", "COMPLETE"},
+    "etf1": {"ADD", "CANCEL", "COMPLETE"},
+    "sky-avro": {"ADD", "CANCEL", "COMPLETE"},
+    "sky-json": {"ADD", "CANCEL", "COMPLETE"},
+}
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 EXAMPLES = 150  # hypothesis examples, up to 20 records each
 BULK_PER_DIALECT = 1000  # seeded random records per dialect
 
 
 def context(huge_bytes: int = 20_000) -> hr.Context:
-    return hr.Context(destinations=("orders", "orders-2.x"), forbidden=OWN, max_value_bytes=MAX_VALUE_BYTES,
-                      now_ms=NOW_MS, huge_bytes=huge_bytes)
+    return hr.Context(
+        destinations=("orders", "orders-2.x"),
+        forbidden=OWN,
+        max_value_bytes=MAX_VALUE_BYTES,
+        now_ms=NOW_MS,
+        huge_bytes=huge_bytes,
+    )
 
 
 def decode_all(spark, records: list[hr.Hostile]) -> dict:
@@ -85,8 +103,10 @@ def problems(record: hr.Hostile, topic: str, offset: int, rows: list) -> list[st
     if record.expect == hr.REJECT and kind != "reject":
         found.append(f"expected a rejection, got a {action} request")
     if record.expect == hr.REQUEST and (kind, action) != ("request", record.action):
-        found.append(f"expected a {record.action} request, got {kind} {action}"
-                     + (f" {reasons_of(row)}" if kind == "reject" else ""))
+        found.append(
+            f"expected a {record.action} request, got {kind} {action}"
+            + (f" {reasons_of(row)}" if kind == "reject" else "")
+        )
     if row["delivery_id"] != f"{topic}-0-{offset}":
         found.append(f"delivery id {row['delivery_id']}")
     if kind == "reject":
@@ -111,9 +131,9 @@ def rejection_problems(record: hr.Hostile, topic: str, offset: int, row) -> list
     if (blob(row["key"]), blob(row["value"])) != (record.key, record.value):
         found.append("the rejection altered the key or the value")
     headers = headers_of(row)
-    if headers[:len(record.headers)] != record.headers:
+    if headers[: len(record.headers)] != record.headers:
         found.append("the rejection altered the headers")
-    added = headers[len(record.headers):]
+    added = headers[len(record.headers) :]
     reasons = added[:-3]
     if not reasons or any(name != REJECTION_REASON or not value for name, value in reasons):
         found.append(f"rejection reasons {reasons!r}")
@@ -136,9 +156,10 @@ def request_problems(record: hr.Hostile, topic: str, row) -> list[str]:
     sid = blob(row["sid"])
     if action not in ACTIONS[dialect]:
         found.append(f"action {action!r}")
-    if not (sid.startswith(b"id:" + topic.encode() + b"/") and len(sid) > len(topic) + 4
-            or dialect == "native" and action == "ADD" and sid == b"offset:%s/0/%d" % (topic.encode(),
-                                                                                      row["src_offset"])):
+    if not (
+        (sid.startswith(b"id:" + topic.encode() + b"/") and len(sid) > len(topic) + 4)
+        or (dialect == "native" and action == "ADD" and sid == b"offset:%s/0/%d" % (topic.encode(), row["src_offset"]))
+    ):
         found.append(f"schedule id {sid[:60]!r}")
     targeted = action in ("ADD", "REPLACE")
     if targeted:
@@ -147,13 +168,21 @@ def request_problems(record: hr.Hostile, topic: str, row) -> list[str]:
             found.append("no due time")
         elif row["due_ms"] > NOW_MS + SETTINGS.max_ahead_ms:
             found.append(f"due time {row['due_ms']} beyond the limit")
-        if dest is None or not TOPIC_NAME.fullmatch(dest) or dest in (".", "..") or dest.startswith("__") \
-                or dest in OWN:
+        if (
+            dest is None
+            or not TOPIC_NAME.fullmatch(dest)
+            or dest in (".", "..")
+            or dest.startswith("__")
+            or dest in OWN
+        ):
             found.append(f"destination {dest!r}")
         if len(blob(row["value"]) or b"") > MAX_VALUE_BYTES:
             found.append("value over the limit")
         if dialect != "native" and (row["wb_topic"], row["wb_partition"], blob(row["wb_key"])) != (
-                topic, 0, record.key):
+            topic,
+            0,
+            record.key,
+        ):
             found.append("no write-back to the request's own topic, partition and key")
         if dialect == "native":
             kept = [(k, v) for k, v in record.headers if not k.lower().startswith("x-scheduler-")]
@@ -165,8 +194,9 @@ def request_problems(record: hr.Hostile, topic: str, row) -> list[str]:
         if row["due_ms"] is not None or row["wb_headers"] is not None or row["history"]:
             found.append(f"a {action} with a due time, a write-back or a history copy")
         completes = row["completes"]
-        if completes is not None and (action != "COMPLETE" or not re.fullmatch(rf"{re.escape(topic)}-0-\d+",
-                                                                                completes)):
+        if completes is not None and (
+            action != "COMPLETE" or not re.fullmatch(rf"{re.escape(topic)}-0-\d+", completes)
+        ):
             found.append(f"completes {completes!r}")
     return found
 
@@ -183,9 +213,11 @@ def examine(spark, records: list[hr.Hostile]) -> tuple[list[str], dict, list]:
         rows = decoded.pop((topic, offset), [])
         rows_of.append(rows)
         for problem in problems(record, topic, offset, rows):
-            wrong.append(f"{record.dialect} #{offset} ({record.why}; key {(record.key or b'')[:30]!r}, value "
-                         f"{(record.value or b'')[:80]!r}, headers {[(k, (v or b'')[:30]) for k, v in record.headers]}"
-                         f"): {problem}")
+            wrong.append(
+                f"{record.dialect} #{offset} ({record.why}; key {(record.key or b'')[:30]!r}, value "
+                f"{(record.value or b'')[:80]!r}, headers {[(k, (v or b'')[:30]) for k, v in record.headers]}"
+                f"): {problem}"
+            )
         if rows:
             outcome = "rejected" if rows[0]["kind"] == "reject" else rows[0]["action"]
             counts[record.dialect, outcome] = counts.get((record.dialect, outcome), 0) + 1
@@ -207,14 +239,20 @@ def drawn(examples: int) -> list[hr.Hostile]:
     together (no shrinking: a failure lists every record that went wrong, with its bytes)."""
     records: list[hr.Hostile] = []
 
-    @settings(max_examples=examples, phases=[Phase.generate], database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        phases=[Phase.generate],
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(data=st.data())
     def collect(data):
         chooser = hr.DrawChooser(data)
         ctx = context()
-        records.extend(hr.hostile(chooser, ctx, dialect) for dialect in hr.DIALECTS
-                       for _ in range(chooser.integer(0, 4)))
+        records.extend(
+            hr.hostile(chooser, ctx, dialect) for dialect in hr.DIALECTS for _ in range(chooser.integer(0, 4))
+        )
 
     collect()
     return records
@@ -226,35 +264,76 @@ def huge_records() -> list[hr.Hostile]:
     due = str(NOW_MS // 1000 + 60).encode()
     avro_topic = hr.zigzag(NOW_MS) + hr.avro_bytes(b"t" * (3 * mib)) + hr.avro_bytes(b"k") + b"\x00\x00"
     big_header = ("user", b"h" * (3 * mib))
-    karafka_schedule = [("schedule_schema_version", b"1.0.0"), ("schedule_source_type", b"schedule"),
-                        ("schedule_target_topic", b"orders")]
+    karafka_schedule = [
+        ("schedule_schema_version", b"1.0.0"),
+        ("schedule_source_type", b"schedule"),
+        ("schedule_target_topic", b"orders"),
+    ]
     return [
-        hr.Hostile("native", b"k", b"v" * (4 * mib), [("x-scheduler-deliver-to", b"orders"),
-                                                      ("x-scheduler-deliver-at", b"2030-01-01T00:00:00Z")],
-                   hr.REJECT),
-        hr.Hostile("native", b"k", b"v", [big_header, ("x-scheduler-deliver-to", b"orders"),
-                                          ("x-scheduler-deliver-at", b"2030-01-01T00:00:00Z")], hr.REQUEST, "ADD"),
-        hr.Hostile("native", b"k", b"v", [("x-scheduler-action", b"CANCEL"),
-                                          ("x-scheduler-request-id", b"i" * (3 * mib))], hr.REQUEST, "CANCEL"),
-        hr.Hostile("karafka", b"id" * mib, b"v", [*karafka_schedule,
-                                                  ("schedule_target_epoch", due + b"." + b"5" * mib)],
-                   hr.REQUEST, "ADD"),
-        hr.Hostile("etf1", b"id", b"v" * (4 * mib), [("scheduler-epoch", due), ("scheduler-target-topic", b"o")],
-                   hr.REJECT),
+        hr.Hostile(
+            "native",
+            b"k",
+            b"v" * (4 * mib),
+            [("x-scheduler-deliver-to", b"orders"), ("x-scheduler-deliver-at", b"2030-01-01T00:00:00Z")],
+            hr.REJECT,
+        ),
+        hr.Hostile(
+            "native",
+            b"k",
+            b"v",
+            [big_header, ("x-scheduler-deliver-to", b"orders"), ("x-scheduler-deliver-at", b"2030-01-01T00:00:00Z")],
+            hr.REQUEST,
+            "ADD",
+        ),
+        hr.Hostile(
+            "native",
+            b"k",
+            b"v",
+            [("x-scheduler-action", b"CANCEL"), ("x-scheduler-request-id", b"i" * (3 * mib))],
+            hr.REQUEST,
+            "CANCEL",
+        ),
+        hr.Hostile(
+            "karafka",
+            b"id" * mib,
+            b"v",
+            [*karafka_schedule, ("schedule_target_epoch", due + b"." + b"5" * mib)],
+            hr.REQUEST,
+            "ADD",
+        ),
+        hr.Hostile(
+            "etf1", b"id", b"v" * (4 * mib), [("scheduler-epoch", due), ("scheduler-target-topic", b"o")], hr.REJECT
+        ),
         hr.Hostile("sky-avro", b"id", avro_topic, [], hr.REJECT),
         # a few bytes claiming a string, bytes or map of gigabytes (Avro allocates what is declared)
         hr.Hostile("sky-avro", b"id", hr.zigzag(1) + hr.zigzag(2**31 - 9) + b"t", [], hr.REJECT),
-        hr.Hostile("sky-avro", b"id", hr.zigzag(1) + hr.avro_bytes(b"t") + hr.zigzag(2**31 - 9) + b"k", [],
-                   hr.REJECT),
-        hr.Hostile("sky-avro", b"id", hr.zigzag(1) + hr.avro_bytes(b"t") + hr.avro_bytes(b"k") + b"\x00"
-                   + hr.zigzag(2**31 - 9) + hr.avro_bytes(b"n") + hr.avro_bytes(b"v") + b"\x00", [], hr.REJECT),
-        hr.Hostile("sky-json", b"id", b'{"time": 1, "topic": "' + b"t" * (3 * mib) + b'", "key": ""}', [],
-                   hr.REJECT),
+        hr.Hostile("sky-avro", b"id", hr.zigzag(1) + hr.avro_bytes(b"t") + hr.zigzag(2**31 - 9) + b"k", [], hr.REJECT),
+        hr.Hostile(
+            "sky-avro",
+            b"id",
+            hr.zigzag(1)
+            + hr.avro_bytes(b"t")
+            + hr.avro_bytes(b"k")
+            + b"\x00"
+            + hr.zigzag(2**31 - 9)
+            + hr.avro_bytes(b"n")
+            + hr.avro_bytes(b"v")
+            + b"\x00",
+            [],
+            hr.REJECT,
+        ),
+        hr.Hostile("sky-json", b"id", b'{"time": 1, "topic": "' + b"t" * (3 * mib) + b'", "key": ""}', [], hr.REJECT),
         hr.Hostile("sky-json", b"id", b"[" * mib + b"]" * mib, [], hr.REJECT),
         # a nonzero digit a million places after the point: still later than the whole second, never early
-        hr.Hostile("karafka", b"id", b"v", [*karafka_schedule,
-                                            ("schedule_target_epoch", b"1893456000." + b"0" * mib + b"1")],
-                   hr.REQUEST, "ADD", "fraction"),
+        hr.Hostile(
+            "karafka",
+            b"id",
+            b"v",
+            [*karafka_schedule, ("schedule_target_epoch", b"1893456000." + b"0" * mib + b"1")],
+            hr.REQUEST,
+            "ADD",
+            "fraction",
+        ),
     ]
 
 
@@ -300,8 +379,9 @@ def test_a_fraction_a_million_digits_long_still_rounds_up(generated, examined):
 def _no_missing_destination(topic, name, settings):
     """target_reason without its first check: a schedule without a destination topic passes."""
     valid_name, allowed, invalid_text, not_allowed_text = common.destination_rules(topic, settings)
-    return common.first_reason((topic.isNotNull() & ~valid_name, invalid_text),
-                               (topic.isNotNull() & ~allowed, not_allowed_text))
+    return common.first_reason(
+        (topic.isNotNull() & ~valid_name, invalid_text), (topic.isNotNull() & ~allowed, not_allowed_text)
+    )
 
 
 def _no_duplicate_reasons(names):

@@ -14,8 +14,14 @@ def test_request_ids_come_out_of_client_schedule_ids_and_id_less_schedules_have_
 
 
 def test_filters_keep_what_matches_every_given_filter():
-    frame = pd.DataFrame({"id": ["a", "b", "c", None], "topic": ["t1", "t1", "t2", "t1"],
-                          "input_topic": ["in", "in", "in", "other"], "due_ms": [10, 20, 30, 40]})
+    frame = pd.DataFrame(
+        {
+            "id": ["a", "b", "c", None],
+            "topic": ["t1", "t1", "t2", "t1"],
+            "input_topic": ["in", "in", "in", "other"],
+            "due_ms": [10, 20, 30, 40],
+        }
+    )
     assert list(Filters().keep(frame)["due_ms"]) == [10, 20, 30, 40]
     assert list(Filters(ids=("a", "c")).keep(frame)["id"]) == ["a", "c"]
     assert list(Filters(destination="t1", input_topic="in").keep(frame)["id"]) == ["a", "b"]
@@ -25,8 +31,13 @@ def test_filters_keep_what_matches_every_given_filter():
 def test_the_table_shows_the_next_48_hours_the_next_30_days_and_what_is_later():
     now = 1_000 * DAY_MS + 5 * HOUR_MS + 123
     found = Inspection(now, batch=7, matching=6, overdue=1)
-    found.per_hour.update({now // HOUR_MS * HOUR_MS - HOUR_MS: 1, now // HOUR_MS * HOUR_MS + HOUR_MS: 2,
-                           now // HOUR_MS * HOUR_MS + 50 * HOUR_MS: 1})
+    found.per_hour.update(
+        {
+            now // HOUR_MS * HOUR_MS - HOUR_MS: 1,
+            now // HOUR_MS * HOUR_MS + HOUR_MS: 2,
+            now // HOUR_MS * HOUR_MS + 50 * HOUR_MS: 1,
+        }
+    )
     found.per_day.update({1_000 * DAY_MS: 3, 1_002 * DAY_MS: 1, 1_100 * DAY_MS: 2})
     table = render_table(found, Filters())
     assert "as of batch 7" in table and "6 matching, 1 of them due already" in table

@@ -43,8 +43,9 @@ HIDE = textwrap.dedent(f"""\
 
 
 def without_server(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", HIDE + textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", HIDE + textwrap.dedent(code)], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
 
 
 def requirement_names(requirements: list[str]) -> set[str]:
@@ -66,8 +67,10 @@ def test_a_server_command_without_the_server_names_the_extra(command):
         """)
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
-    assert result.stderr == (f"kafka-scheduler {command}: error: needs the server install (pyspark, pandas, pyarrow, "
-                             f'protobuf, prometheus-client, croniter missing): pip install "kafka-scheduler[server]"\n')
+    assert result.stderr == (
+        f"kafka-scheduler {command}: error: needs the server install (pyspark, pandas, pyarrow, "
+        f'protobuf, prometheus-client, croniter missing): pip install "kafka-scheduler[server]"\n'
+    )
 
 
 def test_one_missing_module_is_named_alone():
@@ -132,8 +135,9 @@ def test_the_client_and_the_request_commands_work_without_the_server():
 def test_the_pom_names_the_jars_setup_fetched():
     """The pom shipped in the package is the one scripts/setup.sh fetches the checkout's jars with."""
     assert "src/kafka_scheduler/kafka/spark-kafka.pom.xml" in (ROOT / "scripts" / "setup.sh").read_text()
-    assert {artifact.file_name() for artifact in jars.artifacts()} == \
-        {path.name for path in jars.jar_paths("spark-kafka")}
+    assert {artifact.file_name() for artifact in jars.artifacts()} == {
+        path.name for path in jars.jar_paths("spark-kafka")
+    }
 
 
 POM = """<?xml version="1.0" encoding="UTF-8"?>
@@ -151,8 +155,10 @@ POM = """<?xml version="1.0" encoding="UTF-8"?>
 def maven(tmp_path):
     """A Maven repository served over HTTP on loopback, with the two jars of POM and their SHA-1 files."""
     root = tmp_path / "repository"
-    for path, data in (("org/example/first_2.13/1.2.0/first_2.13-1.2.0.jar", b"first jar"),
-                       ("org/example/more/second/3.0/second-3.0.jar", b"second jar")):
+    for path, data in (
+        ("org/example/first_2.13/1.2.0/first_2.13-1.2.0.jar", b"first jar"),
+        ("org/example/more/second/3.0/second-3.0.jar", b"second jar"),
+    ):
         (root / path).parent.mkdir(parents=True)
         (root / path).write_bytes(data)
         (root / (path + ".sha1")).write_text(hashlib.sha1(data).hexdigest() + "  " + Path(path).name + "\n")
@@ -174,7 +180,7 @@ def maven(tmp_path):
 
 
 def test_fetch_downloads_the_jars_the_pom_names(maven, tmp_path):
-    root, url, pom = maven
+    _root, url, pom = maven
     folder = tmp_path / "jars" / "spark-kafka"
     (folder).mkdir(parents=True)
     (folder / "first_2.13-1.1.0.jar").write_bytes(b"an older version")
@@ -211,8 +217,11 @@ def test_outside_a_checkout_jars_go_to_the_users_cache(monkeypatch, tmp_path):
     fetched = []
     monkeypatch.setattr(jars, "fetch", lambda folder: fetched.append(folder) or [folder / "x.jar"])
     assert jars.jar_paths("spark-kafka") == [tmp_path / "kafka-scheduler" / "jars" / "spark-kafka" / "x.jar"]
-    with pytest.raises(jars.MissingJars, match=r"the local broker comes with a checkout of the repository \(make "
-                                               r"setup\); with a pip install, use your own Kafka"):
+    with pytest.raises(
+        jars.MissingJars,
+        match=r"the local broker comes with a checkout of the repository \(make "
+        r"setup\); with a pip install, use your own Kafka",
+    ):
         jars.jar_paths("kafka-broker")
 
 

@@ -8,20 +8,44 @@ import json
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kafka_scheduler.engine import wheel
 from kafka_scheduler.ops import listing
-from kafka_scheduler.ops.listing import (BUCKET_MS, BadPageToken, Cursor, ListFilters, decode_token, encode_token,
-                                         find_paused, find_sid, list_query, list_schedules, render_table, schedule_view, sid_parts)
+from kafka_scheduler.ops.listing import (
+    BUCKET_MS,
+    BadPageToken,
+    Cursor,
+    ListFilters,
+    decode_token,
+    encode_token,
+    find_paused,
+    find_sid,
+    list_query,
+    list_schedules,
+    render_table,
+    schedule_view,
+    sid_parts,
+)
 
 T0 = 1_800_000_000_000
 
 
-def row(due_ms: int, delivery: str, sid: bytes | None = b"id:requests/x", topic: str = "orders", value=b"v",
-        **extra) -> dict:
-    return {"due_ms": due_ms, "topic": topic, "key": b"k", "value": value, "headers": [{"key": "h", "value": b"1"}],
-            "delivery_id": delivery, "partition": None, "sid": sid, **extra}
+def row(
+    due_ms: int, delivery: str, sid: bytes | None = b"id:requests/x", topic: str = "orders", value=b"v", **extra
+) -> dict:
+    return {
+        "due_ms": due_ms,
+        "topic": topic,
+        "key": b"k",
+        "value": value,
+        "headers": [{"key": "h", "value": b"1"}],
+        "delivery_id": delivery,
+        "partition": None,
+        "sid": sid,
+        **extra,
+    }
 
 
 def one_second_buckets(due_ms: int) -> int:
@@ -59,7 +83,7 @@ class FakeState:
             for i in range(0, len(found), self.chunk_rows):
                 n = self._count.get((shard, bucket), 0)
                 self._count[(shard, bucket)] = n + 1
-                self.chunks[(shard, bucket, n)] = pd.DataFrame(found[i:i + self.chunk_rows])
+                self.chunks[(shard, bucket, n)] = pd.DataFrame(found[i : i + self.chunk_rows])
 
     def strike(self, delivery_id: str) -> None:
         for (shard, bucket, _), frame in self.chunks.items():
@@ -67,8 +91,12 @@ class FakeState:
                 self.struck.setdefault((shard, bucket), set()).add(delivery_id)
 
     def pending(self) -> list[dict]:
-        return [r for (shard, bucket, _), frame in self.chunks.items() for r in frame.to_dict("records")
-                if r["delivery_id"] not in self.struck.get((shard, bucket), set())]
+        return [
+            r
+            for (shard, bucket, _), frame in self.chunks.items()
+            for r in frame.to_dict("records")
+            if r["delivery_id"] not in self.struck.get((shard, bucket), set())
+        ]
 
     @staticmethod
     def _in(bucket, low, high):
@@ -77,8 +105,9 @@ class FakeState:
 
     def buckets(self, low, high, count):
         self.reads.append(("buckets", low, high, count))
-        rows = sorted(listing.bucket_span_s(b)[1] for _, b, _ in self.chunks
-                      if self._in(b, low, high))[:count * listing.CHUNKS_PER_BUCKET]
+        rows = sorted(listing.bucket_span_s(b)[1] for _, b, _ in self.chunks if self._in(b, low, high))[
+            : count * listing.CHUNKS_PER_BUCKET
+        ]
         return sorted(set(rows))[:count], len(rows) < count * listing.CHUNKS_PER_BUCKET
 
     def strikes(self, low, high):
@@ -113,8 +142,9 @@ class Source:
 
 def page(state: FakeState, filters=ListFilters(), limit=3, token=None, batch=1):
     cursor = decode_token(token, filters) if token else None
-    return list_schedules(Source(state), filters, limit, cursor, T0, batch,
-                          view=lambda r: (int(r["due_ms"]), r["delivery_id"]))
+    return list_schedules(
+        Source(state), filters, limit, cursor, T0, batch, view=lambda r: (int(r["due_ms"]), r["delivery_id"])
+    )
 
 
 def every_page(state, filters=ListFilters(), limit=3, between=lambda n: None):
@@ -146,9 +176,13 @@ def test_struck_versions_are_not_listed():
 
 
 def test_filters_on_due_time_destination_id_prefix_and_kind():
-    rows = [row(T0, "t-0-1", sid=b"id:requests/order-1"), row(T0 + 1, "t-0-2", sid=b"id:requests/mail-1"),
-            row(T0 + 2, "t-0-3", sid=b"cron:requests/order-daily", topic="mails"),
-            row(T0 + 3000, "t-0-4", sid=b"offset:requests/0/4"), row(T0 + 9000, "t-0-5", sid=None)]
+    rows = [
+        row(T0, "t-0-1", sid=b"id:requests/order-1"),
+        row(T0 + 1, "t-0-2", sid=b"id:requests/mail-1"),
+        row(T0 + 2, "t-0-3", sid=b"cron:requests/order-daily", topic="mails"),
+        row(T0 + 3000, "t-0-4", sid=b"offset:requests/0/4"),
+        row(T0 + 9000, "t-0-5", sid=None),
+    ]
     state = FakeState(rows)
 
     def ids(**filters):
@@ -201,15 +235,19 @@ def test_the_next_page_reads_the_newest_state_after_the_last_key_shown():
     assert not first.to_json()["state_moved_on"]
 
 
-PAGING_SCRIPT = (st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), min_size=0, max_size=60),
-                 st.integers(1, 7), st.lists(st.tuples(st.sampled_from(["cancel", "add"]), st.integers(0, 80)),
-                                             max_size=20), st.data())
+PAGING_SCRIPT = (
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), min_size=0, max_size=60),
+    st.integers(1, 7),
+    st.lists(st.tuples(st.sampled_from(["cancel", "add"]), st.integers(0, 80)), max_size=20),
+    st.data(),
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(*PAGING_SCRIPT)
 def test_paging_while_state_moves_on_lists_no_schedule_twice_and_every_one_pending_throughout_once(
-        spec, limit, changes, data):
+    spec, limit, changes, data
+):
     check_paging(spec, limit, changes, data, step_ms=300, bucket_of=one_second_buckets)
 
 
@@ -218,17 +256,26 @@ def test_paging_while_state_moves_on_lists_no_schedule_twice_and_every_one_pendi
 def test_paging_over_coarse_buckets_keeps_the_order_and_the_due_time_filters(spec, limit, changes, data):
     """Dues ~3.5 minutes to ~2.5 hours apart in level-1, level-2 and one-second buckets (the wheel's coarse levels):
     bucket keys no longer follow the due times, their spans do."""
-    check_paging(spec, limit, changes, data, step_ms=wheel.level_width(1) * 7 // 2,
-                 bucket_of=coarse_and_one_second_buckets)
+    check_paging(
+        spec, limit, changes, data, step_ms=wheel.level_width(1) * 7 // 2, bucket_of=coarse_and_one_second_buckets
+    )
 
 
 def check_paging(spec, limit, changes, data, step_ms, bucket_of):
-    rows = [row(T0 + due * step_ms, f"r-{i}", sid=f"id:requests/r{i}".encode(), topic=f"t{dest}")
-            for i, (due, dest) in enumerate(spec)]
+    rows = [
+        row(T0 + due * step_ms, f"r-{i}", sid=f"id:requests/r{i}".encode(), topic=f"t{dest}")
+        for i, (due, dest) in enumerate(spec)
+    ]
     state = FakeState(rows, chunk_rows=3, bucket_of=bucket_of)
-    filters = data.draw(st.sampled_from([ListFilters(), ListFilters(destination="t1"),
-                                         ListFilters(due_after_ms=T0 + 10 * step_ms + 7,
-                                                     due_before_ms=T0 + 30 * step_ms + 11)]))
+    filters = data.draw(
+        st.sampled_from(
+            [
+                ListFilters(),
+                ListFilters(destination="t1"),
+                ListFilters(due_after_ms=T0 + 10 * step_ms + 7, due_before_ms=T0 + 30 * step_ms + 11),
+            ]
+        )
+    )
     removed: set = set()
     pending_throughout = {r["delivery_id"] for r in rows}
     plan = list(changes)
@@ -249,8 +296,12 @@ def check_paging(spec, limit, changes, data, step_ms, bucket_of):
     keys = [d for _, d in shown]
     assert len(keys) == len(set(keys)), "no schedule listed twice"
     assert shown == sorted(shown), "in (due time, delivery id) order"
-    wanted = {r["delivery_id"] for r in rows if r["delivery_id"] in pending_throughout - removed
-              and listing.keep(pd.DataFrame([r]), filters, None).shape[0] == 1}
+    wanted = {
+        r["delivery_id"]
+        for r in rows
+        if r["delivery_id"] in pending_throughout - removed
+        and listing.keep(pd.DataFrame([r]), filters, None).shape[0] == 1
+    }
     assert wanted <= set(keys), "every schedule pending all along and matching is listed"
 
 
@@ -264,23 +315,37 @@ def test_a_token_is_opaque_and_refused_when_damaged_or_made_for_other_filters():
     assert decode_token(token, filters) == Cursor(T0, "requests-0-12", 41, filters.fingerprint())
     with pytest.raises(BadPageToken, match="other filters"):
         decode_token(token, ListFilters(destination="mails"))
-    for bad in ("", "not a token", token[:-3], "x" * 5000, encode_token(Cursor(T0, "d", 1, "f"))[:-1] + "!",
-                listing.base64.urlsafe_b64encode(json.dumps({"v": 1, "d": "soon", "i": "x", "b": 1,
-                                                             "f": filters.fingerprint()}).encode()).decode(),
-                listing.base64.urlsafe_b64encode(b"[1, 2]").decode()):
+    for bad in (
+        "",
+        "not a token",
+        token[:-3],
+        "x" * 5000,
+        encode_token(Cursor(T0, "d", 1, "f"))[:-1] + "!",
+        listing.base64.urlsafe_b64encode(
+            json.dumps({"v": 1, "d": "soon", "i": "x", "b": 1, "f": filters.fingerprint()}).encode()
+        ).decode(),
+        listing.base64.urlsafe_b64encode(b"[1, 2]").decode(),
+    ):
         with pytest.raises(BadPageToken):
             decode_token(bad, filters)
 
 
 def test_the_query_of_a_page_is_checked_parameter_by_parameter():
-    filters, limit, cursor = list_query({"due_after": "2027-01-15T08:00:00Z", "destination": "orders",
-                                         "kind": "cron", "limit": "7"})
+    filters, limit, cursor = list_query(
+        {"due_after": "2027-01-15T08:00:00Z", "destination": "orders", "kind": "cron", "limit": "7"}
+    )
     assert filters.due_after_ms == 1_800_000_000_000 and filters.kind == "cron" and limit == 7 and cursor is None
     assert list_query({})[1] == listing.DEFAULT_LIMIT
-    for values, message in (({"limit": "0"}, "limit"), ({"limit": "1001"}, "limit"), ({"limit": "x"}, "limit"),
-                            ({"kind": "weekly"}, "kind"), ({"due_before": "tomorrow"}, "due_before"),
-                            ({"due_after": "2027-01-15T08:00:00"}, "time zone"), ({"dest": "x"}, "unknown"),
-                            ({"page_token": "zzz"}, "page token")):
+    for values, message in (
+        ({"limit": "0"}, "limit"),
+        ({"limit": "1001"}, "limit"),
+        ({"limit": "x"}, "limit"),
+        ({"kind": "weekly"}, "kind"),
+        ({"due_before": "tomorrow"}, "due_before"),
+        ({"due_after": "2027-01-15T08:00:00"}, "time zone"),
+        ({"dest": "x"}, "unknown"),
+        ({"page_token": "zzz"}, "page token"),
+    ):
         with pytest.raises(ValueError, match=message):
             list_query(values)
 
@@ -296,19 +361,52 @@ def test_a_schedule_shows_its_kind_its_cron_columns_and_the_actions_the_page_off
     one = schedule_view(pd.Series(row(T0, "requests-0-1", sid=b"id:requests/o-1")), T0 + 1, ["requests"])
     assert (one["kind"], one["id"], one["due_already"], one["actions"]) == ("one-shot", "o-1", True, ["CANCEL"])
     assert one["headers"] == [{"key": "h", "value": "1"}] and "cron" not in one
-    cron = schedule_view(pd.Series(row(T0, "requests-0-2", sid=b"cron:requests/daily", cron_expr="0 9 * * *",
-                                       cron_tz="Europe/Paris", cron_policy="skip", cron_start_ms=float("nan"),
-                                       cron_end_ms=T0 + 86_400_000)), T0, ["requests"])
+    cron = schedule_view(
+        pd.Series(
+            row(
+                T0,
+                "requests-0-2",
+                sid=b"cron:requests/daily",
+                cron_expr="0 9 * * *",
+                cron_tz="Europe/Paris",
+                cron_policy="skip",
+                cron_start_ms=float("nan"),
+                cron_end_ms=T0 + 86_400_000,
+            )
+        ),
+        T0,
+        ["requests"],
+    )
     assert cron["kind"] == "cron" and cron["actions"] == ["CRON_PAUSE", "CRON_CANCEL"]
-    assert cron["cron"] == {"expr": "0 9 * * *", "timezone": "Europe/Paris", "missed_fire_policy": "skip",
-                            "end_at": "2027-01-16T08:00:00.000Z"}
-    plain = schedule_view(pd.Series(row(T0, "requests-0-5", sid=b"id:requests/o-3", cron_expr=None,
-                                        cron_start_ms=pd.NA)), T0, ["requests"])
+    assert cron["cron"] == {
+        "expr": "0 9 * * *",
+        "timezone": "Europe/Paris",
+        "missed_fire_policy": "skip",
+        "end_at": "2027-01-16T08:00:00.000Z",
+    }
+    plain = schedule_view(
+        pd.Series(row(T0, "requests-0-5", sid=b"id:requests/o-3", cron_expr=None, cron_start_ms=pd.NA)),
+        T0,
+        ["requests"],
+    )
     assert "cron" not in plain, "a one-shot's empty cron columns show nothing"
     # A chunk's nullable integer columns hold pandas' NA (a job's chunk did, and the page failed on it).
-    unbounded = schedule_view(pd.Series(row(T0, "requests-0-6", sid=b"cron:requests/new-year", cron_expr="0 0 1 1 *",
-                                            cron_tz=None, cron_policy=None, cron_start_ms=pd.NA,
-                                            cron_end_ms=pd.NA)), T0, ["requests"])
+    unbounded = schedule_view(
+        pd.Series(
+            row(
+                T0,
+                "requests-0-6",
+                sid=b"cron:requests/new-year",
+                cron_expr="0 0 1 1 *",
+                cron_tz=None,
+                cron_policy=None,
+                cron_start_ms=pd.NA,
+                cron_end_ms=pd.NA,
+            )
+        ),
+        T0,
+        ["requests"],
+    )
     assert unbounded["cron"] == {"expr": "0 0 1 1 *", "timezone": "UTC", "missed_fire_policy": "replay"}
     other = schedule_view(pd.Series(row(T0, "karafka-0-1", sid=b"id:karafka/o-2")), T0, ["requests"])
     assert other["actions"] == [], "not a native input: the page writes native requests only"
@@ -318,8 +416,13 @@ def test_a_schedule_shows_its_kind_its_cron_columns_and_the_actions_the_page_off
 
 
 def test_find_sid_reads_the_versions_of_one_schedule():
-    state = FakeState([row(T0, "a-0-1", sid=b"id:requests/x"), row(T0 + 9000, "a-0-2", sid=b"id:requests/y"),
-                       row(T0 + 5000, "a-0-3", sid=b"id:requests/x")])
+    state = FakeState(
+        [
+            row(T0, "a-0-1", sid=b"id:requests/x"),
+            row(T0 + 9000, "a-0-2", sid=b"id:requests/y"),
+            row(T0 + 5000, "a-0-3", sid=b"id:requests/x"),
+        ]
+    )
     state.strike("a-0-1")
     assert list(find_sid(Source(state), b"id:requests/x")["delivery_id"]) == ["a-0-3"]
     assert find_sid(Source(state), b"id:requests/z").empty
@@ -327,8 +430,9 @@ def test_find_sid_reads_the_versions_of_one_schedule():
 
 def test_the_table_ends_with_the_next_page_token():
     state = FakeState([row(T0 + i, f"r-0-{i}", sid=f"id:requests/r{i}".encode()) for i in range(3)])
-    found = list_schedules(Source(state), ListFilters(), 2, None, T0 + 1, 5,
-                           view=lambda r: schedule_view(r, T0 + 1, ["requests"]))
+    found = list_schedules(
+        Source(state), ListFilters(), 2, None, T0 + 1, 5, view=lambda r: schedule_view(r, T0 + 1, ["requests"])
+    )
     table = render_table(found)
     assert "as of batch 5" in table and "r0" in table and "(due already)" in table
     assert table.splitlines()[-1] == f"next page: --page-token {found.next_token}"
@@ -337,19 +441,27 @@ def test_the_table_ends_with_the_next_page_token():
 
 def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel():
     state = FakeState([row(T0 + i, f"requests-0-{i}", sid=f"id:requests/r{i}".encode()) for i in range(3)])
-    state.paused = [row(T0 + 60_000, "requests-0-7", sid=b"cron:requests/daily", topic="mails",
-                        cron_expr="0 9 * * *"),
-                    row(T0 - 5_000, "requests-0-8", sid=b"cron:requests/hourly", cron_expr="0 * * * *")]
-    first = list_schedules(Source(state), ListFilters(), 2, None, T0, 1,
-                           view=lambda r: schedule_view(r, T0, ["requests"]))
+    state.paused = [
+        row(T0 + 60_000, "requests-0-7", sid=b"cron:requests/daily", topic="mails", cron_expr="0 9 * * *"),
+        row(T0 - 5_000, "requests-0-8", sid=b"cron:requests/hourly", cron_expr="0 * * * *"),
+    ]
+    first = list_schedules(
+        Source(state), ListFilters(), 2, None, T0, 1, view=lambda r: schedule_view(r, T0, ["requests"])
+    )
     assert [(s["id"], s["paused"], s["actions"]) for s in first.paused] == [
-        ("hourly", True, ["CRON_RESUME", "CRON_CANCEL"]), ("daily", True, ["CRON_RESUME", "CRON_CANCEL"])]
+        ("hourly", True, ["CRON_RESUME", "CRON_CANCEL"]),
+        ("daily", True, ["CRON_RESUME", "CRON_CANCEL"]),
+    ]
     assert first.to_json()["paused"] == first.paused and [s["id"] for s in first.schedules] == ["r0", "r1"]
     assert "paused crons: 2" in render_table(first)
     later = list_schedules(Source(state), ListFilters(), 2, decode_token(first.next_token, ListFilters()), T0, 1)
     assert later.paused == [] and len(later.schedules) == 1, "paused crons show on the first page only"
-    for filters, ids in ((ListFilters(destination="mails"), ["daily"]), (ListFilters(kind="one-shot"), []),
-                         (ListFilters(id_prefix="hour"), ["hourly"]), (ListFilters(due_after_ms=T0), [])):
+    for filters, ids in (
+        (ListFilters(destination="mails"), ["daily"]),
+        (ListFilters(kind="one-shot"), []),
+        (ListFilters(id_prefix="hour"), ["hourly"]),
+        (ListFilters(due_after_ms=T0), []),
+    ):
         found = list_schedules(Source(state), filters, 5, None, T0, 1, view=lambda r: schedule_view(r, T0, []))
         assert [s["id"] for s in found.paused] == ids, filters
     assert list(find_paused(Source(state), b"cron:requests/daily")["delivery_id"]) == ["requests-0-7"]
@@ -360,10 +472,15 @@ def test_the_spans_of_bucket_keys_in_spark_sql_are_the_wheels(spark):
     """The page's bucket ranges are computed by Spark from the state's keys (StateSource): one-second keys and the
     coarse keys of every level give the spans engine/wheel.py gives them."""
     keys = [T0 // BUCKET_MS, T0 // BUCKET_MS + 1, 0, -5] + [
-        int(wheel.key_at(level, T0 + offset)) for level in range(1, wheel.COARSE_LEVELS + 1)
-        for offset in (0, 1, wheel.level_width(level) - 1, 5 * wheel.level_width(level) + 3)]
+        int(wheel.key_at(level, T0 + offset))
+        for level in range(1, wheel.COARSE_LEVELS + 1)
+        for offset in (0, 1, wheel.level_width(level) - 1, 5 * wheel.level_width(level) + 3)
+    ]
     first, last = listing._span_sql("bucket")
-    rows = spark.createDataFrame([(k,) for k in keys], "bucket long").selectExpr(
-        "bucket", f"{first} AS first", f"{last} AS last").collect()
+    rows = (
+        spark.createDataFrame([(k,) for k in keys], "bucket long")
+        .selectExpr("bucket", f"{first} AS first", f"{last} AS last")
+        .collect()
+    )
     assert {r["bucket"]: (r["first"], r["last"]) for r in rows} == {k: listing.bucket_span_s(k) for k in keys}
     assert len({listing.bucket_span_s(k) for k in keys}) == len(set(keys))

@@ -6,40 +6,50 @@ collected in one go (one Spark job) and the tests look their rows up by offset.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kafka_scheduler.dialects.common import NORMALIZED_COLUMNS, DecodeSettings
 from kafka_scheduler import dialects
+from kafka_scheduler.dialects.common import NORMALIZED_COLUMNS, DecodeSettings
 from kafka_scheduler.engine.schedule import Schedule
-from kafka_scheduler.protocol import REJECTIONS_SID
 from kafka_scheduler.engine.wheel import entry_bytes
+from kafka_scheduler.protocol import REJECTIONS_SID
 
-KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
-                "timestampType int, headers array<struct<key:string,value:binary>>")
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
+    "timestampType int, headers array<struct<key:string,value:binary>>"
+)
 
 REQUESTS = "app-schedule-requests"
 REJECTIONS = "app-schedule-rejections"
 HISTORY = "app-schedule-history"
 
-SETTINGS = DecodeSettings(rejections_topic=REJECTIONS, own_topics=(REQUESTS, REJECTIONS, HISTORY),
-                          allowed_destinations=None, max_value_bytes=100, max_ahead_ms=100 * 365 * 86_400_000)
-ALLOW_LIST_SETTINGS = DecodeSettings(rejections_topic=REJECTIONS, own_topics=(REQUESTS, REJECTIONS, HISTORY),
-                                     allowed_destinations="orders-.*", max_value_bytes=100,
-                                     max_ahead_ms=100 * 365 * 86_400_000)
+SETTINGS = DecodeSettings(
+    rejections_topic=REJECTIONS,
+    own_topics=(REQUESTS, REJECTIONS, HISTORY),
+    allowed_destinations=None,
+    max_value_bytes=100,
+    max_ahead_ms=100 * 365 * 86_400_000,
+)
+ALLOW_LIST_SETTINGS = DecodeSettings(
+    rejections_topic=REJECTIONS,
+    own_topics=(REQUESTS, REJECTIONS, HISTORY),
+    allowed_destinations="orders-.*",
+    max_value_bytes=100,
+    max_ahead_ms=100 * 365 * 86_400_000,
+)
 
-BASE_TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
+BASE_TS = datetime(2026, 1, 1, tzinfo=UTC)
 AT = "2030-06-01T10:00:00Z"
 
-ACT, TO, AT_H, ID = ("x-scheduler-action", "x-scheduler-deliver-to", "x-scheduler-deliver-at",
-                     "x-scheduler-request-id")
+ACT, TO, AT_H, ID = ("x-scheduler-action", "x-scheduler-deliver-to", "x-scheduler-deliver-at", "x-scheduler-request-id")
 
 
 def ms(text: str) -> int:
     """Epoch milliseconds of a whole-millisecond ISO instant (reference computation in Python)."""
     parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return int((parsed - datetime(1970, 1, 1, tzinfo=timezone.utc)) / timedelta(milliseconds=1))
+    return int((parsed - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(milliseconds=1))
 
 
 def h(name, value):
@@ -68,17 +78,23 @@ def case(offset, headers, key=b"k", value=b"v", partition=0):
 
 ODD_KEY = b"\xff\xfe\x00key\x80"
 ODD_VALUE = b"\x80\x81\xc3(\x00\xfftail"
-VALID_ADD = case(10, [
-    h("trace", b"\x01\xff"),
-    h("X-Scheduler-Action", "ADD"),
-    h("x-scheduler-deliver-to", "orders"),
-    h("trace", b"\x02"),
-    h("X-SCHEDULER-DELIVER-AT", "2030-01-02T03:04:05.678Z"),
-    h("nullh", None),
-    h("x-scheduler-REQUEST-id", "r-1"),
-    h("X-Scheduler-Trace", "internal"),
-    h("Content-Type", "application/octet-stream"),
-], key=ODD_KEY, value=ODD_VALUE, partition=3)
+VALID_ADD = case(
+    10,
+    [
+        h("trace", b"\x01\xff"),
+        h("X-Scheduler-Action", "ADD"),
+        h("x-scheduler-deliver-to", "orders"),
+        h("trace", b"\x02"),
+        h("X-SCHEDULER-DELIVER-AT", "2030-01-02T03:04:05.678Z"),
+        h("nullh", None),
+        h("x-scheduler-REQUEST-id", "r-1"),
+        h("X-Scheduler-Trace", "internal"),
+        h("Content-Type", "application/octet-stream"),
+    ],
+    key=ODD_KEY,
+    value=ODD_VALUE,
+    partition=3,
+)
 ADD_NO_ID = case(11, [h(ACT, "ADD"), h(TO, "orders"), h(AT_H, AT)])
 NO_ACTION = case(12, [h(TO, "orders"), h(AT_H, AT), h(ID, "r-12")])
 REPLACE_LOWER = case(13, [h(ACT, "replace"), h(TO, "orders"), h(AT_H, AT), h(ID, "r-13")])
@@ -128,39 +144,89 @@ NULL_HEADERS = case(61, None)
 
 # ---------------------------------------------------------------- recurring schedules (Kaspr's cron actions) and expiry
 
-EXPR, POLICY, TZ, START, END, LATE = ("x-scheduler-cron-expr", "x-scheduler-cron-missed-fire-policy",
-                                      "x-scheduler-cron-timezone", "x-scheduler-cron-start-at",
-                                      "x-scheduler-cron-end-at", "x-scheduler-max-lateness")
-CRON_FULL = case(100, [h("trace", b"\x01"), h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-1"),
-                       h(EXPR, " * * * * * */5 "), h(POLICY, "Skip"), h(TZ, "Europe/Paris"),
-                       h(START, "2030-01-01T00:00:00Z"), h(END, "2030-02-01T00:00:00+01:00"), h(LATE, "PT10M"),
-                       h("X-Scheduler-Whatever", "x")], key=b"ck", value=b"tick", partition=2)
+EXPR, POLICY, TZ, START, END, LATE = (
+    "x-scheduler-cron-expr",
+    "x-scheduler-cron-missed-fire-policy",
+    "x-scheduler-cron-timezone",
+    "x-scheduler-cron-start-at",
+    "x-scheduler-cron-end-at",
+    "x-scheduler-max-lateness",
+)
+CRON_FULL = case(
+    100,
+    [
+        h("trace", b"\x01"),
+        h(ACT, "CRON_ADD"),
+        h(TO, "orders"),
+        h(ID, "c-1"),
+        h(EXPR, " * * * * * */5 "),
+        h(POLICY, "Skip"),
+        h(TZ, "Europe/Paris"),
+        h(START, "2030-01-01T00:00:00Z"),
+        h(END, "2030-02-01T00:00:00+01:00"),
+        h(LATE, "PT10M"),
+        h("X-Scheduler-Whatever", "x"),
+    ],
+    key=b"ck",
+    value=b"tick",
+    partition=2,
+)
 CRON_KASPR = case(101, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-2"), h(EXPR, "@hourly")])
-CRON_WITH_AT = case(102, [h(ACT, "cron_add"), h(TO, "orders"), h(ID, "c-3"), h(EXPR, "*/5 * * * *"),
-                          h(AT_H, "ignored"), h(POLICY, "replay")])
+CRON_WITH_AT = case(
+    102,
+    [
+        h(ACT, "cron_add"),
+        h(TO, "orders"),
+        h(ID, "c-3"),
+        h(EXPR, "*/5 * * * *"),
+        h(AT_H, "ignored"),
+        h(POLICY, "replay"),
+    ],
+)
 CRON_PAUSE = case(103, [h(ACT, "CRON_PAUSE"), h(ID, "c-1")], key=None, value=None)
 CRON_RESUME = case(104, [h(ACT, "CRON_RESUME"), h(ID, "c-1")], key=None, value=None)
 CRON_CANCEL = case(105, [h(ACT, "CRON_CANCEL"), h(ID, "c-1")], key=None, value=None)
 CRON_NO_ID = case(110, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(EXPR, "@hourly")])
 CRON_NO_EXPR = case(111, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-11")])
 CRON_NO_TO = case(112, [h(ACT, "CRON_ADD"), h(ID, "c-12"), h(EXPR, "@hourly")])
-CRON_BAD_POLICY = case(113, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-13"), h(EXPR, "@hourly"),
-                             h(POLICY, "later")])
-CRON_ZONELESS_START = case(114, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-14"), h(EXPR, "@hourly"),
-                                 h(START, "2030-01-01T00:00:00")])
-CRON_BAD_END = case(115, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-15"), h(EXPR, "@hourly"),
-                          h(END, "soon")])
-CRON_END_FIRST = case(116, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-16"), h(EXPR, "@hourly"),
-                            h(START, "2030-01-02T00:00:00Z"), h(END, "2030-01-01T00:00:00Z")])
+CRON_BAD_POLICY = case(
+    113, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-13"), h(EXPR, "@hourly"), h(POLICY, "later")]
+)
+CRON_ZONELESS_START = case(
+    114, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-14"), h(EXPR, "@hourly"), h(START, "2030-01-01T00:00:00")]
+)
+CRON_BAD_END = case(115, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-15"), h(EXPR, "@hourly"), h(END, "soon")])
+CRON_END_FIRST = case(
+    116,
+    [
+        h(ACT, "CRON_ADD"),
+        h(TO, "orders"),
+        h(ID, "c-16"),
+        h(EXPR, "@hourly"),
+        h(START, "2030-01-02T00:00:00Z"),
+        h(END, "2030-01-01T00:00:00Z"),
+    ],
+)
 CRON_PAUSE_NO_ID = case(117, [h(ACT, "CRON_PAUSE")])
-CRON_TWO_EXPRS = case(118, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-18"), h(EXPR, "@hourly"),
-                            h(EXPR, "@daily")])
-LATENESS = {"10m": 600_000, "1h30m": 5_400_000, "250ms": 250, "PT10M": 600_000, "pt0.5s": 500,
-            "P1DT2H": 93_600_000, "60000": 60_000, " 2d ": 172_800_000, "PT1M30.25S": 90_250}
-LATENESS_CASES = {case(120 + i, [h(TO, "orders"), h(AT_H, AT), h(LATE, text)]): ms_
-                  for i, (text, ms_) in enumerate(LATENESS.items())}
-BAD_LATENESS = {case(140 + i, [h(TO, "orders"), h(AT_H, AT), h(LATE, text)]): text
-                for i, text in enumerate(["10x", "0", "PT", "", "P", "-5m", "1.5h", "m"])}
+CRON_TWO_EXPRS = case(118, [h(ACT, "CRON_ADD"), h(TO, "orders"), h(ID, "c-18"), h(EXPR, "@hourly"), h(EXPR, "@daily")])
+LATENESS = {
+    "10m": 600_000,
+    "1h30m": 5_400_000,
+    "250ms": 250,
+    "PT10M": 600_000,
+    "pt0.5s": 500,
+    "P1DT2H": 93_600_000,
+    "60000": 60_000,
+    " 2d ": 172_800_000,
+    "PT1M30.25S": 90_250,
+}
+LATENESS_CASES = {
+    case(120 + i, [h(TO, "orders"), h(AT_H, AT), h(LATE, text)]): ms_ for i, (text, ms_) in enumerate(LATENESS.items())
+}
+BAD_LATENESS = {
+    case(140 + i, [h(TO, "orders"), h(AT_H, AT), h(LATE, text)]): text
+    for i, text in enumerate(["10x", "0", "PT", "", "P", "-5m", "1.5h", "m"])
+}
 
 # ---------------------------------------------------------------- decoded with the allow-list settings
 
@@ -174,8 +240,11 @@ def decode(rows, settings):
 
 
 def _rows(offsets):
-    return [(key, value, REQUESTS, partition, offset, ts_of(offset), 0, headers)
-            for offset, (key, value, headers, partition) in sorted(CASES.items()) if offset in offsets]
+    return [
+        (key, value, REQUESTS, partition, offset, ts_of(offset), 0, headers)
+        for offset, (key, value, headers, partition) in sorted(CASES.items())
+        if offset in offsets
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -227,9 +296,12 @@ def expect_rejection(row, offset, *fragments):
     assert headers_of(row) == (
         list(headers or [])
         + [("x-scheduler-rejection-reason", r.encode()) for r in reasons]
-        + [("x-scheduler-source-topic", REQUESTS.encode()),
-           ("x-scheduler-source-partition", str(partition).encode()),
-           ("x-scheduler-source-offset", str(offset).encode())])
+        + [
+            ("x-scheduler-source-topic", REQUESTS.encode()),
+            ("x-scheduler-source-partition", str(partition).encode()),
+            ("x-scheduler-source-offset", str(offset).encode()),
+        ]
+    )
     assert row["delivery_id"] == f"{REQUESTS}-{partition}-{offset}"
     assert (row["src_topic"], row["src_partition"], row["src_offset"]) == (REQUESTS, partition, offset)
     assert row["src_ts_ms"] == ts_ms_of(offset)
@@ -257,22 +329,38 @@ def test_valid_add_with_id_is_decoded_exactly(decoded):
         "src_ts_ms": ts_ms_of(VALID_ADD),
         "entry_bytes": row["entry_bytes"],
         # native has no write-back, partition choice or completion
-        "completes": None, "partition": None, "partition_key": None, "wb_topic": None, "wb_partition": None,
-        "wb_key": None, "wb_headers": None, "history": False,
+        "completes": None,
+        "partition": None,
+        "partition_key": None,
+        "wb_topic": None,
+        "wb_partition": None,
+        "wb_key": None,
+        "wb_headers": None,
+        "history": False,
         # no expiry, not a cron
-        "max_lateness_ms": None, "cron_expr": None, "cron_tz": None, "cron_policy": None, "cron_start_ms": None,
-        "cron_end_ms": None, "raw_headers": None,
+        "max_lateness_ms": None,
+        "cron_expr": None,
+        "cron_tz": None,
+        "cron_policy": None,
+        "cron_start_ms": None,
+        "cron_end_ms": None,
+        "raw_headers": None,
     }
     assert row["due_ms"] == 1893553445678
     assert blob(row["key"]) == ODD_KEY
     assert blob(row["value"]) == ODD_VALUE
     # every x-scheduler-* header is gone (whatever its case); the others stay, in order, duplicates and
     # null values included
-    assert headers_of(row) == [("trace", b"\x01\xff"), ("trace", b"\x02"), ("nullh", None),
-                               ("Content-Type", b"application/octet-stream")]
+    assert headers_of(row) == [
+        ("trace", b"\x01\xff"),
+        ("trace", b"\x02"),
+        ("nullh", None),
+        ("Content-Type", b"application/octet-stream"),
+    ]
     # The decoder's size estimate is the one the Spark-free layer computes.
-    assert row["entry_bytes"] == entry_bytes(Schedule(row["due_ms"], "orders", ODD_KEY, ODD_VALUE,
-                                                      tuple(headers_of(row)), row["delivery_id"]))
+    assert row["entry_bytes"] == entry_bytes(
+        Schedule(row["due_ms"], "orders", ODD_KEY, ODD_VALUE, tuple(headers_of(row)), row["delivery_id"])
+    )
 
 
 def test_binary_request_ids_are_valid_ids_kept_byte_exact(decoded):
@@ -312,23 +400,29 @@ def test_cancel_any_case_and_padding(decoded, offset, rid):
     assert row["delivery_id"] == f"{REQUESTS}-0-{offset}"
 
 
-@pytest.mark.parametrize("offset,utc", [
-    (PLUS_TWO, "2030-06-01T10:00:00Z"),
-    (MINUS_FIVE_THIRTY, "2030-06-01T10:00:00Z"),
-    (WHOLE_SECOND, "2030-06-01T10:00:00Z"),
-    (EXACT_MS, "2030-06-01T10:00:00.123Z"),
-])
+@pytest.mark.parametrize(
+    "offset,utc",
+    [
+        (PLUS_TWO, "2030-06-01T10:00:00Z"),
+        (MINUS_FIVE_THIRTY, "2030-06-01T10:00:00Z"),
+        (WHOLE_SECOND, "2030-06-01T10:00:00Z"),
+        (EXACT_MS, "2030-06-01T10:00:00.123Z"),
+    ],
+)
 def test_due_time_is_exact_utc_millis(decoded, offset, utc):
     row = decoded[offset]
     expect_request(row, "ADD")
     assert row["due_ms"] == ms(utc)
 
 
-@pytest.mark.parametrize("offset,utc", [
-    (HALF_MICRO, "2030-06-01T10:00:00.001Z"),  # .0005 -> up to the next millisecond
-    (NANO_ABOVE, "2030-06-01T10:00:00.124Z"),  # .123000001 -> .124
-    (SUB_MS, "2030-06-01T10:00:00.124Z"),  # .1239 -> .124
-])
+@pytest.mark.parametrize(
+    "offset,utc",
+    [
+        (HALF_MICRO, "2030-06-01T10:00:00.001Z"),  # .0005 -> up to the next millisecond
+        (NANO_ABOVE, "2030-06-01T10:00:00.124Z"),  # .123000001 -> .124
+        (SUB_MS, "2030-06-01T10:00:00.124Z"),  # .1239 -> .124
+    ],
+)
 def test_fractional_due_time_rounds_up(decoded, offset, utc):
     row = decoded[offset]
     expect_request(row, "ADD")
@@ -351,30 +445,53 @@ def test_value_at_the_limit_is_accepted(decoded):
 # ---------------------------------------------------------------- rejections
 
 
-@pytest.mark.parametrize("offset,fragment", [
-    (MISSING_AT, "missing x-scheduler-deliver-at"),
-    (MISSING_TO, "missing x-scheduler-deliver-to"),
-    (REPLACE_NO_ID, "missing x-scheduler-request-id"),
-    (CANCEL_NO_ID, "missing x-scheduler-request-id"),
-    (AT_TOMORROW, "unparseable"),
-    (AT_FEB_30, "unparseable"),
-    (AT_ZONELESS, "no time zone"),
-    (UNKNOWN_ACTION, "unknown x-scheduler-action"),
-    (TO_INTERNAL, "is not allowed"),
-    (TO_OWN_HISTORY, "is not allowed"),
-    (TO_OWN_REQUESTS, "is not allowed"),
-    (TO_OWN_REJECTIONS, "is not allowed"),
-    (TO_BAD_NAME, "invalid destination topic name"),
-    (TOO_FAR, "days ahead"),
-    (TOO_LARGE, "too large"),
-    (DUPLICATE_AT, "duplicate header"),
-    (GARBAGE_ACTION, "unknown x-scheduler-action"),
-    (GARBAGE_TO, "invalid destination topic name"),
-    (GARBAGE_AT, "unparseable"),
-    (EMPTY_ID, "empty x-scheduler-request-id"),
-], ids=["missing-at", "missing-to", "replace-no-id", "cancel-no-id", "tomorrow", "feb-30", "zoneless",
-        "unknown-action", "internal-topic", "own-history", "own-requests", "own-rejections", "bad-name",
-        "too-far", "too-large", "duplicate-at", "garbage-action", "garbage-to", "garbage-at", "empty-id"])
+@pytest.mark.parametrize(
+    "offset,fragment",
+    [
+        (MISSING_AT, "missing x-scheduler-deliver-at"),
+        (MISSING_TO, "missing x-scheduler-deliver-to"),
+        (REPLACE_NO_ID, "missing x-scheduler-request-id"),
+        (CANCEL_NO_ID, "missing x-scheduler-request-id"),
+        (AT_TOMORROW, "unparseable"),
+        (AT_FEB_30, "unparseable"),
+        (AT_ZONELESS, "no time zone"),
+        (UNKNOWN_ACTION, "unknown x-scheduler-action"),
+        (TO_INTERNAL, "is not allowed"),
+        (TO_OWN_HISTORY, "is not allowed"),
+        (TO_OWN_REQUESTS, "is not allowed"),
+        (TO_OWN_REJECTIONS, "is not allowed"),
+        (TO_BAD_NAME, "invalid destination topic name"),
+        (TOO_FAR, "days ahead"),
+        (TOO_LARGE, "too large"),
+        (DUPLICATE_AT, "duplicate header"),
+        (GARBAGE_ACTION, "unknown x-scheduler-action"),
+        (GARBAGE_TO, "invalid destination topic name"),
+        (GARBAGE_AT, "unparseable"),
+        (EMPTY_ID, "empty x-scheduler-request-id"),
+    ],
+    ids=[
+        "missing-at",
+        "missing-to",
+        "replace-no-id",
+        "cancel-no-id",
+        "tomorrow",
+        "feb-30",
+        "zoneless",
+        "unknown-action",
+        "internal-topic",
+        "own-history",
+        "own-requests",
+        "own-rejections",
+        "bad-name",
+        "too-far",
+        "too-large",
+        "duplicate-at",
+        "garbage-action",
+        "garbage-to",
+        "garbage-at",
+        "empty-id",
+    ],
+)
 def test_single_error_rejection(decoded, offset, fragment):
     expect_rejection(decoded[offset], offset, fragment)
 
@@ -395,16 +512,18 @@ def test_reasons_quoting_invalid_utf8_input_are_valid_utf8(decoded):
 
 
 def test_two_errors_give_two_reason_headers(decoded):
-    reasons = expect_rejection(decoded[TWO_ERRORS], TWO_ERRORS,
-                               "missing x-scheduler-deliver-to", "missing x-scheduler-deliver-at")
+    reasons = expect_rejection(
+        decoded[TWO_ERRORS], TWO_ERRORS, "missing x-scheduler-deliver-to", "missing x-scheduler-deliver-at"
+    )
     assert len(reasons) == 2
     assert blob(decoded[TWO_ERRORS]["key"]) == ODD_KEY
     assert headers_of(decoded[TWO_ERRORS])[:2] == [("user", b"\x00\xff"), (ACT, b"ADD")]
 
 
 def test_record_without_headers_is_rejected(decoded):
-    expect_rejection(decoded[NULL_HEADERS], NULL_HEADERS,
-                     "missing x-scheduler-deliver-to", "missing x-scheduler-deliver-at")
+    expect_rejection(
+        decoded[NULL_HEADERS], NULL_HEADERS, "missing x-scheduler-deliver-to", "missing x-scheduler-deliver-at"
+    )
 
 
 def test_every_case_has_exactly_one_outcome(decoded):
@@ -440,45 +559,67 @@ def test_cron_add_is_decoded_with_its_definition_and_its_headers_as_read(decoded
     assert row["max_lateness_ms"] == 600_000
     assert blob(row["key"]) == b"ck" and blob(row["value"]) == b"tick"
     assert headers_of(row) == [("trace", b"\x01")]  # every x-scheduler-* header stripped
-    key, value, headers, partition = CASES[CRON_FULL]
+    _key, _value, headers, _partition = CASES[CRON_FULL]
     assert [(hd["key"], blob(hd["value"])) for hd in row["raw_headers"]] == headers  # for a rejection by the rules
     assert row["delivery_id"] == f"{REQUESTS}-2-{CRON_FULL}"
     # The size estimate counts the expression and the zone, as the Spark-free layer does.
     from kafka_scheduler.engine.schedule import Cron
-    assert row["entry_bytes"] == entry_bytes(Schedule(0, "orders", b"ck", b"tick", (("trace", b"\x01"),), "",
-                                                      cron=Cron("* * * * * */5", "Europe/Paris")))
+
+    assert row["entry_bytes"] == entry_bytes(
+        Schedule(0, "orders", b"ck", b"tick", (("trace", b"\x01"),), "", cron=Cron("* * * * * */5", "Europe/Paris"))
+    )
 
 
 def test_a_kaspr_cron_add_defaults_to_replay_in_utc_and_ignores_deliver_at(decoded):
     row = decoded[CRON_KASPR]
     expect_request(row, "CRON_ADD", sid=f"cron:{REQUESTS}/c-2".encode())
-    assert (row["cron_expr"], row["cron_tz"], row["cron_policy"], row["cron_start_ms"], row["cron_end_ms"],
-            row["max_lateness_ms"]) == ("@hourly", None, "replay", None, None, None)
+    assert (
+        row["cron_expr"],
+        row["cron_tz"],
+        row["cron_policy"],
+        row["cron_start_ms"],
+        row["cron_end_ms"],
+        row["max_lateness_ms"],
+    ) == ("@hourly", None, "replay", None, None, None)
     row = decoded[CRON_WITH_AT]
     expect_request(row, "CRON_ADD", sid=f"cron:{REQUESTS}/c-3".encode())
     assert row["due_ms"] is None and row["cron_policy"] == "replay"
 
 
-@pytest.mark.parametrize("offset,action", [(CRON_PAUSE, "CRON_PAUSE"), (CRON_RESUME, "CRON_RESUME"),
-                                           (CRON_CANCEL, "CRON_CANCEL")])
+@pytest.mark.parametrize(
+    "offset,action", [(CRON_PAUSE, "CRON_PAUSE"), (CRON_RESUME, "CRON_RESUME"), (CRON_CANCEL, "CRON_CANCEL")]
+)
 def test_pause_resume_and_cancel_of_a_cron_name_its_id_in_the_cron_id_space(decoded, offset, action):
     row = decoded[offset]
     expect_request(row, action, sid=f"cron:{REQUESTS}/c-1".encode())
     assert row["cron_expr"] is None and row["raw_headers"] is None and row["topic"] is None
 
 
-@pytest.mark.parametrize("offset,fragment", [
-    (CRON_NO_ID, "missing x-scheduler-request-id"),
-    (CRON_NO_EXPR, "missing x-scheduler-cron-expr"),
-    (CRON_NO_TO, "missing x-scheduler-deliver-to"),
-    (CRON_BAD_POLICY, "invalid x-scheduler-cron-missed-fire-policy 'later' (expected replay or skip)"),
-    (CRON_ZONELESS_START, "x-scheduler-cron-start-at '2030-01-01T00:00:00' has no time zone"),
-    (CRON_BAD_END, "unparseable x-scheduler-cron-end-at 'soon'"),
-    (CRON_END_FIRST, "x-scheduler-cron-end-at is before x-scheduler-cron-start-at"),
-    (CRON_PAUSE_NO_ID, "missing x-scheduler-request-id"),
-    (CRON_TWO_EXPRS, "duplicate header x-scheduler-cron-expr"),
-], ids=["no-id", "no-expr", "no-to", "bad-policy", "zoneless-start", "bad-end", "end-first", "pause-no-id",
-        "two-exprs"])
+@pytest.mark.parametrize(
+    "offset,fragment",
+    [
+        (CRON_NO_ID, "missing x-scheduler-request-id"),
+        (CRON_NO_EXPR, "missing x-scheduler-cron-expr"),
+        (CRON_NO_TO, "missing x-scheduler-deliver-to"),
+        (CRON_BAD_POLICY, "invalid x-scheduler-cron-missed-fire-policy 'later' (expected replay or skip)"),
+        (CRON_ZONELESS_START, "x-scheduler-cron-start-at '2030-01-01T00:00:00' has no time zone"),
+        (CRON_BAD_END, "unparseable x-scheduler-cron-end-at 'soon'"),
+        (CRON_END_FIRST, "x-scheduler-cron-end-at is before x-scheduler-cron-start-at"),
+        (CRON_PAUSE_NO_ID, "missing x-scheduler-request-id"),
+        (CRON_TWO_EXPRS, "duplicate header x-scheduler-cron-expr"),
+    ],
+    ids=[
+        "no-id",
+        "no-expr",
+        "no-to",
+        "bad-policy",
+        "zoneless-start",
+        "bad-end",
+        "end-first",
+        "pause-no-id",
+        "two-exprs",
+    ],
+)
 def test_bad_cron_requests_are_rejected_with_a_reason(decoded, offset, fragment):
     expect_rejection(decoded[offset], offset, fragment)
 
@@ -499,4 +640,5 @@ def test_a_bad_max_lateness_is_rejected(decoded):
 def test_unknown_actions_name_the_cron_actions_too(decoded):
     assert reasons_of(decoded[UNKNOWN_ACTION]) == [
         "unknown x-scheduler-action 'DELETE' (expected ADD, REPLACE, CANCEL, CRON_ADD, CRON_PAUSE, CRON_RESUME or "
-        "CRON_CANCEL)"]
+        "CRON_CANCEL)"
+    ]

@@ -58,8 +58,14 @@ class FakeProducer:
 def writer(committed=lambda: {}, producer=None, clock=None):
     producer = producer or FakeProducer()
     now = [0.0]
-    made = RequestWriter({"bootstrap.servers": "x"}, INPUTS, committed, producer_factory=lambda settings: producer,
-                         clock=clock or (lambda: now[0]), sleep=lambda s: now.__setitem__(0, now[0] + s))
+    made = RequestWriter(
+        {"bootstrap.servers": "x"},
+        INPUTS,
+        committed,
+        producer_factory=lambda settings: producer,
+        clock=clock or (lambda: now[0]),
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+    )
     return made, producer
 
 
@@ -80,10 +86,14 @@ def test_a_cancel_is_the_record_a_producer_writes_on_the_partition_the_client_pi
 def test_only_the_page_actions_on_native_inputs():
     made, _ = writer()
     assert made.check("CANCEL", "a", None) == ("CANCEL", "a", "app-schedule-requests"), "the one native input"
-    for action, request_id, topic, message in (("ADD", "a", None, "action"), ("CRON_ADD", "a", None, "action"),
-                                               ("CANCEL", "", None, "id"), ("CANCEL", 7, None, "id"),
-                                               ("CANCEL", "a", "legacy", "karafka input"),
-                                               ("CANCEL", "a", "elsewhere", "not an input")):
+    for action, request_id, topic, message in (
+        ("ADD", "a", None, "action"),
+        ("CRON_ADD", "a", None, "action"),
+        ("CANCEL", "", None, "id"),
+        ("CANCEL", 7, None, "id"),
+        ("CANCEL", "a", "legacy", "karafka input"),
+        ("CANCEL", "a", "elsewhere", "not an input"),
+    ):
         with pytest.raises(ActionError, match=message):
             made.check(action, request_id, topic)
 
@@ -120,25 +130,36 @@ def page_with(versions, ruled=True, paused=()):
     return page
 
 
-@pytest.mark.parametrize("versions,shown,outcome", [
-    ([], "app-schedule-requests-0-4", "not_pending"),
-    ([{"delivery_id": "app-schedule-requests-0-9"}], "app-schedule-requests-0-4", "replaced"),
-    ([{"delivery_id": "app-schedule-requests-0-4"}], "app-schedule-requests-0-4", "still_pending"),
-])
+@pytest.mark.parametrize(
+    "versions,shown,outcome",
+    [
+        ([], "app-schedule-requests-0-4", "not_pending"),
+        ([{"delivery_id": "app-schedule-requests-0-9"}], "app-schedule-requests-0-4", "replaced"),
+        ([{"delivery_id": "app-schedule-requests-0-4"}], "app-schedule-requests-0-4", "still_pending"),
+    ],
+)
 def test_the_outcome_is_read_from_the_state_after_the_batch_that_read_the_request(versions, shown, outcome):
     status, answer = page_with(versions).act({"action": "CANCEL", "id": "o-1", "delivery_id": shown}, "127.0.0.1")
     assert status == 200 and answer["outcome"] == outcome and answer["batch"] == 12, answer
     assert answer["request"]["action"] == "CANCEL" and answer["request"]["topic"] == "app-schedule-requests"
 
 
-@pytest.mark.parametrize("action,versions,paused,outcome", [
-    ("CRON_PAUSE", [], [{"delivery_id": "app-schedule-requests-0-4"}], "paused"),
-    ("CRON_PAUSE", [{"delivery_id": "app-schedule-requests-0-4"}], [], "ruled"),
-    ("CRON_RESUME", [{"delivery_id": "app-schedule-requests-0-9", "due": "2027-01-01T00:00:00.000Z"}], [], "resumed"),
-    ("CRON_RESUME", [], [{"delivery_id": "app-schedule-requests-0-4"}], "still_paused"),
-    ("CRON_CANCEL", [], [], "not_pending"),
-    ("CRON_CANCEL", [], [{"delivery_id": "app-schedule-requests-0-4"}], "still_pending"),
-])
+@pytest.mark.parametrize(
+    "action,versions,paused,outcome",
+    [
+        ("CRON_PAUSE", [], [{"delivery_id": "app-schedule-requests-0-4"}], "paused"),
+        ("CRON_PAUSE", [{"delivery_id": "app-schedule-requests-0-4"}], [], "ruled"),
+        (
+            "CRON_RESUME",
+            [{"delivery_id": "app-schedule-requests-0-9", "due": "2027-01-01T00:00:00.000Z"}],
+            [],
+            "resumed",
+        ),
+        ("CRON_RESUME", [], [{"delivery_id": "app-schedule-requests-0-4"}], "still_paused"),
+        ("CRON_CANCEL", [], [], "not_pending"),
+        ("CRON_CANCEL", [], [{"delivery_id": "app-schedule-requests-0-4"}], "still_pending"),
+    ],
+)
 def test_a_cron_action_says_whether_the_cron_is_paused_running_or_gone(action, versions, paused, outcome):
     status, answer = page_with(versions, paused=paused).act({"action": action, "id": "daily"}, "127.0.0.1")
     assert status == 200 and answer["outcome"] == outcome, answer
@@ -158,8 +179,15 @@ def test_the_action_route_answers_400_for_a_bad_request_and_503_before_kafka():
     def post(body):
         from kafka_scheduler.ops.access import Request
 
-        return routes.respond("/api/actions", Request("POST", "127.0.0.1", {
-            "content-type": "application/json", "x-requested-with": "kafka-scheduler"}, json.dumps(body).encode()))
+        return routes.respond(
+            "/api/actions",
+            Request(
+                "POST",
+                "127.0.0.1",
+                {"content-type": "application/json", "x-requested-with": "kafka-scheduler"},
+                json.dumps(body).encode(),
+            ),
+        )
 
     assert post({"action": "ADD", "id": "x"})[0] == 400
     assert post({"action": "CANCEL", "id": "x", "input_topic": "legacy"})[0] == 400

@@ -14,9 +14,24 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from kafka_scheduler.engine import wheel
 from kafka_scheduler.engine.schedule import Cron, Schedule
-from kafka_scheduler.engine.wheel_processor import MERGED_ROWS, OUTPUT_COLUMNS, OUTPUT_SCHEMA, STATE_VARIABLES, \
-    WheelProcessor, _batch_time_row, _outcomes, _timer_rows, _withdraw_rows, deliveries_frame, merged, \
-    pack_by_shard, parsed_state_schemas, record_rows, rejections_frame, unpacked
+from kafka_scheduler.engine.wheel_processor import (
+    MERGED_ROWS,
+    OUTPUT_COLUMNS,
+    OUTPUT_SCHEMA,
+    STATE_VARIABLES,
+    WheelProcessor,
+    _batch_time_row,
+    _outcomes,
+    _timer_rows,
+    _withdraw_rows,
+    deliveries_frame,
+    merged,
+    pack_by_shard,
+    parsed_state_schemas,
+    record_rows,
+    rejections_frame,
+    unpacked,
+)
 from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID
 
 NOW = 1_900_000_000_000
@@ -24,17 +39,35 @@ NOW = 1_900_000_000_000
 
 def deliveries(n: int, start: int = 0, partitioned: bool = False) -> pd.DataFrame:
     """``n`` delivery rows; ``partitioned``: with an explicit partition (the Int32 columns of other dialects)."""
-    entries = wheel.entries_frame([Schedule(NOW + i, "out", b"k%d" % i, b"v", (("h", b"1"),), f"in-0-{start + i}",
-                                            partition=i % 3 if partitioned else None)
-                                   for i in range(n)], [(None, None)] * n)
+    entries = wheel.entries_frame(
+        [
+            Schedule(
+                NOW + i,
+                "out",
+                b"k%d" % i,
+                b"v",
+                (("h", b"1"),),
+                f"in-0-{start + i}",
+                partition=i % 3 if partitioned else None,
+            )
+            for i in range(n)
+        ],
+        [(None, None)] * n,
+    )
     return deliveries_frame(entries, NOW - 1)
 
 
 def spark_arrow(frame: pd.DataFrame) -> pa.RecordBatch:
     """As the Python worker of transformWithStateInPandas converts a frame a handler yields (pyspark worker.py)."""
-    return PandasToArrowConversion.convert([frame], StructType([StructField("_0", OUTPUT_SCHEMA)]), timezone="UTC",
-                                           safecheck=True, arrow_cast=True, assign_cols_by_name=True,
-                                           int_to_decimal_coercion_enabled=False)
+    return PandasToArrowConversion.convert(
+        [frame],
+        StructType([StructField("_0", OUTPUT_SCHEMA)]),
+        timezone="UTC",
+        safecheck=True,
+        arrow_cast=True,
+        assign_cols_by_name=True,
+        int_to_decimal_coercion_enabled=False,
+    )
 
 
 def a_call(sizes: list[int]) -> list[pd.DataFrame]:
@@ -110,32 +143,62 @@ def test_the_processor_asks_for_each_state_variable_with_its_parsed_schema(spark
 
 
 def test_the_sink_reads_each_row_with_its_headers_zipped_and_a_deliverys_id_last(spark):
-    firing = Schedule(NOW + 5_000, "out", b"k", b"tick", (("h", b"1"), ("empty", None)), "in-0-9@1",
-                      cron=Cron("* * * * * */5", "UTC", "skip", NOW, None))
+    firing = Schedule(
+        NOW + 5_000,
+        "out",
+        b"k",
+        b"tick",
+        (("h", b"1"), ("empty", None)),
+        "in-0-9@1",
+        cron=Cron("* * * * * */5", "UTC", "skip", NOW, None),
+    )
     bare_firing = Schedule(NOW + 7_000, "out", None, b"x", (), "in-0-8@1", cron=firing.cron)
-    entries = wheel.entries_frame([firing, Schedule(NOW + 1, "out", None, b"x", (), "in-0-3"), bare_firing],
-                                  [(b"cron:in/a", b"d" * 16), (None, None), (b"cron:in/b", b"e" * 16)])
-    rejected = pd.DataFrame([(b"k", b"v", [{"key": "a", "value": b"2"}], "in-1-17", "bad")],
-                            columns=["key", "value", "raw_headers", "delivery_id", "reason"])
+    entries = wheel.entries_frame(
+        [firing, Schedule(NOW + 1, "out", None, b"x", (), "in-0-3"), bare_firing],
+        [(b"cron:in/a", b"d" * 16), (None, None), (b"cron:in/b", b"e" * 16)],
+    )
+    rejected = pd.DataFrame(
+        [(b"k", b"v", [{"key": "a", "value": b"2"}], "in-1-17", "bad")],
+        columns=["key", "value", "raw_headers", "delivery_id", "reason"],
+    )
     frames = [deliveries_frame(entries, NOW), rejections_frame(rejected, "rejections"), _timer_rows([NOW])]
     table = pa.Table.from_batches([pa.RecordBatch.from_struct_array(spark_arrow(f).column(0)) for f in frames])
     rows = record_rows(spark.createDataFrame(table, schema=OUTPUT_SCHEMA)).collect()
     assert rows[0].asDict().keys() == {*OUTPUT_COLUMNS, "headers"} - {"header_names", "header_values", "delivery_id"}
     headers = [None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]] for r in rows]
-    assert headers[0] == [("h", b"1"), ("empty", None), (CRON_FIRE_TIMESTAMP, str((NOW + 5_000) // 1000).encode()),
-                          (DELIVERY_ID, b"in-0-9@1")]
+    assert headers[0] == [
+        ("h", b"1"),
+        ("empty", None),
+        (CRON_FIRE_TIMESTAMP, str((NOW + 5_000) // 1000).encode()),
+        (DELIVERY_ID, b"in-0-9@1"),
+    ]
     assert headers[1] == [(DELIVERY_ID, b"in-0-3")]
     assert headers[2] == [(CRON_FIRE_TIMESTAMP, str((NOW + 7_000) // 1000).encode()), (DELIVERY_ID, b"in-0-8@1")]
-    assert [h[0] for h in headers[3]] == ["a", "x-scheduler-rejection-reason", "x-scheduler-source-topic",
-                                          "x-scheduler-source-partition", "x-scheduler-source-offset"]
+    assert [h[0] for h in headers[3]] == [
+        "a",
+        "x-scheduler-rejection-reason",
+        "x-scheduler-source-topic",
+        "x-scheduler-source-partition",
+        "x-scheduler-source-offset",
+    ]
     assert headers[4] is None  # a timer row
 
 
 request_headers = st.lists(st.tuples(st.text(max_size=2), st.none() | st.binary(max_size=2)), max_size=2)
-request_rows = st.lists(st.tuples(st.sampled_from([-1, 0, 1, 3]), st.binary(max_size=4),
-                                  st.none() | st.integers(0, 2**53), request_headers), max_size=30)
-REQUEST_TYPE = pa.schema([("shard", pa.int32()), ("sid", pa.binary()), ("due_ms", pa.int64()),
-                          ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
+request_rows = st.lists(
+    st.tuples(
+        st.sampled_from([-1, 0, 1, 3]), st.binary(max_size=4), st.none() | st.integers(0, 2**53), request_headers
+    ),
+    max_size=30,
+)
+REQUEST_TYPE = pa.schema(
+    [
+        ("shard", pa.int32()),
+        ("sid", pa.binary()),
+        ("due_ms", pa.int64()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
 
 
 @settings(max_examples=50, deadline=None)
@@ -143,9 +206,16 @@ REQUEST_TYPE = pa.schema([("shard", pa.int32()), ("sid", pa.binary()), ("due_ms"
 def test_requests_packed_by_shard_come_back_whole_each_with_its_shard(batches):
     """The state step's input (wheel_processor.packed_by_shard): each Arrow batch's rows in one blob per shard; a
     handler call reads its shard's blobs back as one frame."""
-    arrow_batches = [pa.RecordBatch.from_pylist([dict(zip(REQUEST_TYPE.names, (s, sid, due, [
-        {"key": k, "value": v} for k, v in headers]))) for s, sid, due, headers in rows], schema=REQUEST_TYPE)
-        for rows in batches]
+    arrow_batches = [
+        pa.RecordBatch.from_pylist(
+            [
+                dict(zip(REQUEST_TYPE.names, (s, sid, due, [{"key": k, "value": v} for k, v in headers])))
+                for s, sid, due, headers in rows
+            ],
+            schema=REQUEST_TYPE,
+        )
+        for rows in batches
+    ]
     blobs: dict = {}
     for packed in pack_by_shard(iter(arrow_batches)):
         assert packed.schema.names == ["shard", "requests"]
@@ -159,7 +229,9 @@ def test_requests_packed_by_shard_come_back_whole_each_with_its_shard(batches):
     for shard, shard_blobs in blobs.items():
         frames = [pd.DataFrame({"shard": [shard] * len(shard_blobs), "requests": shard_blobs})]
         frame = unpacked(frames)
-        back = [(int(s), bytes(sid), None if pd.isna(due) else int(due), [(h["key"], h["value"]) for h in headers])
-                for s, sid, due, headers in zip(frame["shard"], frame["sid"], frame["due_ms"], frame["headers"])]
+        back = [
+            (int(s), bytes(sid), None if pd.isna(due) else int(due), [(h["key"], h["value"]) for h in headers])
+            for s, sid, due, headers in zip(frame["shard"], frame["sid"], frame["due_ms"], frame["headers"])
+        ]
         assert sorted(back, key=repr) == sorted(sent[shard], key=repr)
     assert unpacked([]) is None

@@ -13,14 +13,14 @@ import pandas as pd
 import pytest
 
 from kafka_scheduler.engine import wheel
-from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.engine.batch_summary import BatchSummary
-from kafka_scheduler.ops.http_server import serve
-from kafka_scheduler.ops.input_lag import end_offsets
-from kafka_scheduler.ops.metrics import SchedulerMetrics
 from kafka_scheduler.engine.rejection_classes import CLASSES, reason_class
 from kafka_scheduler.engine.schedule import Action, Outcome, Request, Schedule, input_topic_of
 from kafka_scheduler.engine.wheel_processor import _outcomes, rejection_counts
+from kafka_scheduler.kafka.local_broker import free_port
+from kafka_scheduler.ops.http_server import serve
+from kafka_scheduler.ops.input_lag import end_offsets
+from kafka_scheduler.ops.metrics import SchedulerMetrics
 
 # Reasons as the decoders and the sink write them (dialects/*.py, engine/record_sink.py, engine/timed_writer.py).
 REASONS = {
@@ -60,8 +60,9 @@ REASONS = {
     "x-scheduler-cron-end-at is before x-scheduler-cron-start-at": "bad_time",
     "x-scheduler-cron-start-at '2030-01-01T00:00' has no time zone (add Z or an offset like +02:00)": "bad_time",
     "invalid x-scheduler-cron-missed-fire-policy 'later' (expected replay or skip)": "malformed",
-    "invalid x-scheduler-max-lateness '10x' (expected a positive duration like 10m, 1h30m, PT10M, or milliseconds)":
-        "malformed",
+    "invalid x-scheduler-max-lateness '10x' (expected a positive duration like 10m, 1h30m, PT10M, or milliseconds)": (
+        "malformed"
+    ),
     "something nobody wrote yet": "other",
 }
 
@@ -78,13 +79,24 @@ def test_a_quoted_value_never_picks_the_class():
 
 
 def test_rejection_rows_are_counted_per_input_topic_and_class():
-    frame = pd.DataFrame({"src_topic": ["in-a", "in-a", "in-b"], "headers": [
-        [{"key": "x-scheduler-rejection-reason", "value": b"missing x-scheduler-deliver-to"}],
-        [("x-scheduler-rejection-reason", b"value too large: 9 bytes, the limit is 1")],
-        [{"key": "x-scheduler-rejection-reason", "value": b"missing x-scheduler-deliver-to"}]]})
+    frame = pd.DataFrame(
+        {
+            "src_topic": ["in-a", "in-a", "in-b"],
+            "headers": [
+                [{"key": "x-scheduler-rejection-reason", "value": b"missing x-scheduler-deliver-to"}],
+                [("x-scheduler-rejection-reason", b"value too large: 9 bytes, the limit is 1")],
+                [{"key": "x-scheduler-rejection-reason", "value": b"missing x-scheduler-deliver-to"}],
+            ],
+        }
+    )
     counts = rejection_counts(frame)
-    assert counts == Counter({("rejected", "in-a", "missing_field"): 1, ("rejected", "in-a", "too_large"): 1,
-                              ("rejected", "in-b", "missing_field"): 1})
+    assert counts == Counter(
+        {
+            ("rejected", "in-a", "missing_field"): 1,
+            ("rejected", "in-a", "too_large"): 1,
+            ("rejected", "in-b", "missing_field"): 1,
+        }
+    )
     summary = BatchSummary(1)
     for row in _outcomes(counts).itertuples():
         summary.count_outcome(row.topic, row.n)
@@ -108,11 +120,25 @@ def test_wheel_counts_outcomes_and_deliveries_at_once_per_input_topic():
     def add(topic, rid, due):
         return sid(topic, rid), Request(Action.ADD, Schedule(due, "out", b"k", b"v", (), f"{topic}-0-{rid}"))
 
-    result = wheel.apply_requests(store, [add("a", "1", now + 5000), add("a", "2", now - 1), add("b", "1", now + 9000),
-                                          (sid("b", "1"), Request(Action.CANCEL, None)),
-                                          (sid("b", "9"), Request(Action.CANCEL, None))], now)
-    assert result.by_topic == Counter({(Outcome.SCHEDULED, "a"): 2, (Outcome.SCHEDULED, "b"): 1,
-                                       (Outcome.CANCELLED, "b"): 1, (Outcome.CANCEL_NOOP, "b"): 1})
+    result = wheel.apply_requests(
+        store,
+        [
+            add("a", "1", now + 5000),
+            add("a", "2", now - 1),
+            add("b", "1", now + 9000),
+            (sid("b", "1"), Request(Action.CANCEL, None)),
+            (sid("b", "9"), Request(Action.CANCEL, None)),
+        ],
+        now,
+    )
+    assert result.by_topic == Counter(
+        {
+            (Outcome.SCHEDULED, "a"): 2,
+            (Outcome.SCHEDULED, "b"): 1,
+            (Outcome.CANCELLED, "b"): 1,
+            (Outcome.CANCEL_NOOP, "b"): 1,
+        }
+    )
     assert sum(result.by_topic.values()) == sum(result.outcomes.values())
     assert result.at_once == Counter({"a": 1})
 
@@ -120,14 +146,18 @@ def test_wheel_counts_outcomes_and_deliveries_at_once_per_input_topic():
 def test_bulk_adds_are_counted_per_input_topic_too():
     store = wheel.MemoryShardStore()
     now = 1_000_000
-    schedules = [Schedule(now + 3000, "out", b"k", b"v", (), "in-0-1"), Schedule(now - 5, "out", b"k", b"v", (),
-                                                                                 "in-0-2")]
+    schedules = [
+        Schedule(now + 3000, "out", b"k", b"v", (), "in-0-1"),
+        Schedule(now - 5, "out", b"k", b"v", (), "in-0-2"),
+    ]
     anonymous = wheel.entries_frame(schedules).drop(columns=["sid", "digest"]).assign(src_topic=["x", "y"])
     keyed = wheel.entries_frame([Schedule(now + 3000, "out", b"k", b"v", (), "z-0-3")]).assign(
-        sid=[sid("z", "3")], action=[Action.ADD.value], src_topic=["z"])
+        sid=[sid("z", "3")], action=[Action.ADD.value], src_topic=["z"]
+    )
     result = wheel.apply_requests(store, [], now, anonymous, keyed=keyed)
-    assert result.by_topic == Counter({(Outcome.SCHEDULED, "x"): 1, (Outcome.SCHEDULED, "y"): 1,
-                                       (Outcome.SCHEDULED, "z"): 1})
+    assert result.by_topic == Counter(
+        {(Outcome.SCHEDULED, "x"): 1, (Outcome.SCHEDULED, "y"): 1, (Outcome.SCHEDULED, "z"): 1}
+    )
     assert result.at_once == Counter({"y": 1})
 
 
@@ -140,19 +170,35 @@ def summary_with(rows: dict, **fields) -> BatchSummary:
 
 def test_a_batch_summary_becomes_metric_values():
     metrics = SchedulerMetrics({"req": "native", "kar": "karafka"})
-    metrics.record_batch(summary_with({"scheduled@req": 4, "replaced@req": 1, "cancel_noop@kar": 2,
-                                       "rejected@kar@bad_time": 3, "delivered_at_once@req": 2,
-                                       "index_entries:0": 5, "index_entries:1": 2},
-                                      written_back=2, dead_lettered=1, compute_s=0.2, write_s=0.1,
-                                      written_at_ms=10_000))
+    metrics.record_batch(
+        summary_with(
+            {
+                "scheduled@req": 4,
+                "replaced@req": 1,
+                "cancel_noop@kar": 2,
+                "rejected@kar@bad_time": 3,
+                "delivered_at_once@req": 2,
+                "index_entries:0": 5,
+                "index_entries:1": 2,
+            },
+            written_back=2,
+            dead_lettered=1,
+            compute_s=0.2,
+            write_s=0.1,
+            written_at_ms=10_000,
+        )
+    )
     metrics.follow_next_wakeup(lambda: 20_000)
     v = metrics.value
     assert v("kafka_scheduler_requests_total", {"outcome": "scheduled", "input_topic": "req", "dialect": "native"}) == 4
     assert v("kafka_scheduler_requests_total", {"outcome": "replaced", "input_topic": "req", "dialect": "native"}) == 1
-    assert v("kafka_scheduler_requests_total",
-             {"outcome": "cancel_noop", "input_topic": "kar", "dialect": "karafka"}) == 2
-    assert v("kafka_scheduler_rejected_total", {"input_topic": "kar", "dialect": "karafka",
-                                                "reason_class": "bad_time"}) == 3
+    assert (
+        v("kafka_scheduler_requests_total", {"outcome": "cancel_noop", "input_topic": "kar", "dialect": "karafka"}) == 2
+    )
+    assert (
+        v("kafka_scheduler_rejected_total", {"input_topic": "kar", "dialect": "karafka", "reason_class": "bad_time"})
+        == 3
+    )
     assert v("kafka_scheduler_delivered_at_once_total", {"input_topic": "req", "dialect": "native"}) == 2
     assert v("kafka_scheduler_written_back_total") == 2 and v("kafka_scheduler_dead_lettered_total") == 1
     assert v("kafka_scheduler_pending_schedules") == 7 and v("kafka_scheduler_next_wakeup_timestamp_seconds") == 20
@@ -182,8 +228,9 @@ def test_each_delivery_written_counts_once_with_its_lateness():
 
 def test_deliveries_a_batch_wrote_itself_are_counted_from_its_summary_and_a_herd_as_the_herd_writer_writes_it():
     metrics = SchedulerMetrics({})
-    metrics.record_batch(summary_with({}, delivered=5, held=2, written_by_batch=3, earliest_due_ms=9_000,
-                                      written_at_ms=9_400))
+    metrics.record_batch(
+        summary_with({}, delivered=5, held=2, written_by_batch=3, earliest_due_ms=9_000, written_at_ms=9_400)
+    )
     v = metrics.value
     # The three written at once, at the batch's largest lateness; the two held were handed to the herd writer.
     assert v("kafka_scheduler_delivered_total") == 3
@@ -228,19 +275,32 @@ def test_run_with_the_metrics_port_in_use_exits_2_naming_the_option(tmp_path, ca
         port = taken.getsockname()[1]
         started = time.monotonic()
         # Nothing listens on the bootstrap port: had the job gone on, it would wait for a broker.
-        code = main(["run", "--bootstrap-servers", f"127.0.0.1:{free_port()}", "--checkpoint-dir",
-                     str(tmp_path / "ckpt"), "--metrics-port", str(port)])
+        code = main(
+            [
+                "run",
+                "--bootstrap-servers",
+                f"127.0.0.1:{free_port()}",
+                "--checkpoint-dir",
+                str(tmp_path / "ckpt"),
+                "--metrics-port",
+                str(port),
+            ]
+        )
     err = capsys.readouterr().err
     assert code == 2 and time.monotonic() - started < 10
-    assert err.startswith(f"kafka-scheduler run: error: --metrics-port {port}: ") and "already in use" in err \
-        and err.count("\n") == 1, err
+    assert (
+        err.startswith(f"kafka-scheduler run: error: --metrics-port {port}: ")
+        and "already in use" in err
+        and err.count("\n") == 1
+    ), err
 
 
 def test_the_timed_writer_reports_each_delivery_once_and_no_rejection_as_one():
     from confluent_kafka import KafkaError
 
-    from .test_timed_writer import RefusingProducer, row
     from kafka_scheduler.engine.timed_writer import TimedWriter
+
+    from .test_timed_writer import RefusingProducer, row
 
     metrics = SchedulerMetrics({})
     producer = RefusingProducer({"denied": KafkaError.TOPIC_AUTHORIZATION_FAILED}, {})
@@ -248,10 +308,15 @@ def test_the_timed_writer_reports_each_delivery_once_and_no_rejection_as_one():
     writer.on_written = metrics.record_written
     try:
         now = int(time.time() * 1000)
-        writer.hold([row("req-0-1", now + 50, b"a", topic="denied"), row("req-0-2", now + 50, b"b"),
-                     row("req-0-2", now + 50, b"b", kind="history", topic="hist"),  # the copy of b: no delivery
-                     row("req-0-3", now + 50, b"c", topic="flaky"),  # fails once, written on the retry
-                     row(None, None, b"bad", kind="reject", topic="app-schedule-rejections")])
+        writer.hold(
+            [
+                row("req-0-1", now + 50, b"a", topic="denied"),
+                row("req-0-2", now + 50, b"b"),
+                row("req-0-2", now + 50, b"b", kind="history", topic="hist"),  # the copy of b: no delivery
+                row("req-0-3", now + 50, b"c", topic="flaky"),  # fails once, written on the retry
+                row(None, None, b"bad", kind="reject", topic="app-schedule-rejections"),
+            ]
+        )
         assert writer.wait_written(now + 50, timeout=10)
     finally:
         writer.close()

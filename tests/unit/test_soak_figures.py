@@ -77,10 +77,23 @@ def samples(duration: float, every: float, rise: float) -> list[dict]:
     t = 0.0
     while t < duration:
         level = 1 + rise * t / duration
-        rows.append({"t": t, "job_running": True, "jvm": int(1000 * MIB * level), "python_driver": 200 * MIB,
-                     "python_workers": 300 * MIB, "workers": 2, "largest_worker": 150 * MIB,
-                     "checkpoint_bytes": int(50 * MIB * level), "metrics_s": 0.01, "status_s": 0.02,
-                     "metrics_error": None, "status_error": None, "health": "ok"})
+        rows.append(
+            {
+                "t": t,
+                "job_running": True,
+                "jvm": int(1000 * MIB * level),
+                "python_driver": 200 * MIB,
+                "python_workers": 300 * MIB,
+                "workers": 2,
+                "largest_worker": 150 * MIB,
+                "checkpoint_bytes": int(50 * MIB * level),
+                "metrics_s": 0.01,
+                "status_s": 0.02,
+                "metrics_error": None,
+                "status_error": None,
+                "health": "ok",
+            }
+        )
         t += every
     return rows
 
@@ -95,10 +108,23 @@ def test_growth_is_the_fitted_rise_after_the_warm_up():
 
 
 def summary(rise: float) -> dict:
-    log = [(T0 + 3.0, "12:00:03 INFO  batch 7: 40 requests (40 scheduled); 3 delivered [state 0.40s, write 0.10s]"),
-           (T0 + 12.0, "12:00:12 INFO  batch 8: 2 delivered [state 0.20s, write 0.05s]")]
-    return summarize(made_ledger(), samples(30, 1, rise), log, T0, duration=30, window=10, warm_up=5, grace=30,
-                     checked_ms=ms(100), herd_instants=[15.0], herd_count=3)
+    log = [
+        (T0 + 3.0, "12:00:03 INFO  batch 7: 40 requests (40 scheduled); 3 delivered [state 0.40s, write 0.10s]"),
+        (T0 + 12.0, "12:00:12 INFO  batch 8: 2 delivered [state 0.20s, write 0.05s]"),
+    ]
+    return summarize(
+        made_ledger(),
+        samples(30, 1, rise),
+        log,
+        T0,
+        duration=30,
+        window=10,
+        warm_up=5,
+        grace=30,
+        checked_ms=ms(100),
+        herd_instants=[15.0],
+        herd_count=3,
+    )
 
 
 def test_the_verdicts_name_what_missed():
@@ -120,8 +146,17 @@ def test_the_chart_is_drawn_from_the_result_file(tmp_path):
     figures = summary(0.1)
     details = figures.pop("details")
     path = tmp_path / "20261127T000000Z-soak.json"
-    path.write_text(json.dumps({"scenario": "soak", "finished_at": "20261127T000000Z", "git_commit": "abc",
-                                "figures": figures, "details": details}))
+    path.write_text(
+        json.dumps(
+            {
+                "scenario": "soak",
+                "finished_at": "20261127T000000Z",
+                "git_commit": "abc",
+                "figures": figures,
+                "details": details,
+            }
+        )
+    )
     png = chart(path)
     assert png == tmp_path / "20261127T000000Z-soak.png"
     with Image.open(png) as image:
@@ -130,12 +165,32 @@ def test_the_chart_is_drawn_from_the_result_file(tmp_path):
 
 def test_a_soak_whose_job_ended_at_once_still_has_its_file_and_chart(tmp_path):
     """The job ended within the grace of the start: no window is covered, the samples are still drawn."""
-    figures = summarize(made_ledger(), samples(30, 1, 0.0), [], T0, duration=0.0, window=10, warm_up=5, grace=30,
-                        checked_ms=ms(100), herd_instants=[], herd_count=3)
+    figures = summarize(
+        made_ledger(),
+        samples(30, 1, 0.0),
+        [],
+        T0,
+        duration=0.0,
+        window=10,
+        warm_up=5,
+        grace=30,
+        checked_ms=ms(100),
+        herd_instants=[],
+        herd_count=3,
+    )
     details = figures.pop("details")
     assert details["windows"] == [] and figures["verdict"] == "missed"
     path = tmp_path / "20261127T000000Z-soak.json"
-    path.write_text(json.dumps({"scenario": "soak", "finished_at": "20261127T000000Z", "git_commit": "abc",
-                                "figures": figures, "details": details}))
+    path.write_text(
+        json.dumps(
+            {
+                "scenario": "soak",
+                "finished_at": "20261127T000000Z",
+                "git_commit": "abc",
+                "figures": figures,
+                "details": details,
+            }
+        )
+    )
     with Image.open(chart(path)) as image:
         assert image.format == "PNG"

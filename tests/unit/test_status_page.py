@@ -14,16 +14,30 @@ import urllib.request
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafka_scheduler.engine.batch_summary import BatchSummary
+from kafka_scheduler.ops.http_server import Routes, start_server
 from kafka_scheduler.ops.metrics import SchedulerMetrics
 from kafka_scheduler.ops.recent import LatenessWindow, RecentRejections
-from kafka_scheduler.ops.http_server import Routes, start_server
-from kafka_scheduler.ops.status_page import (DAY_MS, HOUR_MS, LATE_P99_S, STALL_AFTER_S, PendingCounts, StatusPage,
-                                             counts_json, merged_counts,
-                                             UpcomingCache, count_pending, health, page_html, snapshot, status_json,
-                                             upcoming_json)
+from kafka_scheduler.ops.status_page import (
+    DAY_MS,
+    HOUR_MS,
+    LATE_P99_S,
+    STALL_AFTER_S,
+    PendingCounts,
+    StatusPage,
+    UpcomingCache,
+    count_pending,
+    counts_json,
+    health,
+    merged_counts,
+    page_html,
+    snapshot,
+    status_json,
+    upcoming_json,
+)
 
 T0 = 1_800_000_000.0  # a fixed "now" (s)
 
@@ -75,17 +89,24 @@ def test_recent_rejections_keep_the_last_fifty_newest_first():
 
 def test_the_metrics_feed_the_rings_with_what_they_count():
     metrics = SchedulerMetrics({"requests": "native"})
-    summary = BatchSummary(3, written_at_ms=int(T0 * 1000), dead_lettered=2, written_by_batch=4,
-                           earliest_due_ms=int(T0 * 1000) - 1500)
+    summary = BatchSummary(
+        3, written_at_ms=int(T0 * 1000), dead_lettered=2, written_by_batch=4, earliest_due_ms=int(T0 * 1000) - 1500
+    )
     summary.count_outcome("rejected@requests@bad_time", 2)
     summary.count_outcome("scheduled@requests", 5)
     metrics.record_batch(summary)
     metrics.record_written([10, 10, 250], refused=1)
     rejections = metrics.recent_rejections.entries()
     assert [(r["input_topic"], r["reason_class"], r["count"]) for r in rejections] == [
-        (None, "refused_by_destination", 1), (None, "refused_by_destination", 2), ("requests", "bad_time", 2)]
-    assert metrics.recent_lateness.stats()["count"] == \
-        metrics.value("kafka_scheduler_delivery_lateness_seconds_count") == 4 + 3
+        (None, "refused_by_destination", 1),
+        (None, "refused_by_destination", 2),
+        ("requests", "bad_time", 2),
+    ]
+    assert (
+        metrics.recent_lateness.stats()["count"]
+        == metrics.value("kafka_scheduler_delivery_lateness_seconds_count")
+        == 4 + 3
+    )
 
 
 # ---------------------------------------------------------------- /api/status
@@ -93,8 +114,13 @@ def test_the_metrics_feed_the_rings_with_what_they_count():
 
 def fed_metrics() -> SchedulerMetrics:
     metrics = SchedulerMetrics({"requests": "native"})
-    summary = BatchSummary(1, written_at_ms=int(T0 * 1000) - 4000, written_by_batch=2,
-                           earliest_due_ms=int(T0 * 1000) - 4100, index_entries={0: 7, 1: 5})
+    summary = BatchSummary(
+        1,
+        written_at_ms=int(T0 * 1000) - 4000,
+        written_by_batch=2,
+        earliest_due_ms=int(T0 * 1000) - 4100,
+        index_entries={0: 7, 1: 5},
+    )
     summary.count_outcome("scheduled@requests", 14)
     summary.count_outcome("cancelled@requests", 2)
     summary.count_outcome("rejected@requests@missing_field", 1)
@@ -112,8 +138,10 @@ def test_status_json_shows_the_values_of_the_registry():
     assert status["delivered"]["total"] == metrics.value("kafka_scheduler_delivered_total") == 5
     assert status["requests"] == {"cancelled": 2, "scheduled": 14}
     assert status["rejected"] == {"total": 1, "by_class": {"missing_field": 1}}
-    assert status["health"]["input_lag"] == [{"topic": "requests", "partition": 0, "records": 3},
-                                             {"topic": "requests", "partition": 1, "records": 0}]
+    assert status["health"]["input_lag"] == [
+        {"topic": "requests", "partition": 0, "records": 3},
+        {"topic": "requests", "partition": 1, "records": 0},
+    ]
     assert status["health"]["input_lag_total"] == 3 and status["health"]["last_batch_age_s"] == 4.0
     assert status["health"]["verdict"] == "ok" and status["app_id"] == "reminders"
     assert status["rejections"][0]["reason_class"] == "missing_field" and status["rejections"][0]["about"]
@@ -121,23 +149,27 @@ def test_status_json_shows_the_values_of_the_registry():
 
 
 def test_status_json_of_a_job_that_did_nothing_yet():
-    status = status_json({}, T0, T0 - 5, "app", *[{"count": 0, "p50_s": None, "p99_s": None, "max_s": None}] * 2,
-                         [], [])
+    status = status_json(
+        {}, T0, T0 - 5, "app", *[{"count": 0, "p50_s": None, "p99_s": None, "max_s": None}] * 2, [], []
+    )
     assert status["pending"] == 0 and status["next_wakeup"] == {"at": None, "in_s": None}
     assert status["health"]["verdict"] == "starting" and status["health"]["last_batch"] is None
 
 
-@pytest.mark.parametrize("case,expected", [
-    (dict(last_batch_s=T0 - 10, batches=3), "ok"),
-    (dict(last_batch_s=T0 - 3600, batches=3), "ok"),  # idle: no batch without work
-    (dict(last_batch_s=None, batches=0), "starting"),
-    (dict(last_batch_s=T0 - 10, batches=3, recent_p99_s=LATE_P99_S + 1), "late"),
-    (dict(last_batch_s=T0 - 10, batches=3, lag_total=50_000), "late"),
-    (dict(last_batch_s=T0 - STALL_AFTER_S - 1, batches=3, lag_total=1), "stalled"),
-    (dict(last_batch_s=None, batches=0, lag_total=1, started_s=T0 - STALL_AFTER_S - 1), "stalled"),
-    (dict(last_batch_s=T0 - 600, batches=3, next_wakeup_s=T0 - STALL_AFTER_S - 1), "stalled"),
-    (dict(last_batch_s=T0 - 10, batches=3, next_wakeup_s=T0 - STALL_AFTER_S - 1), "ok"),  # ran since that wake-up
-])
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        (dict(last_batch_s=T0 - 10, batches=3), "ok"),
+        (dict(last_batch_s=T0 - 3600, batches=3), "ok"),  # idle: no batch without work
+        (dict(last_batch_s=None, batches=0), "starting"),
+        (dict(last_batch_s=T0 - 10, batches=3, recent_p99_s=LATE_P99_S + 1), "late"),
+        (dict(last_batch_s=T0 - 10, batches=3, lag_total=50_000), "late"),
+        (dict(last_batch_s=T0 - STALL_AFTER_S - 1, batches=3, lag_total=1), "stalled"),
+        (dict(last_batch_s=None, batches=0, lag_total=1, started_s=T0 - STALL_AFTER_S - 1), "stalled"),
+        (dict(last_batch_s=T0 - 600, batches=3, next_wakeup_s=T0 - STALL_AFTER_S - 1), "stalled"),
+        (dict(last_batch_s=T0 - 10, batches=3, next_wakeup_s=T0 - STALL_AFTER_S - 1), "ok"),  # ran since that wake-up
+    ],
+)
 def test_health_verdict(case, expected):
     given = {"started_s": T0 - 7200, "next_wakeup_s": None, "lag_total": 0, "recent_p99_s": None, **case}
     verdict = health(T0, **given)
@@ -149,8 +181,14 @@ def test_health_verdict(case, expected):
 
 def test_upcoming_counts_per_hour_and_day_from_the_current_hour_and_day():
     as_of = 1_800_000_000_000 // DAY_MS * DAY_MS + 10 * HOUR_MS + 123  # 10:00 and a bit, UTC
-    dues = [as_of - 100,  # due already, not yet retired: in the current hour
-            as_of + HOUR_MS, as_of + HOUR_MS + 5, as_of + 47 * HOUR_MS, as_of + 60 * HOUR_MS, as_of + 40 * DAY_MS]
+    dues = [
+        as_of - 100,  # due already, not yet retired: in the current hour
+        as_of + HOUR_MS,
+        as_of + HOUR_MS + 5,
+        as_of + 47 * HOUR_MS,
+        as_of + 60 * HOUR_MS,
+        as_of + 40 * DAY_MS,
+    ]
     counts = count_pending([pd.DataFrame({"due_ms": dues[:3]}), pd.DataFrame({"due_ms": dues[3:]})], as_of)
     assert counts.total == 6 and counts.overdue == 1
     answer = upcoming_json(counts, as_of, batch=9)
@@ -198,8 +236,12 @@ def test_upcoming_is_counted_in_the_background_on_request_and_served_from_cache_
     now = [T0]
     state = FakeState()
     state.release.clear()
-    cache = UpcomingCache(state, max_age_s=30, clock=lambda: now[0],
-                          count=lambda spark, checkpoint, as_of: PendingCounts(total=state.reads))
+    cache = UpcomingCache(
+        state,
+        max_age_s=30,
+        clock=lambda: now[0],
+        count=lambda spark, checkpoint, as_of: PendingCounts(total=state.reads),
+    )
     first = cache.get()
     assert first["state"] == "computing" and first["computing"]
     state.release.set()
@@ -350,11 +392,11 @@ def test_the_demo_finds_the_status_page_in_the_line_the_job_logs(caplog):
 
 
 class FakeSpark:
-    class sparkContext:  # noqa: N801 - as pyspark names it
+    class sparkContext:
         descriptions: list = []
 
         @classmethod
-        def setJobDescription(cls, text):  # noqa: N802
+        def setJobDescription(cls, text):
             cls.descriptions.append(text)
 
 

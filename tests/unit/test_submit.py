@@ -3,6 +3,7 @@ the checks before anything is submitted, and the package zip (package_zip.py).""
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import subprocess
@@ -13,10 +14,19 @@ from pathlib import Path
 import pytest
 
 from kafka_scheduler.cli.main import build_parser
-from kafka_scheduler.config import ConfigError, resolve
 from kafka_scheduler.cli.package_zip import cached_zip, source_hash, write_zip
-from kafka_scheduler.cli.submit import (Cluster, Submission, cluster_options, driver_environment, driver_script,
-                                    find_spark_submit, run_arguments, shown, spark_submit_command)
+from kafka_scheduler.cli.submit import (
+    Cluster,
+    Submission,
+    cluster_options,
+    driver_environment,
+    driver_script,
+    find_spark_submit,
+    run_arguments,
+    shown,
+    spark_submit_command,
+)
+from kafka_scheduler.config import ConfigError, resolve
 
 from .test_cli import one_line_error, run
 
@@ -28,9 +38,16 @@ def submit_args(*argv: str):
 
 
 def command(cluster=CLUSTER, run_args=("--app-id=a",), driver_settings=None):
-    return spark_submit_command("/spark/bin/spark-submit", cluster, "kafka-scheduler:a", ["/j/a.jar", "/j/b.jar"],
-                                "/cache/kafka_scheduler-1.zip", "/cache/driver.py",
-                                driver_settings or {"spark.driver.memory": "1g"}, list(run_args))
+    return spark_submit_command(
+        "/spark/bin/spark-submit",
+        cluster,
+        "kafka-scheduler:a",
+        ["/j/a.jar", "/j/b.jar"],
+        "/cache/kafka_scheduler-1.zip",
+        "/cache/driver.py",
+        driver_settings or {"spark.driver.memory": "1g"},
+        list(run_args),
+    )
 
 
 def option(argv: list[str], flag: str) -> str:
@@ -38,7 +55,7 @@ def option(argv: list[str], flag: str) -> str:
 
 
 def confs(argv: list[str]) -> dict[str, str]:
-    return dict(value.split("=", 1) for flag, value in zip(argv, argv[1:]) if flag == "--conf")
+    return dict(value.split("=", 1) for flag, value in itertools.pairwise(argv) if flag == "--conf")
 
 
 # ---------------------------------------------------------------- the command
@@ -52,8 +69,11 @@ def test_command_names_master_client_mode_jars_package_and_executor_python():
     assert option(argv, "--jars") == "/j/a.jar,/j/b.jar"
     assert option(argv, "--py-files") == "/cache/kafka_scheduler-1.zip"
     assert option(argv, "--name") == "kafka-scheduler:a"
-    assert confs(argv) == {"spark.pyspark.python": "/opt/py/bin/python",
-                           "spark.pyspark.driver.python": "/venv/bin/python", "spark.driver.memory": "1g"}
+    assert confs(argv) == {
+        "spark.pyspark.python": "/opt/py/bin/python",
+        "spark.pyspark.driver.python": "/venv/bin/python",
+        "spark.driver.memory": "1g",
+    }
     assert "--executor-memory" not in argv and "--executor-cores" not in argv and "--total-executor-cores" not in argv
 
 
@@ -63,23 +83,37 @@ def test_driver_script_and_run_options_come_last():
 
 
 def test_executor_options_and_confs_pass_through():
-    cluster = Cluster(master="spark://m:7077", python="p", driver_python="d", executor_memory="2g", executor_cores=2,
-                      total_executor_cores=8, confs=(("spark.executor.instances", "4"), ("spark.x", "a=b")))
+    cluster = Cluster(
+        master="spark://m:7077",
+        python="p",
+        driver_python="d",
+        executor_memory="2g",
+        executor_cores=2,
+        total_executor_cores=8,
+        confs=(("spark.executor.instances", "4"), ("spark.x", "a=b")),
+    )
     argv = command(cluster)
-    assert (option(argv, "--executor-memory"), option(argv, "--executor-cores"),
-            option(argv, "--total-executor-cores")) == ("2g", "2", "8")
+    assert (
+        option(argv, "--executor-memory"),
+        option(argv, "--executor-cores"),
+        option(argv, "--total-executor-cores"),
+    ) == ("2g", "2", "8")
     assert confs(argv)["spark.executor.instances"] == "4" and confs(argv)["spark.x"] == "a=b"
 
 
 def test_the_zip_is_on_the_driver_pythonpath_before_what_was_there():
     assert driver_environment("/c/k.zip", {}) == {"PYTHONPATH": "/c/k.zip", "MALLOC_ARENA_MAX": "2"}
     assert driver_environment("/c/k.zip", {"PYTHONPATH": "/x", "MALLOC_ARENA_MAX": "4"}) == {
-        "PYTHONPATH": f"/c/k.zip{os.pathsep}/x", "MALLOC_ARENA_MAX": "4"}
+        "PYTHONPATH": f"/c/k.zip{os.pathsep}/x",
+        "MALLOC_ARENA_MAX": "4",
+    }
 
 
 def test_shown_masks_secrets_and_puts_the_environment_first():
-    argv = command(run_args=("--kafka-option=sasl.password=hunter2", "--kafka-option=security.protocol=SASL_SSL"),
-                   driver_settings={"spark.hadoop.fs.s3a.secret.key": "s3cr3t"})
+    argv = command(
+        run_args=("--kafka-option=sasl.password=hunter2", "--kafka-option=security.protocol=SASL_SSL"),
+        driver_settings={"spark.hadoop.fs.s3a.secret.key": "s3cr3t"},
+    )
     line = shown(Submission(argv, {"PYTHONPATH": "/c/k.zip"}))
     assert line.startswith("PYTHONPATH=/c/k.zip /spark/bin/spark-submit ")
     assert "hunter2" not in line and "s3cr3t" not in line
@@ -93,12 +127,37 @@ def test_shown_masks_secrets_and_puts_the_environment_first():
 def test_run_arguments_are_the_given_run_options_only(tmp_path, monkeypatch):
     (tmp_path / "s.toml").write_text('app_id = "from-file"\n')
     monkeypatch.chdir(tmp_path)
-    args = submit_args("--master", "spark://m:7077", "--config", "s.toml", "--input", "a:native", "--input",
-                       "b:karafka", "--kafka-option", "client.id=x", "--exactly-once", "--executor-memory", "1g",
-                       "--conf", "spark.a=b", "--dry-run", "--from-beginning", "--partitions", "-1")
-    assert run_arguments(args) == [f"--config={tmp_path / 's.toml'}", "--input=a:native", "--input=b:karafka",
-                                   "--master=spark://m:7077", "--partitions=-1", "--exactly-once=true",
-                                   "--kafka-option=client.id=x", "--from-beginning"]
+    args = submit_args(
+        "--master",
+        "spark://m:7077",
+        "--config",
+        "s.toml",
+        "--input",
+        "a:native",
+        "--input",
+        "b:karafka",
+        "--kafka-option",
+        "client.id=x",
+        "--exactly-once",
+        "--executor-memory",
+        "1g",
+        "--conf",
+        "spark.a=b",
+        "--dry-run",
+        "--from-beginning",
+        "--partitions",
+        "-1",
+    )
+    assert run_arguments(args) == [
+        f"--config={tmp_path / 's.toml'}",
+        "--input=a:native",
+        "--input=b:karafka",
+        "--master=spark://m:7077",
+        "--partitions=-1",
+        "--exactly-once=true",
+        "--kafka-option=client.id=x",
+        "--from-beginning",
+    ]
 
 
 def test_the_driver_resolves_the_same_settings(tmp_path, monkeypatch):
@@ -106,9 +165,25 @@ def test_the_driver_resolves_the_same_settings(tmp_path, monkeypatch):
     (tmp_path / "s.toml").write_text('shards = 12\n[kafka]\n"client.id" = "file"\n')
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KAFKA_SCHEDULER_LOOKAHEAD", "5s")
-    args = submit_args("--master", "spark://m:7077", "--config", "s.toml", "--app-id", "billing", "--input",
-                       "a:native", "--input", "b:etf1", "--kafka-option", "linger.ms=5", "--history",
-                       "--max-requests-per-batch", "100", "--total-executor-cores", "4")
+    args = submit_args(
+        "--master",
+        "spark://m:7077",
+        "--config",
+        "s.toml",
+        "--app-id",
+        "billing",
+        "--input",
+        "a:native",
+        "--input",
+        "b:etf1",
+        "--kafka-option",
+        "linger.ms=5",
+        "--history",
+        "--max-requests-per-batch",
+        "100",
+        "--total-executor-cores",
+        "4",
+    )
     driver = build_parser().parse_args(["run", *run_arguments(args)])
     assert resolve(driver) == resolve(args)
     assert resolve(driver).shards == 12 and resolve(driver).lookahead == 5000
@@ -125,15 +200,18 @@ def test_master_is_required_but_may_come_from_the_environment(monkeypatch):
     assert cluster_options(submit_args(), resolve(submit_args())).master == "spark://env:7077"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (("--conf", "nokey"), "--conf 'nokey': expected KEY=VALUE"),
-    (("--conf", "=v"), "expected KEY=VALUE"),
-    (("--conf", "spark.master=local"), "--conf spark.master: use --master"),
-    (("--conf", "spark.submit.pyFiles=x.zip"), "submit passes the package zip"),
-    (("--executor-memory", "lots"), "--executor-memory 'lots'"),
-    (("--executor-cores", "0"), "--executor-cores 0: must be a positive integer"),
-    (("--total-executor-cores", "-2"), "--total-executor-cores -2"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--conf", "nokey"), "--conf 'nokey': expected KEY=VALUE"),
+        (("--conf", "=v"), "expected KEY=VALUE"),
+        (("--conf", "spark.master=local"), "--conf spark.master: use --master"),
+        (("--conf", "spark.submit.pyFiles=x.zip"), "submit passes the package zip"),
+        (("--executor-memory", "lots"), "--executor-memory 'lots'"),
+        (("--executor-cores", "0"), "--executor-cores 0: must be a positive integer"),
+        (("--total-executor-cores", "-2"), "--total-executor-cores -2"),
+    ],
+)
 def test_bad_cluster_options(argv, message):
     args = submit_args("--master", "spark://m:7077", *argv)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
@@ -193,8 +271,19 @@ def test_submit_without_spark_submit_is_one_line(capsys, tmp_path, monkeypatch):
 def test_dry_run_prints_the_command_and_builds_the_zip(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("KAFKA_SCHEDULER_PY_FILES_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("SPARK_HOME", raising=False)
-    code, out, err = run(capsys, ["submit", "--master", "spark://m:7077", "--app-id", "billing", "--dry-run",
-                                  "--kafka-option", "sasl.password=hunter2"])
+    code, out, err = run(
+        capsys,
+        [
+            "submit",
+            "--master",
+            "spark://m:7077",
+            "--app-id",
+            "billing",
+            "--dry-run",
+            "--kafka-option",
+            "sasl.password=hunter2",
+        ],
+    )
     assert code == 0, err
     [line] = out.splitlines()
     assert "spark-submit --master spark://m:7077 --deploy-mode client --name kafka-scheduler:billing" in line
@@ -208,8 +297,19 @@ def test_submit_help_explains_itself(capsys):
     code, out, err = run(capsys, ["submit", "--help"])
     assert code == 0 and err == ""
     assert out.startswith("usage: kafka-scheduler submit")
-    for text in ("spark-submit", "--py-files", "--master", "--executor-memory", "--total-executor-cores", "--conf",
-                 "--python", "--dry-run", "pandas, pyarrow", "--bootstrap-servers", "KAFKA_SCHEDULER_"):
+    for text in (
+        "spark-submit",
+        "--py-files",
+        "--master",
+        "--executor-memory",
+        "--total-executor-cores",
+        "--conf",
+        "--python",
+        "--dry-run",
+        "pandas, pyarrow",
+        "--bootstrap-servers",
+        "KAFKA_SCHEDULER_",
+    ):
         assert text in out, text
 
 
@@ -237,9 +337,11 @@ def package(tmp_path: Path) -> Path:
 
 def test_zip_holds_the_package_files_without_compiled_ones(tmp_path):
     target = write_zip(tmp_path / "out" / "k.zip", package(tmp_path))
-    assert sorted(zipfile.ZipFile(target).namelist()) == ["kafka_scheduler/__init__.py",
-                                                          "kafka_scheduler/dialects/native.py",
-                                                          "kafka_scheduler/log4j2.properties"]
+    assert sorted(zipfile.ZipFile(target).namelist()) == [
+        "kafka_scheduler/__init__.py",
+        "kafka_scheduler/dialects/native.py",
+        "kafka_scheduler/log4j2.properties",
+    ]
 
 
 def test_cached_zip_is_reused_until_the_source_changes(tmp_path):
@@ -265,8 +367,12 @@ def test_the_same_source_gives_the_same_bytes(tmp_path):
 def test_make_dist_uses_the_same_code(tmp_path):
     makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
     assert "-m kafka_scheduler.cli.package_zip dist/kafka_scheduler.zip" in makefile
-    result = subprocess.run([sys.executable, "-m", "kafka_scheduler.cli.package_zip", str(tmp_path / "k.zip")],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "kafka_scheduler.cli.package_zip", str(tmp_path / "k.zip")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"{tmp_path / 'k.zip'}; connector jars: ")
     assert "kafka_scheduler/engine/wheel_processor.py" in zipfile.ZipFile(tmp_path / "k.zip").namelist()

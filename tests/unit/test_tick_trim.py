@@ -15,7 +15,7 @@ class FakeAdmin:
         self.deleted.extend((p.topic, p.partition, p.offset) for p in partitions)
         done = Future()
         done.set_result(None)
-        return {p: done for p in partitions}
+        return dict.fromkeys(partitions, done)
 
 
 def scheduler_with(end_offset) -> tuple[Scheduler, FakeAdmin]:

@@ -37,15 +37,24 @@ def test_each_record_at_its_due_time_withdrawn_ones_never_rejections_at_once():
     writer = TimedWriter("unused", max_held=10, producer=producer)
     try:
         now = int(time.time() * 1000)
-        writer.hold([row("a", now + 300, b"a"), row("a", now + 300, b"a", kind="history", topic="hist"),
-                     row("b", now + 150, b"b"), row("c", now + 200, b"c"), row(None, None, b"bad", kind="reject"),
-                     row(None, None, b"bad2", kind="reject")])
+        writer.hold(
+            [
+                row("a", now + 300, b"a"),
+                row("a", now + 300, b"a", kind="history", topic="hist"),
+                row("b", now + 150, b"b"),
+                row("c", now + 200, b"c"),
+                row(None, None, b"bad", kind="reject"),
+                row(None, None, b"bad2", kind="reject"),
+            ]
+        )
         assert writer.held == 5 and writer.room() == 5
         assert writer.withdraw(["c", "unknown"]) == 1
         assert writer.wait_written(now + 300, timeout=10)
         sent = {(topic, key): at for at, topic, key in producer.sent}
         assert set(sent) == {("out", b"a"), ("hist", b"a"), ("out", b"b"), ("out", b"bad"), ("out", b"bad2")}
-        assert sent[("out", b"a")] >= now + 300 and sent[("hist", b"a")] >= now + 300 and sent[("out", b"b")] >= now + 150
+        assert (
+            sent[("out", b"a")] >= now + 300 and sent[("hist", b"a")] >= now + 300 and sent[("out", b"b")] >= now + 150
+        )
         assert sent[("out", b"bad")] < now + 150, "a rejection waits for nothing"
         assert writer.written == 4 and writer.withdrawn == 1 and writer.held == 0
     finally:
@@ -113,26 +122,39 @@ class RefusingProducer(FakeProducer):
 
 
 def test_a_record_its_destination_refuses_becomes_a_rejection_with_the_reason_and_the_others_go_out():
-    producer = RefusingProducer({"denied": KafkaError.TOPIC_AUTHORIZATION_FAILED, "gone": KafkaError._UNKNOWN_TOPIC},
-                                {"small": KafkaError.MSG_SIZE_TOO_LARGE})
+    producer = RefusingProducer(
+        {"denied": KafkaError.TOPIC_AUTHORIZATION_FAILED, "gone": KafkaError._UNKNOWN_TOPIC},
+        {"small": KafkaError.MSG_SIZE_TOO_LARGE},
+    )
     writer = TimedWriter("unused", producer=producer, rejections_topic="app-schedule-rejections")
     try:
         now = int(time.time() * 1000)
-        writer.hold([row("req-0-1", now + 50, b"a", topic="denied"), row("req-0-2", now + 50, b"b", topic="small"),
-                     row("req-1-3", now + 50, b"c", topic="gone"), row("req-1-4", now + 50, b"d"),
-                     row("req-1-5", now + 50, b"e", topic="flaky")])
+        writer.hold(
+            [
+                row("req-0-1", now + 50, b"a", topic="denied"),
+                row("req-0-2", now + 50, b"b", topic="small"),
+                row("req-1-3", now + 50, b"c", topic="gone"),
+                row("req-1-4", now + 50, b"d"),
+                row("req-1-5", now + 50, b"e", topic="flaky"),
+            ]
+        )
         assert writer.wait_written(now + 50, timeout=10)
         delivered = {(t, k) for t, k, _, _ in producer.records if t != "app-schedule-rejections"}
         assert delivered == {("out", b"d"), ("flaky", b"e")}, "a transient error is retried, not rejected"
         rejected = {k: dict(h) for t, k, _, h in producer.records if t == "app-schedule-rejections"}
         assert set(rejected) == {b"a", b"b", b"c"}
         assert rejected[b"a"]["x-scheduler-rejection-reason"] == (
-            b"not authorized to write to destination topic 'denied'")
+            b"not authorized to write to destination topic 'denied'"
+        )
         assert rejected[b"b"]["x-scheduler-rejection-reason"].startswith(
-            b"record of 4 bytes (key, value and headers) is too large for destination topic 'small'")
+            b"record of 4 bytes (key, value and headers) is too large for destination topic 'small'"
+        )
         assert rejected[b"c"]["x-scheduler-rejection-reason"] == b"destination topic 'gone' does not exist"
-        assert (rejected[b"c"]["x-scheduler-source-topic"], rejected[b"c"]["x-scheduler-source-partition"],
-                rejected[b"c"]["x-scheduler-source-offset"]) == (b"req", b"1", b"3")
+        assert (
+            rejected[b"c"]["x-scheduler-source-topic"],
+            rejected[b"c"]["x-scheduler-source-partition"],
+            rejected[b"c"]["x-scheduler-source-offset"],
+        ) == (b"req", b"1", b"3")
         assert rejected[b"a"]["h"] == b"1", "the record's own headers are kept"
         assert writer.refused == 3 and writer.retried == 1 and writer.failed == 0
     finally:
@@ -143,6 +165,7 @@ def test_a_delivery_the_writer_would_write_later_than_its_max_lateness_goes_to_r
     """One delivery is handed over 2 s after its due time with a max lateness of 1 s (written late: a batch held it
     up), another one with 10 s: the first becomes a rejection with the reason, its due time and its source (a cron
     firing's id names its activating request), its history copy is not written; the second is delivered."""
+
     class HeaderProducer(FakeProducer):
         def __init__(self):
             super().__init__()
@@ -160,22 +183,31 @@ def test_a_delivery_the_writer_would_write_later_than_its_max_lateness_goes_to_r
     try:
         now = int(time.time() * 1000)
         due = now - 2000
-        writer.hold([("requests-3-42@1767225600000", due, "deliver", "out", None, b"late", b"v", [("h", b"1")], False,
-                      1000),
-                     ("requests-3-42@1767225600000", due, "history", "hist", None, b"late", b"v", [], False, None),
-                     ("requests-0-7", due, "deliver", "out", None, b"fine", b"v", [], False, 10_000)])
+        writer.hold(
+            [
+                ("requests-3-42@1767225600000", due, "deliver", "out", None, b"late", b"v", [("h", b"1")], False, 1000),
+                ("requests-3-42@1767225600000", due, "history", "hist", None, b"late", b"v", [], False, None),
+                ("requests-0-7", due, "deliver", "out", None, b"fine", b"v", [], False, 10_000),
+            ]
+        )
         assert writer.wait_written(now, timeout=10)
         sent = {(topic, key) for _, topic, key in producer.sent}
         assert sent == {("rejections", b"late"), ("out", b"fine")}
         assert writer.expired == 1 and sum(e for _, _, e in reported) == 1
         rejection = next(h for topic, key, h in headers if topic == "rejections")
-        names = dict((k, v) for k, v in rejection)
+        names = dict(rejection)
         assert names["x-scheduler-rejection-reason"].decode().startswith("expired: due ")
-        assert names["x-scheduler-rejection-reason"].decode().endswith(", not delivered within its max lateness "
-                                                                        "of 1000 ms")
+        assert (
+            names["x-scheduler-rejection-reason"]
+            .decode()
+            .endswith(", not delivered within its max lateness of 1000 ms")
+        )
         assert names["x-scheduler-due-ms"] == str(due).encode()
-        assert (names["x-scheduler-source-topic"], names["x-scheduler-source-partition"],
-                names["x-scheduler-source-offset"]) == (b"requests", b"3", b"42")
+        assert (
+            names["x-scheduler-source-topic"],
+            names["x-scheduler-source-partition"],
+            names["x-scheduler-source-offset"],
+        ) == (b"requests", b"3", b"42")
         assert rejection[0] == ("h", b"1")
     finally:
         writer.close()
@@ -184,9 +216,10 @@ def test_a_delivery_the_writer_would_write_later_than_its_max_lateness_goes_to_r
 def test_sorting_refusals_tries_size_refusals_alone_and_resends_an_aborted_rest_once():
     """A broker refuses a partition's batch larger than max.message.bytes whole: those records are tried alone; in
     transactions (again_once) the records an aborted transaction took along are sent once more."""
-    size, denied, aborted = (KafkaError(code) for code in (KafkaError.MSG_SIZE_TOO_LARGE,
-                                                            KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                                                            KafkaError._FATAL))
+    size, denied, aborted = (
+        KafkaError(code)
+        for code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._FATAL)
+    )
     big, alone_too_big, fine, forbidden = (("held", (name,)) for name in ("big", "alone-too-big", "fine", "forbidden"))
     calls = []
 

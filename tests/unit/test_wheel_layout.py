@@ -70,8 +70,14 @@ def test_a_strike_costs_in_proportion_to_the_batch_not_the_bucket():
         before = store.strike_ids_moved
         requests = []
         for i in range(b * per_batch, (b + 1) * per_batch):
-            requests.append((sid(i), Request(Action.CANCEL, None) if i % 2 else
-                             Request(Action.REPLACE, schedule(i, b"new", due=DUE + 1, partition=1))))
+            requests.append(
+                (
+                    sid(i),
+                    Request(Action.CANCEL, None)
+                    if i % 2
+                    else Request(Action.REPLACE, schedule(i, b"new", due=DUE + 1, partition=1)),
+                )
+            )
         counts = wheel.apply_requests(store, requests, 1 + b).outcomes
         assert sum(counts.values()) == per_batch
         moved_per_batch.append(store.strike_ids_moved - before)
@@ -128,7 +134,7 @@ def test_a_partial_fire_writes_what_is_left_in_bounded_chunks(monkeypatch):
     [info] = store.buckets.values()
     assert all(size < 2 * wheel.SEAL_BYTES for _, size in info.chunks)
     assert sum(len(store.chunks[(wheel.bucket_of(DUE), n)]) for n, _ in info.chunks) == 1_500
-    assert [t for t in store.armed] == [DUE + 500]
+    assert list(store.armed) == [DUE + 500]
 
 
 @pytest.mark.parametrize("values", [[10, 5000, 10], [5000], [300] * 20, [1] * 200, [2000, 2000, 1]])
@@ -141,8 +147,11 @@ def test_a_slice_goes_over_the_limit_by_at_most_its_last_row(values):
         assert sum(sizes[:-1]) < 1024
 
 
-@settings(max_examples=scaled(200), deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                           HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=scaled(200),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(script=scripts)
 def test_rules_still_match_the_reference_with_tiny_chunks_and_strike_lists(monkeypatch, script):
     """Splitting, sealing and merging at every turn changes nothing the protocol can see."""
@@ -176,12 +185,20 @@ class WorkersEngine(WheelEngine):
             store.cache = caches[worker]
 
     def _snapshot(self):
-        return set(self.timers), [(s.seq, copy.deepcopy(s.token), copy.deepcopy(s.deltas),
-                                   {b: i.copy() for b, i in s.buckets.items()},
-                                   {k: v.copy() for k, v in s.chunks.items()}, copy.deepcopy(s.strikes),
-                                   copy.deepcopy(s.armed), {k: v.copy() for k, v in s.paused.items()},
-                                   copy.deepcopy(s.levels))
-                                  for s in self.stores]
+        return set(self.timers), [
+            (
+                s.seq,
+                copy.deepcopy(s.token),
+                copy.deepcopy(s.deltas),
+                {b: i.copy() for b, i in s.buckets.items()},
+                {k: v.copy() for k, v in s.chunks.items()},
+                copy.deepcopy(s.strikes),
+                copy.deepcopy(s.armed),
+                {k: v.copy() for k, v in s.paused.items()},
+                copy.deepcopy(s.levels),
+            )
+            for s in self.stores
+        ]
 
     def _restore(self, snapshot) -> None:
         timers, stores = snapshot
@@ -220,8 +237,11 @@ class WorkersEngine(WheelEngine):
                 assert (store.token.entries if store.token else 0) == len(stored)
             cache = store.cache
             # A cache the next call would trust must agree (a stale one is rebuilt before use).
-            if store.token is not None and index_cache.IndexSession.trusted(cache, store.token) \
-                    and cache.version == store.token.version:
+            if (
+                store.token is not None
+                and index_cache.IndexSession.trusted(cache, store.token)
+                and cache.version == store.token.version
+            ):
                 assert cache.entries == stored
             assert all(c.repairs == 0 for c in self.caches[self.stores.index(store)]), "a cache disagreed"
 
@@ -245,8 +265,11 @@ def check_with_workers(script, plan, monkeypatch, log_settings):
 
 
 @pytest.mark.parametrize("log_settings", [{}, TINY_LOG], ids=["delta-log", "trimmed-log"])
-@settings(max_examples=scaled(WORKER_MEMORY_EXAMPLES), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=scaled(WORKER_MEMORY_EXAMPLES),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(script=scripts, plan=plans)
 def test_rules_match_the_reference_whatever_happens_to_worker_memory(monkeypatch, log_settings, script, plan):
     """Restarts between arbitrary batches, a task moving between workers, attempts thrown away: the
@@ -255,8 +278,11 @@ def test_rules_match_the_reference_whatever_happens_to_worker_memory(monkeypatch
 
 
 @pytest.mark.parametrize("log_settings", [{}, TINY_LOG], ids=["delta-log", "trimmed-log"])
-@settings(max_examples=scaled(150), deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                           HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=scaled(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(script=cron_scripts, plan=plans)
 def test_cron_rules_match_the_reference_whatever_happens_to_worker_memory(monkeypatch, log_settings, script, plan):
     """The same with crons: a fire on a fresh worker that files a cron's next firing rebuilds the index from the
@@ -269,15 +295,22 @@ def test_a_cache_ahead_of_the_store_is_rebuilt():
     (same version number, another nonce). Worker 0's cache must not be trusted afterwards."""
     engine = WorkersEngine(partitions=1, plan=["same", "abort, other", "other"])
     engine.batch(0, [(sid(1), Request(Action.ADD, schedule(1)))])
-    engine.batch(1, [(sid(1), Request(Action.REPLACE, schedule(1, b"new", partition=1))),
-                     (sid(2), Request(Action.ADD, schedule(2)))])
+    engine.batch(
+        1,
+        [
+            (sid(1), Request(Action.REPLACE, schedule(1, b"new", partition=1))),
+            (sid(2), Request(Action.ADD, schedule(2))),
+        ],
+    )
     # The attempt (which missed the ADD) and the committed run of batch 1 both wrote version 2 of the index.
     store = engine.stores[0]
     assert engine.caches[0][0].version == store.token.version
     assert engine.caches[0][0].nonce != store.token.nonces[-1]
     rebuilds = engine.caches[0][0].rebuilds
-    counts = engine.batch(2, [(sid(1), Request(Action.REPLACE, schedule(1, b"newer", partition=2))),
-                              (sid(2), Request(Action.CANCEL, None))])[1]
+    counts = engine.batch(
+        2,
+        [(sid(1), Request(Action.REPLACE, schedule(1, b"newer", partition=2))), (sid(2), Request(Action.CANCEL, None))],
+    )[1]
     assert counts == Counter({Outcome.REPLACED: 1, Outcome.CANCELLED: 1})
     assert engine.caches[0][0].rebuilds == rebuilds + 1
 
@@ -288,8 +321,9 @@ def test_delivered_ids_leave_the_index():
     store = wheel.MemoryShardStore()
     n = 20_000
     wheel.apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i, due=DUE + i % 3000))) for i in range(n)], 0)
-    wheel.apply_requests(store, [(sid(i), Request(Action.REPLACE, schedule(i, b"new", due=DUE + 5000)))
-                                 for i in range(0, n, 5)], 1)
+    wheel.apply_requests(
+        store, [(sid(i), Request(Action.REPLACE, schedule(i, b"new", due=DUE + 5000))) for i in range(0, n, 5)], 1
+    )
     wheel.apply_requests(store, [(sid(i), Request(Action.CANCEL, None)) for i in range(1, n, 20)], 2)
     assert store.token.entries == n - n // 20
     delivered = 0
@@ -308,8 +342,12 @@ def test_a_herd_leaves_the_index_as_one_change_and_another_worker_catches_up():
     store = wheel.MemoryShardStore()
     other = index_cache.IndexCache()
     n = 5_000
-    wheel.apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i))) for i in range(n)]
-                         + [(sid(-1), Request(Action.ADD, schedule(-1, due=DUE + 10_000)))], 0)
+    wheel.apply_requests(
+        store,
+        [(sid(i), Request(Action.ADD, schedule(i))) for i in range(n)]
+        + [(sid(-1), Request(Action.ADD, schedule(-1, due=DUE + 10_000)))],
+        0,
+    )
     store.cache, behind = other, store.cache
     wheel.apply_requests(store, [(sid(-2), Request(Action.ADD, schedule(-2, due=DUE + 20_000)))], 1)
     store.cache, rebuilds = behind, other.rebuilds  # the first worker missed a version: it catches up below
@@ -318,8 +356,9 @@ def test_a_herd_leaves_the_index_as_one_change_and_another_worker_catches_up():
     assert store.token.sizes[-1] == 1 and store.token.entries == 2
     assert set(store.cache.entries) == {sid(-1), sid(-2)} == set(store.index_entries())
     store.cache = other
-    counts = wheel.apply_requests(store, [(sid(0), Request(Action.CANCEL, None)),
-                                          (sid(-1), Request(Action.CANCEL, None))], DUE + 1).outcomes
+    counts = wheel.apply_requests(
+        store, [(sid(0), Request(Action.CANCEL, None)), (sid(-1), Request(Action.CANCEL, None))], DUE + 1
+    ).outcomes
     assert counts == Counter({Outcome.CANCEL_NOOP: 1, Outcome.CANCELLED: 1})
     assert other.rebuilds == rebuilds and other.entries == store.index_entries() == {sid(-2): other.entries[sid(-2)]}
 
@@ -327,6 +366,7 @@ def test_a_herd_leaves_the_index_as_one_change_and_another_worker_catches_up():
 def test_an_index_delta_survives_its_blob():
     """Changes as stored in state: an entry, a removal, a range."""
     from kafka_scheduler.engine.wheel_processor import delta_blob, delta_of_blob
+
     changes = [(b"a", index_cache.IndexEntry(5, "t-0-1", b"d" * 20)), (b"b", None), (None, (1000, 1999))]
     assert delta_of_blob(delta_blob(changes)) == changes
 
@@ -337,14 +377,16 @@ def test_a_fire_after_a_restart_does_not_wait_for_a_rebuild_of_the_index():
     rebuilds it, exactly."""
     store = wheel.MemoryShardStore()
     n = 5_000
-    wheel.apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i, due=DUE + (i % 2) * 10_000)))
-                                 for i in range(n)], 0)
+    wheel.apply_requests(
+        store, [(sid(i), Request(Action.ADD, schedule(i, due=DUE + (i % 2) * 10_000))) for i in range(n)], 0
+    )
     store.cache = index_cache.IndexCache()  # a restart: worker memory is gone
     delivered = [s for frame in wheel.fire(store, min(store.armed), DUE) for s in wheel.schedules_of(frame)]
     assert len(delivered) == n // 2
     assert store.cache.rebuilds == 0 and store.token.entries == n // 2  # counted without the index
-    counts = wheel.apply_requests(store, [(sid(0), Request(Action.CANCEL, None)),
-                                          (sid(1), Request(Action.CANCEL, None))], DUE + 1).outcomes
+    counts = wheel.apply_requests(
+        store, [(sid(0), Request(Action.CANCEL, None)), (sid(1), Request(Action.CANCEL, None))], DUE + 1
+    ).outcomes
     assert counts == Counter({Outcome.CANCEL_NOOP: 1, Outcome.CANCELLED: 1})  # 0 was delivered, 1 is pending
     assert store.cache.rebuilds == 1 and store.token.entries == n // 2 - 1
     assert store.cache.entries == store.index_entries()
@@ -364,13 +406,18 @@ def test_a_request_costs_no_state_call():
         store = Counting()
         wheel.apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i))) for i in range(n)], 0)
         calls.clear()
-        wheel.apply_requests(store, [(sid(i), Request(Action.REPLACE, schedule(i, b"new"))) for i in range(n)]
-                             + [(sid(n + i), Request(Action.ADD, schedule(n + i))) for i in range(n)], 1)
+        wheel.apply_requests(
+            store,
+            [(sid(i), Request(Action.REPLACE, schedule(i, b"new"))) for i in range(n)]
+            + [(sid(n + i), Request(Action.ADD, schedule(n + i))) for i in range(n)],
+            1,
+        )
         index_calls = sum(v for k, v in calls.items() if k.startswith(("index_token", "delta_")))
         assert index_calls <= 2 + 2 * index_cache.parts_of(2 * n), calls
 
 
 # Broken cache rules the tests above must catch (each tried by hand too, see the commit message).
+
 
 def _apply_no_delta(self, version, part):
     return []
@@ -418,8 +465,14 @@ CACHE_MUTANTS = {
 def test_the_worker_memory_tests_find_each_broken_cache_rule(mutant, monkeypatch):
     (owner, name, replacement), log_settings = CACHE_MUTANTS[mutant]
 
-    @settings(max_examples=WORKER_MEMORY_EXAMPLES, phases=[Phase.generate], derandomize=True, database=None,
-              deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=WORKER_MEMORY_EXAMPLES,
+        phases=[Phase.generate],
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(script=scripts, plan=plans)
     def model_test(script, plan):
         check_with_workers(script, plan, monkeypatch, log_settings)
@@ -433,13 +486,27 @@ def test_digests_are_stable_across_versions():
     """Digests are stored in checkpoints (chunk rows, the index): a change of encoding would make every identical
     replace of a schedule stored before it count as a replace. Pinned values, one per kind of field."""
     from kafka_scheduler.engine.schedule import WriteBack
-    cases = [(Schedule(5, "out", None, None, (), "d"), "16b62b78f55ea381054041f50b6bc733"),
-             (Schedule(5, "out", b"k", b"v", (("a", b"1"), ("b", None)), "d"), "17f86c99aba126590b57a211f65cda2e"),
-             (Schedule(7, "t2", b"", b"", (), "d", partition=3), "29611dfa90af736f659efc6eea9c928e"),
-             (Schedule(7, "t2", b"k", b"v", (), "d", partition_key=b"pk"), "dd45dbc9f51c0724eb761f87ff0021b7"),
-             (Schedule(9, "t", b"k", None, (("x", b"y"),), "d", write_back=WriteBack("wb", 2, b"wk", (("h", b"v"),)),
-                       history=True), "000a8a9bec4c4e033a7ecbc103ff35c5"),
-             (Schedule(9, "t", b"k", None, (), "d", history=True), "3539aa430093a31e5ca657499bcd3b0f")]
+
+    cases = [
+        (Schedule(5, "out", None, None, (), "d"), "16b62b78f55ea381054041f50b6bc733"),
+        (Schedule(5, "out", b"k", b"v", (("a", b"1"), ("b", None)), "d"), "17f86c99aba126590b57a211f65cda2e"),
+        (Schedule(7, "t2", b"", b"", (), "d", partition=3), "29611dfa90af736f659efc6eea9c928e"),
+        (Schedule(7, "t2", b"k", b"v", (), "d", partition_key=b"pk"), "dd45dbc9f51c0724eb761f87ff0021b7"),
+        (
+            Schedule(
+                9,
+                "t",
+                b"k",
+                None,
+                (("x", b"y"),),
+                "d",
+                write_back=WriteBack("wb", 2, b"wk", (("h", b"v"),)),
+                history=True,
+            ),
+            "000a8a9bec4c4e033a7ecbc103ff35c5",
+        ),
+        (Schedule(9, "t", b"k", None, (), "d", history=True), "3539aa430093a31e5ca657499bcd3b0f"),
+    ]
     assert [wheel.digest(s).hex() for s, _ in cases] == [expected for _, expected in cases]
 
 
@@ -449,8 +516,13 @@ def test_the_shards_of_a_herd_prepare_it_at_the_same_instant():
     timers = []
     for shard, n in enumerate((40_000, 41_000, 43_000)):
         store = wheel.MemoryShardStore(shard)
-        wheel.apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i, value=b"v" * 100)))
-                                     for i in range(n)], 0, window_ms=3000, run="r")
+        wheel.apply_requests(
+            store,
+            [(sid(i), Request(Action.ADD, schedule(i, value=b"v" * 100))) for i in range(n)],
+            0,
+            window_ms=3000,
+            run="r",
+        )
         timers.append(min(store.armed))
     lead = DUE - 3000 - timers[0]
     assert lead >= 2000 and timers == [timers[0]] * 3, (lead, timers)
@@ -463,8 +535,11 @@ def test_a_fire_on_a_fresh_worker_that_files_a_next_firing_rebuilds_the_index_as
     from kafka_scheduler.engine.schedule import Cron
 
     store = wheel.MemoryShardStore(0)
-    cron_add = Request(Action.CRON_ADD, Schedule(0, "out", b"k", b"tick", (), "requests-0-1",
-                                                 cron=Cron("* * * * * */5")), activation="requests-0-1")
+    cron_add = Request(
+        Action.CRON_ADD,
+        Schedule(0, "out", b"k", b"tick", (), "requests-0-1", cron=Cron("* * * * * */5")),
+        activation="requests-0-1",
+    )
     later = Schedule(15_700, "out", b"k", b"later", (), "requests-0-2")
     wheel.apply_requests(store, [(b"cron:requests/c", cron_add), (sid(7), Request(Action.ADD, later))], 10_200)
     store.cache = IndexCache()  # a new worker process

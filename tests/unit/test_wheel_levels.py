@@ -8,7 +8,7 @@ tests count state calls, never time.
 
 from __future__ import annotations
 
-import copy
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -20,17 +20,44 @@ from kafka_scheduler.engine import wheel
 from kafka_scheduler.engine.schedule import Action, Request, Schedule
 
 from .model_examples import scaled
-from .test_schedule_rules import (COMPLETE_TARGETS, EXTRAS, HEADERS, IDS, KEYS, LOOKAHEADS, PARTITIONS, TOPICS,
-                                  TWEAK_FIELDS, VALUES, Op, Restart, WheelEngine, check_script, cron_scripts)
+from .test_schedule_rules import (
+    COMPLETE_TARGETS,
+    EXTRAS,
+    HEADERS,
+    IDS,
+    KEYS,
+    LOOKAHEADS,
+    PARTITIONS,
+    TOPICS,
+    TWEAK_FIELDS,
+    VALUES,
+    Op,
+    Restart,
+    check_script,
+    cron_scripts,
+)
 from .test_wheel_layout import WorkersEngine, plans
 
 # Dues up to ~50 s ahead (the top tiny level), and a clock that also jumps back far enough to make them further.
-FAR_DUES = st.one_of(st.tuples(st.just("rel"), st.sampled_from([-50, 0, 700, 2999, 5000, 9000, 17_000, 40_000])),
-                     st.tuples(st.just("abs"), st.sampled_from([9_000, 10_999, 11_000, 20_000, 33_000, 47_999,
-                                                                48_000, 60_500])))
+FAR_DUES = st.one_of(
+    st.tuples(st.just("rel"), st.sampled_from([-50, 0, 700, 2999, 5000, 9000, 17_000, 40_000])),
+    st.tuples(st.just("abs"), st.sampled_from([9_000, 10_999, 11_000, 20_000, 33_000, 47_999, 48_000, 60_500])),
+)
 FAR_OP_KINDS = [
-    (st.builds(Op, st.sampled_from(["ADD", "REPLACE"]), st.sampled_from(IDS), FAR_DUES, TOPICS, KEYS, VALUES,
-               HEADERS, extras=EXTRAS), 4),
+    (
+        st.builds(
+            Op,
+            st.sampled_from(["ADD", "REPLACE"]),
+            st.sampled_from(IDS),
+            FAR_DUES,
+            TOPICS,
+            KEYS,
+            VALUES,
+            HEADERS,
+            extras=EXTRAS,
+        ),
+        4,
+    ),
     (st.builds(Op, st.just("CANCEL"), st.sampled_from(IDS)), 1),
     (st.builds(Op, st.just("ADD_NO_ID"), st.just(b""), FAR_DUES, TOPICS, KEYS, VALUES, HEADERS), 2),
     (st.builds(Op, st.just("RESEND"), resend=st.integers(0, 8)), 1),
@@ -39,10 +66,15 @@ FAR_OP_KINDS = [
     (st.builds(Op, st.just("COMPLETE"), st.sampled_from(IDS), target=COMPLETE_TARGETS, resend=st.integers(0, 8)), 1),
 ]
 far_ops = st.sampled_from([kind for kind, weight in FAR_OP_KINDS for _ in range(weight)]).flatmap(lambda kind: kind)
-far_steps = st.lists(st.tuples(
-    st.lists(far_ops, max_size=6),
-    st.sampled_from([-20_000, -1500, 0, 1, 500, 1000, 1000, 3000, 5000, 8000, 16_000]),
-    st.one_of(st.none(), st.none(), st.builds(Restart, LOOKAHEADS, PARTITIONS))), min_size=1, max_size=30)
+far_steps = st.lists(
+    st.tuples(
+        st.lists(far_ops, max_size=6),
+        st.sampled_from([-20_000, -1500, 0, 1, 500, 1000, 1000, 3000, 5000, 8000, 16_000]),
+        st.one_of(st.none(), st.none(), st.builds(Restart, LOOKAHEADS, PARTITIONS)),
+    ),
+    min_size=1,
+    max_size=30,
+)
 far_scripts = st.tuples(LOOKAHEADS, PARTITIONS, far_steps)
 
 
@@ -50,7 +82,7 @@ def check_layout(store: wheel.MemoryShardStore) -> None:
     """No two buckets overlap, and the stored levels (when written) name every coarse bucket and keep every
     one-second bucket they do not list before the mark."""
     ranges = sorted(wheel.key_range(key) for key in store.buckets)
-    for (_, end), (start, _) in zip(ranges, ranges[1:]):
+    for (_, end), (start, _) in itertools.pairwise(ranges):
         assert end <= start, f"buckets overlap: {ranges}"
     if store.levels is None:
         return
@@ -89,24 +121,33 @@ LEVEL_EXAMPLES = 400
 
 
 @pytest.mark.parametrize("dense_rows", [2, 32])
-@settings(max_examples=scaled(LEVEL_EXAMPLES), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=scaled(LEVEL_EXAMPLES),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(script=far_scripts)
 def test_rules_match_the_reference_with_coarse_levels(tiny_levels, monkeypatch, dense_rows, script):
     monkeypatch.setattr(wheel, "DENSE_ROWS", dense_rows)
     check_script(script, engine_with(("same",)))
 
 
-@settings(max_examples=scaled(200), deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                           HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=scaled(200),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(script=far_scripts, plan=plans)
 def test_coarse_levels_survive_restarts_moves_and_thrown_away_attempts(tiny_levels, monkeypatch, script, plan):
     monkeypatch.setattr(wheel, "DENSE_ROWS", 2)
     check_script(script, engine_with(plan))
 
 
-@settings(max_examples=scaled(150), deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                           HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=scaled(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(script=cron_scripts)
 def test_cron_rules_match_the_reference_with_coarse_levels(tiny_levels, script):
     check_script(script, engine_with(("same",)))
@@ -137,13 +178,15 @@ def ingest(dues, shards: int = 4, now: int = NOW, stores=None, timers=None, firs
         stores = [CountingStore(shard, timers) for shard in range(shards)]
         for store in stores:
             store.calls = Counter()
-    schedules = [Schedule(int(d), "out", f"k{i}".encode(), b"x" * 100, (), f"in-0-{i}")
-                 for i, d in enumerate(dues, first)]
+    schedules = [
+        Schedule(int(d), "out", f"k{i}".encode(), b"x" * 100, (), f"in-0-{i}") for i, d in enumerate(dues, first)
+    ]
     ids = [f"id:in/{i}".encode() for i in range(first, first + len(dues))]
     for shard, store in enumerate(stores):
         mine = [i for i in range(len(ids)) if hash(ids[i]) % len(stores) == shard]
         keyed = wheel.entries_frame([schedules[i] for i in mine], [(ids[i], None) for i in mine]).assign(
-            action=Action.ADD.value, src_topic="in")
+            action=Action.ADD.value, src_topic="in"
+        )
         wheel.apply_requests(store, [], now, None, 3000, "run", keyed)
     return stores, sum((s.calls for s in stores), Counter())
 
@@ -262,6 +305,7 @@ def _refine_ignoring_strikes(original):
         info = info.copy()
         info.strikes = []
         return original(self, bucket, info)
+
     return refine
 
 
@@ -286,8 +330,14 @@ def test_the_level_tests_find_each_broken_rule(mutant, monkeypatch, tiny_levels)
     owner, name, replacement = LEVEL_MUTANTS[mutant]
     monkeypatch.setattr(wheel, "DENSE_ROWS", 2)
 
-    @settings(max_examples=LEVEL_EXAMPLES, phases=[Phase.generate], derandomize=True, database=None,
-              deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=LEVEL_EXAMPLES,
+        phases=[Phase.generate],
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(script=far_scripts)
     def model_test(script):
         check_script(script, engine_with(("same",)))
@@ -357,11 +407,12 @@ def test_the_processor_state_keeps_the_levels_and_coarse_chunks():
     store.cache = wheel.IndexCache()  # not the worker's module-level cache: other tests use shard 0
     rng = np.random.default_rng(11)
     dues = NOW + HOUR + rng.integers(0, 30 * DAY - HOUR, 100)
-    keyed = wheel.entries_frame([Schedule(int(d), "out", b"k", b"v", (), f"in-0-{i}") for i, d in enumerate(dues)],
-                                [(f"id:in/{i}".encode(), None) for i in range(len(dues))]).assign(
-        action=Action.ADD.value, src_topic="in")
+    keyed = wheel.entries_frame(
+        [Schedule(int(d), "out", b"k", b"v", (), f"in-0-{i}") for i, d in enumerate(dues)],
+        [(f"id:in/{i}".encode(), None) for i in range(len(dues))],
+    ).assign(action=Action.ADD.value, src_topic="in")
     wheel.apply_requests(store, [], NOW, None, 3000, "run", keyed)
-    mark, coarse, listed = store.levels_get()
+    _mark, coarse, _listed = store.levels_get()
     assert coarse and all(wheel.is_coarse(k) for k in coarse) and set(coarse) == set(store.bucket_keys())
     cancel = [(b"id:in/0", Request(Action.CANCEL, None))]
     assert sum(wheel.apply_requests(store, cancel, NOW + 1, None, 3000, "run").outcomes.values()) == 1
@@ -386,21 +437,33 @@ def test_a_chunk_survives_its_blob():
     from kafka_scheduler.engine.schedule import Cron, WriteBack
     from kafka_scheduler.engine.wheel_processor import from_blob, to_blob
 
-    schedules = [Schedule(1000 + i, "out", None if i % 5 == 0 else b"k%d" % i, None if i % 7 == 0 else b"v" * i,
-                          (("h", b"1"), ("n", None)) if i % 2 else (), f"t-0-{i}",
-                          partition=(i % 3) if i % 4 == 0 else None, partition_key=b"pk" if i % 6 == 0 else None,
-                          write_back=WriteBack("wb", 2, b"wk", (("a", b"b"),)) if i % 8 == 0 else None,
-                          history=i % 9 == 0, max_lateness_ms=500 if i % 10 == 0 else None,
-                          cron=Cron("* * * * * */5", "Europe/Paris" if i % 2 else None, "skip", 5 if i % 3 else None,
-                                    None) if i % 11 == 0 else None)
-                 for i in range(60)]
+    schedules = [
+        Schedule(
+            1000 + i,
+            "out",
+            None if i % 5 == 0 else b"k%d" % i,
+            None if i % 7 == 0 else b"v" * i,
+            (("h", b"1"), ("n", None)) if i % 2 else (),
+            f"t-0-{i}",
+            partition=(i % 3) if i % 4 == 0 else None,
+            partition_key=b"pk" if i % 6 == 0 else None,
+            write_back=WriteBack("wb", 2, b"wk", (("a", b"b"),)) if i % 8 == 0 else None,
+            history=i % 9 == 0,
+            max_lateness_ms=500 if i % 10 == 0 else None,
+            cron=Cron("* * * * * */5", "Europe/Paris" if i % 2 else None, "skip", 5 if i % 3 else None, None)
+            if i % 11 == 0
+            else None,
+        )
+        for i in range(60)
+    ]
     ids = [(b"id:%d" % i, b"d" * 16) if i % 3 else (None, None) for i in range(60)]
     frame = wheel.entries_frame(schedules, ids)
     floats = frame.assign(partition=frame["partition"].astype(float))
     for written in (frame, from_blob(to_blob(frame)), floats, frame[frame["cron_expr"].isna()]):
         back = from_blob(to_blob(written))
         assert wheel.schedules_of(back) == wheel.schedules_of(written)
-        assert [(None if s is None else bytes(s), None if d is None else bytes(d)) for s, d in
-                zip(back["sid"], back["digest"])] == [(s, d) for s, d in
-                                                      zip(written["sid"], written["digest"])]
+        assert [
+            (None if s is None else bytes(s), None if d is None else bytes(d))
+            for s, d in zip(back["sid"], back["digest"])
+        ] == [(s, d) for s, d in zip(written["sid"], written["digest"])]
         assert str(back["partition"].dtype) == "Int32" and str(back["max_lateness_ms"].dtype) == "Int64"

@@ -26,8 +26,10 @@ def _entries(config: Config) -> list[tuple[str, Any, str]]:
 
 
 def _kafka_entries(config: Config) -> list[tuple[str, str, str]]:
-    return [(key, value, _source_text(config.given_by(f"kafka.{key}")))
-            for key, value in masked(config.kafka_options).items()]
+    return [
+        (key, value, _source_text(config.given_by(f"kafka.{key}")))
+        for key, value in masked(config.kafka_options).items()
+    ]
 
 
 def _source_text(source) -> str:

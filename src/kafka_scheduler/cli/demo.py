@@ -11,9 +11,8 @@ import sys
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Optional
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -34,7 +33,7 @@ ARRIVAL_TIMEOUT_S = 180.0  # a first batch on a busy laptop can take a minute or
 STATUS_PAGE_LINE = re.compile(r"status page: (http://\S+)")  # the scheduler's line (ops.http_server.serve)
 
 
-def status_page_url(line: str) -> Optional[str]:
+def status_page_url(line: str) -> str | None:
     """The status page's address, from the scheduler line that announces it (none with --metrics-port 0)."""
     found = STATUS_PAGE_LINE.search(line)
     return found.group(1) if found else None
@@ -54,8 +53,14 @@ def _start_scheduler(args: argparse.Namespace) -> tuple[JobProcess, dict]:
             seen["status_page"] = url
 
     checkpoint_dir = args.checkpoint_dir or Config(app_id=args.app_id).checkpoint_dir
-    scheduler = JobProcess(args.bootstrap_servers, args.app_id, Path(checkpoint_dir),
-                           Path(args.data_dir).parent / "scheduler.log", own_session=True, on_line=echo)
+    scheduler = JobProcess(
+        args.bootstrap_servers,
+        args.app_id,
+        Path(checkpoint_dir),
+        Path(args.data_dir).parent / "scheduler.log",
+        own_session=True,
+        on_line=echo,
+    )
     return scheduler.start(wait=False), seen
 
 
@@ -67,17 +72,25 @@ class DeliveryWatch:
         self.requests_topic = app_id + REQUESTS_SUFFIX
         self._broker_down_noted = False
         self._bootstrap_servers = bootstrap_servers
-        self.consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"demo-{uuid.uuid4()}",
-                                  "enable.auto.commit": False, "error_cb": self._on_error, **quiet_client_config()})
-        self._requests: dict[str, tuple[Optional[str], datetime]] = {}
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": f"demo-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "error_cb": self._on_error,
+                **quiet_client_config(),
+            }
+        )
+        self._requests: dict[str, tuple[str | None, datetime]] = {}
         assignment = []
         for topic in (DEMO_TOPIC, self.requests_topic):
             metadata = self.consumer.list_topics(topic, timeout=30).topics[topic]
             for partition in metadata.partitions:
                 tp = TopicPartition(topic, partition)
                 # From the demo topic's current end: what arrived before this run is not news.
-                tp.offset = (self.consumer.get_watermark_offsets(tp, timeout=30)[1] if topic == DEMO_TOPIC
-                             else OFFSET_BEGINNING)
+                tp.offset = (
+                    self.consumer.get_watermark_offsets(tp, timeout=30)[1] if topic == DEMO_TOPIC else OFFSET_BEGINNING
+                )
                 assignment.append(tp)
         self.consumer.assign(assignment)
 
@@ -90,18 +103,20 @@ class DeliveryWatch:
             log.warning("demo consumer: %s", error.str())
 
     def _learn_request(self, message) -> None:
-        headers = {name: value for name, value in message.headers() or []}
+        headers = dict(message.headers() or [])
         action = (headers.get(protocol.ACTION) or b"ADD").decode(errors="replace").upper()
         if action == "CANCEL" or headers.get(protocol.DELIVER_TO) != DEMO_TOPIC.encode():
             return
         try:
             due = parse_due(headers[protocol.DELIVER_AT].decode())
-        except Exception:  # noqa: BLE001 - a request the scheduler rejects: nothing will be delivered for it
+        except Exception:
             return
-        due = datetime.fromtimestamp(epoch_millis_up(due) / 1000, timezone.utc)  # as the scheduler reads it
+        due = datetime.fromtimestamp(epoch_millis_up(due) / 1000, UTC)  # as the scheduler reads it
         request_id = headers.get(protocol.REQUEST_ID)
         self._requests[f"{message.topic()}-{message.partition()}-{message.offset()}"] = (
-            request_id.decode(errors="replace") if request_id is not None else None, due)
+            request_id.decode(errors="replace") if request_id is not None else None,
+            due,
+        )
 
     def poll(self, timeout: float):
         """The next delivery on the demo topic within ``timeout`` (printed), or None."""
@@ -119,20 +134,26 @@ class DeliveryWatch:
             return message
 
     def _print(self, message) -> None:
-        headers = {name: value for name, value in message.headers() or []}
+        headers = dict(message.headers() or [])
         delivery_id = (headers.get(protocol.DELIVERY_ID) or b"").decode(errors="replace")
         request_id, due = self._requests.get(delivery_id, (None, None))  # a redelivery has the same id
-        arrived = datetime.fromtimestamp(message.timestamp()[1] / 1000, timezone.utc)
+        arrived = datetime.fromtimestamp(message.timestamp()[1] / 1000, UTC)
         when = f"due {format_instant(due)}, {(arrived - due).total_seconds():.2f}s late" if due else "due time unknown"
-        log.info("delivered %s%s to %s at %s (%s): %s", f"id={request_id} " if request_id else "",
-                 f"key={_text(message.key())}", message.topic(), format_instant(arrived), when,
-                 _text(message.value()))
+        log.info(
+            "delivered %s%s to %s at %s (%s): %s",
+            f"id={request_id} " if request_id else "",
+            f"key={_text(message.key())}",
+            message.topic(),
+            format_instant(arrived),
+            when,
+            _text(message.value()),
+        )
 
     def close(self) -> None:
         self.consumer.close()
 
 
-def _text(data: Optional[bytes], limit: int = 80) -> str:
+def _text(data: bytes | None, limit: int = 80) -> str:
     if data is None:
         return "null"
     text = data.decode(errors="replace")
@@ -165,16 +186,23 @@ def demo(args: argparse.Namespace) -> int:
             if stop.wait(0.2):
                 return 0
             if not scheduler.running:
-                log.error("the scheduler exited with code %s; its log: %s", scheduler.process.returncode,
-                          scheduler.log_path)
+                log.error(
+                    "the scheduler exited with code %s; its log: %s", scheduler.process.returncode, scheduler.log_path
+                )
                 return 1
 
         watch = DeliveryWatch(args.bootstrap_servers, args.app_id)
         marker = uuid.uuid4().hex[:8]
-        with SchedulerClient(args.bootstrap_servers, app_id=args.app_id, producer_config=quiet_client_config()) \
-                as client:
-            due = client.schedule(DEMO_TOPIC, f"+{args.delay}s", key=f"demo-{marker}",
-                                  value=f"hello from kafka-scheduler ({marker})", request_id=f"demo-{marker}")
+        with SchedulerClient(
+            args.bootstrap_servers, app_id=args.app_id, producer_config=quiet_client_config()
+        ) as client:
+            due = client.schedule(
+                DEMO_TOPIC,
+                f"+{args.delay}s",
+                key=f"demo-{marker}",
+                value=f"hello from kafka-scheduler ({marker})",
+                request_id=f"demo-{marker}",
+            )
         log.info("scheduled demo-%s for %s (in %.0fs) to %s", marker, format_instant(due), args.delay, DEMO_TOPIC)
         deadline = time.monotonic() + args.delay + ARRIVAL_TIMEOUT_S
         arrived = False
@@ -189,17 +217,24 @@ def demo(args: argparse.Namespace) -> int:
         if args.once:
             return 0
         page = seen.get("status_page")
-        log.info("the scheduler keeps running; every delivery to %s shows here. In another shell try:\n"
-                 "  .venv/bin/kafka-scheduler schedule --to %s --at +10s --value hi --id my-1\n"
-                 "  .venv/bin/kafka-scheduler cancel --id my-1\n"
-                 "%sCtrl-C stops the scheduler%s.", DEMO_TOPIC, DEMO_TOPIC,
-                 f"The status page (pending schedules, upcoming deliveries, health, look-up by id): {page}\n"
-                 if page else "", " and the broker" if broker else "")
+        log.info(
+            "the scheduler keeps running; every delivery to %s shows here. In another shell try:\n"
+            "  .venv/bin/kafka-scheduler schedule --to %s --at +10s --value hi --id my-1\n"
+            "  .venv/bin/kafka-scheduler cancel --id my-1\n"
+            "%sCtrl-C stops the scheduler%s.",
+            DEMO_TOPIC,
+            DEMO_TOPIC,
+            f"The status page (pending schedules, upcoming deliveries, health, look-up by id): {page}\n"
+            if page
+            else "",
+            " and the broker" if broker else "",
+        )
         while not stop.is_set():
             watch.poll(0.5)
             if not scheduler.running:
-                log.error("the scheduler exited with code %s; its log: %s", scheduler.process.returncode,
-                          scheduler.log_path)
+                log.error(
+                    "the scheduler exited with code %s; its log: %s", scheduler.process.returncode, scheduler.log_path
+                )
                 return 1
             if broker is not None and broker.process.poll() is not None:
                 log.error("the broker exited with code %s; see %s", broker.process.returncode, broker.log_file)

@@ -16,19 +16,22 @@ import re
 # Any other line continues the record above it (a stack trace, a multi-line message, a blank line).
 _RECORD_START = re.compile(r"^(\d\d:\d\d:\d\d \w|%\d\||WARNING: |(Starting )?Streaming TransformWithState)")
 
-_NOISE = [re.compile(pattern) for pattern in (
-    # log4j below ERROR (our own records say INFO with two spaces, WARNING in full: they never match).
-    r"^\d\d:\d\d:\d\d (WARN|INFO|DEBUG|TRACE) [\w$.-]+: ",
-    # The JVM launcher: "WARNING: Using incubator modules: jdk.incubator.vector" and its kin.
-    r"^WARNING: ",
-    # Spark's Python workers print a banner for every stage of every stateful UDF run.
-    r"^(Starting )?Streaming TransformWithState\w* Python worker",
-    # librdkafka: retries of a refused or dropped connection, and anything below error.
-    r"^%[3-7]\|[\d.]+\|(FAIL|CONNECT|BROKERFAIL|DISCONNECT|REQTMOUT)\|",
-    r"^%[4-7]\|",
-    # py4j, when a stop interrupts a call in flight; the scheduler says itself how it stopped.
-    r"^\d\d:\d\d:\d\d ERROR (\w+ )?\w+ while (sending command|receiving)",
-)]
+_NOISE = [
+    re.compile(pattern)
+    for pattern in (
+        # log4j below ERROR (our own records say INFO with two spaces, WARNING in full: they never match).
+        r"^\d\d:\d\d:\d\d (WARN|INFO|DEBUG|TRACE) [\w$.-]+: ",
+        # The JVM launcher: "WARNING: Using incubator modules: jdk.incubator.vector" and its kin.
+        r"^WARNING: ",
+        # Spark's Python workers print a banner for every stage of every stateful UDF run.
+        r"^(Starting )?Streaming TransformWithState\w* Python worker",
+        # librdkafka: retries of a refused or dropped connection, and anything below error.
+        r"^%[3-7]\|[\d.]+\|(FAIL|CONNECT|BROKERFAIL|DISCONNECT|REQTMOUT)\|",
+        r"^%[4-7]\|",
+        # py4j, when a stop interrupts a call in flight; the scheduler says itself how it stopped.
+        r"^\d\d:\d\d:\d\d ERROR (\w+ )?\w+ while (sending command|receiving)",
+    )
+]
 
 
 class EngineNoiseFilter:

@@ -15,7 +15,6 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Optional
 
 from ..kafka.jars import cache_root, jar_paths
 
@@ -32,8 +31,11 @@ def cache_dir() -> Path:
 
 def package_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     """Every file of the package (sources and data such as log4j2.properties), without compiled leftovers."""
-    return sorted(p for p in package_dir.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
+    return sorted(
+        p
+        for p in package_dir.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    )
 
 
 def _arcname(path: Path, package_dir: Path) -> str:
@@ -68,14 +70,14 @@ def write_zip(target: Path, package_dir: Path = PACKAGE_DIR) -> Path:
     return target
 
 
-def cached_zip(folder: Optional[Path] = None, package_dir: Path = PACKAGE_DIR) -> Path:
+def cached_zip(folder: Path | None = None, package_dir: Path = PACKAGE_DIR) -> Path:
     """The zip of the package as it is now, built only when no zip of this source exists yet."""
     folder = cache_dir() if folder is None else Path(folder)
     target = folder / f"{ZIP_PREFIX}{source_hash(package_dir)[:16]}.zip"
     return target if target.is_file() else write_zip(target, package_dir)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     target = Path(argv[0] if argv else "dist/kafka_scheduler.zip")
     write_zip(target)

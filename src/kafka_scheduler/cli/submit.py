@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import logging
 import os
 import re
@@ -25,11 +26,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
 
-from ..config import OPTIONS, Config, ConfigError, check_kafka_settings, is_secret, MASK, resolve
+from ..config import MASK, OPTIONS, Config, ConfigError, check_kafka_settings, is_secret, resolve
 
 log = logging.getLogger("kafka_scheduler")
 
@@ -95,25 +96,48 @@ class Cluster:
     master: str
     python: str  # the executors' interpreter: needs pandas, pyarrow and protobuf
     driver_python: str
-    executor_memory: Optional[str] = None
-    executor_cores: Optional[int] = None
-    total_executor_cores: Optional[int] = None
+    executor_memory: str | None = None
+    executor_cores: int | None = None
+    total_executor_cores: int | None = None
     confs: tuple[tuple[str, str], ...] = ()
 
 
-def spark_submit_command(spark_submit: str, cluster: Cluster, app_name: str, jars: Sequence[str], package_zip: str,
-                         driver_script: str, driver_settings: Mapping[str, str], run_args: Sequence[str]) -> list[str]:
+def spark_submit_command(
+    spark_submit: str,
+    cluster: Cluster,
+    app_name: str,
+    jars: Sequence[str],
+    package_zip: str,
+    driver_script: str,
+    driver_settings: Mapping[str, str],
+    run_args: Sequence[str],
+) -> list[str]:
     """The spark-submit command line: spark-submit's own options, then the driver script and the run options."""
-    command = [spark_submit, "--master", cluster.master, "--deploy-mode", "client", "--name", app_name,
-               "--jars", ",".join(jars), "--py-files", package_zip]
+    command = [
+        spark_submit,
+        "--master",
+        cluster.master,
+        "--deploy-mode",
+        "client",
+        "--name",
+        app_name,
+        "--jars",
+        ",".join(jars),
+        "--py-files",
+        package_zip,
+    ]
     if cluster.executor_memory is not None:
         command += ["--executor-memory", cluster.executor_memory]
     if cluster.executor_cores is not None:
         command += ["--executor-cores", str(cluster.executor_cores)]
     if cluster.total_executor_cores is not None:
         command += ["--total-executor-cores", str(cluster.total_executor_cores)]
-    settings = {"spark.pyspark.python": cluster.python, "spark.pyspark.driver.python": cluster.driver_python,
-                **driver_settings, **dict(cluster.confs)}
+    settings = {
+        "spark.pyspark.python": cluster.python,
+        "spark.pyspark.driver.python": cluster.driver_python,
+        **driver_settings,
+        **dict(cluster.confs),
+    }
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     return [*command, driver_script, *run_args]
@@ -146,7 +170,7 @@ def _conf(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _positive(value: Optional[int], flag: str) -> Optional[int]:
+def _positive(value: int | None, flag: str) -> int | None:
     if value is not None and value <= 0:
         raise ConfigError(f"{flag} {value}: must be a positive integer")
     return value
@@ -155,17 +179,21 @@ def _positive(value: Optional[int], flag: str) -> Optional[int]:
 def cluster_options(args: argparse.Namespace, config: Config, environ: Mapping[str, str] = os.environ) -> Cluster:
     """The cluster options, checked; the master must be set (flag, variable or file), not the local default."""
     if config.given_by("master") is None:
-        raise ConfigError("--master is required: the cluster's master URL, e.g. spark://spark-master:7077 "
-                          "(or KAFKA_SCHEDULER_MASTER, or master in the --config file)")
+        raise ConfigError(
+            "--master is required: the cluster's master URL, e.g. spark://spark-master:7077 "
+            "(or KAFKA_SCHEDULER_MASTER, or master in the --config file)"
+        )
     if args.executor_memory is not None and not _SIZE.match(args.executor_memory):
         raise ConfigError(f"--executor-memory {args.executor_memory!r}: expected a size such as 512m or 2g")
-    return Cluster(master=config.master,
-                   python=args.python or environ.get("PYSPARK_PYTHON") or sys.executable,
-                   driver_python=sys.executable,
-                   executor_memory=args.executor_memory,
-                   executor_cores=_positive(args.executor_cores, "--executor-cores"),
-                   total_executor_cores=_positive(args.total_executor_cores, "--total-executor-cores"),
-                   confs=tuple(_conf(text) for text in args.conf))
+    return Cluster(
+        master=config.master,
+        python=args.python or environ.get("PYSPARK_PYTHON") or sys.executable,
+        driver_python=sys.executable,
+        executor_memory=args.executor_memory,
+        executor_cores=_positive(args.executor_cores, "--executor-cores"),
+        total_executor_cores=_positive(args.total_executor_cores, "--total-executor-cores"),
+        confs=tuple(_conf(text) for text in args.conf),
+    )
 
 
 def find_spark_submit(environ: Mapping[str, str] = os.environ) -> Path:
@@ -175,8 +203,9 @@ def find_spark_submit(environ: Mapping[str, str] = os.environ) -> Path:
     else:
         spec = importlib.util.find_spec("pyspark")
         if spec is None or spec.origin is None:
-            raise ConfigError(f"spark-submit not found: pyspark is not installed for {sys.executable}, and "
-                              f"SPARK_HOME is not set")
+            raise ConfigError(
+                f"spark-submit not found: pyspark is not installed for {sys.executable}, and SPARK_HOME is not set"
+            )
         candidate, where = Path(spec.origin).parent / "bin" / "spark-submit", "pyspark's bin/"
     if not (candidate.is_file() and os.access(candidate, os.X_OK)):
         raise ConfigError(f"spark-submit not found at {candidate} ({where}); set SPARK_HOME to a Spark installation")
@@ -196,10 +225,11 @@ def driver_script(folder: Path) -> Path:
 def shown(submission: Submission) -> str:
     """The command as a shell line, its environment first, with the values of secret Kafka options and Spark
     settings masked."""
+
     def mask(arg: str) -> str:
         for prefix in ("--kafka-option=", ""):
-            if arg.startswith(prefix) and "=" in arg[len(prefix):]:
-                key, _, _ = arg[len(prefix):].partition("=")
+            if arg.startswith(prefix) and "=" in arg[len(prefix) :]:
+                key, _, _ = arg[len(prefix) :].partition("=")
                 if is_secret(key):
                     return f"{prefix}{key}={MASK}"
         return arg
@@ -221,8 +251,10 @@ def driver_environment(package_zip: str, environ: Mapping[str, str] = os.environ
     from ..engine.session import MALLOC_ARENAS
 
     existing = environ.get("PYTHONPATH")
-    return {"PYTHONPATH": package_zip + (os.pathsep + existing if existing else ""),
-            "MALLOC_ARENA_MAX": environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)}
+    return {
+        "PYTHONPATH": package_zip + (os.pathsep + existing if existing else ""),
+        "MALLOC_ARENA_MAX": environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS),
+    }
 
 
 def build(args: argparse.Namespace) -> Submission:
@@ -241,8 +273,16 @@ def build(args: argparse.Namespace) -> Submission:
 
     settings = spark_settings(config)
     driver_settings = {key: settings[key] for key in DRIVER_JVM_SETTINGS if key in settings}
-    command = spark_submit_command(str(spark_submit), cluster, settings["spark.app.name"], jars, str(package),
-                                   str(script), driver_settings, run_arguments(args))
+    command = spark_submit_command(
+        str(spark_submit),
+        cluster,
+        settings["spark.app.name"],
+        jars,
+        str(package),
+        str(script),
+        driver_settings,
+        run_arguments(args),
+    )
     return Submission(command, driver_environment(str(package)))
 
 
@@ -252,16 +292,22 @@ def launch(submission: Submission) -> int:
         pid_file = Path(folder) / "driver.pid"
         # A session of its own: a Ctrl-C at the terminal reaches this process only, which passes it on as a
         # graceful stop, instead of also reaching spark-submit's JVM, whose shutdown would end the job at once.
-        process = subprocess.Popen(submission.command, start_new_session=True, preexec_fn=_end_with_parent,
-                                   env={**os.environ, **submission.environment, PID_FILE_ENV: str(pid_file)})
+        process = subprocess.Popen(
+            submission.command,
+            start_new_session=True,
+            preexec_fn=_end_with_parent,
+            env={**os.environ, **submission.environment, PID_FILE_ENV: str(pid_file)},
+        )
         requests = []
 
         def stop(signum, _frame) -> None:
             requests.append(signum)
             driver = _read_pid(pid_file) if len(requests) == 1 else None
             if driver is not None:
-                log.info("submit: received %s; stopping the driver (again to end spark-submit at once)",
-                         signal.Signals(signum).name)
+                log.info(
+                    "submit: received %s; stopping the driver (again to end spark-submit at once)",
+                    signal.Signals(signum).name,
+                )
                 _signal(driver, signal.SIGTERM)
             else:
                 log.info("submit: received %s; ending spark-submit", signal.Signals(signum).name)
@@ -294,7 +340,7 @@ def _end_with_parent() -> None:
             pass
 
 
-def _read_pid(path: Path) -> Optional[int]:
+def _read_pid(path: Path) -> int | None:
     try:
         return int(path.read_text())
     except (OSError, ValueError):
@@ -314,14 +360,18 @@ def submit(args: argparse.Namespace) -> int:
         print(shown(submission))
         return 0
     command = submission.command
-    log.info("submit: spark-submit to %s (executors run %s; package %s, %d connector jars)",
-             command[command.index("--master") + 1], _conf_value(command, "spark.pyspark.python"),
-             Path(command[command.index("--py-files") + 1]).name, len(command[command.index("--jars") + 1].split(",")))
+    log.info(
+        "submit: spark-submit to %s (executors run %s; package %s, %d connector jars)",
+        command[command.index("--master") + 1],
+        _conf_value(command, "spark.pyspark.python"),
+        Path(command[command.index("--py-files") + 1]).name,
+        len(command[command.index("--jars") + 1].split(",")),
+    )
     return launch(submission)
 
 
-def _conf_value(command: Sequence[str], key: str) -> Optional[str]:
-    for flag, value in zip(command, command[1:]):
+def _conf_value(command: Sequence[str], key: str) -> str | None:
+    for flag, value in itertools.pairwise(command):
         if flag == "--conf" and value.startswith(key + "="):
-            return value[len(key) + 1:]
+            return value[len(key) + 1 :]
     return None

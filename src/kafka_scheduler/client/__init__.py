@@ -14,5 +14,14 @@ recurring schedule's (native only).
 from .encoders import DIALECTS, EncodedRequest, RequestError, effective_due, encode, encode_cron, format_instant
 from .scheduler_client import SchedulerClient, parse_due
 
-__all__ = ["DIALECTS", "EncodedRequest", "RequestError", "SchedulerClient", "effective_due", "encode", "encode_cron",
-           "format_instant", "parse_due"]
+__all__ = [
+    "DIALECTS",
+    "EncodedRequest",
+    "RequestError",
+    "SchedulerClient",
+    "effective_due",
+    "encode",
+    "encode_cron",
+    "format_instant",
+    "parse_due",
+]

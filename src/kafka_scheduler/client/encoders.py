@@ -25,17 +25,32 @@ import base64
 import io
 import json
 import re
-from datetime import datetime, timedelta, timezone
-from typing import Iterable, NamedTuple, Optional, Union
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
-from ..protocol import ACTION, CRON_END_AT, CRON_EXPR, CRON_MISSED_FIRE_POLICY, CRON_POLICIES, CRON_START_AT, \
-    CRON_TIMEZONE, DELIVER_AT, DELIVER_TO, DIALECT_NAMES, MAX_LATENESS, PREFIX, REQUEST_ID, SKY_AVRO_SCHEMA
+from ..protocol import (
+    ACTION,
+    CRON_END_AT,
+    CRON_EXPR,
+    CRON_MISSED_FIRE_POLICY,
+    CRON_POLICIES,
+    CRON_START_AT,
+    CRON_TIMEZONE,
+    DELIVER_AT,
+    DELIVER_TO,
+    DIALECT_NAMES,
+    MAX_LATENESS,
+    PREFIX,
+    REQUEST_ID,
+    SKY_AVRO_SCHEMA,
+)
 
 DIALECTS = DIALECT_NAMES
 
-Bytes = Optional[Union[str, bytes]]
+Bytes = str | bytes | None
 HeaderList = Iterable[tuple[str, Bytes]]
-Headers = list[tuple[str, Optional[bytes]]]
+Headers = list[tuple[str, bytes | None]]
 
 # Header name prefixes a dialect reads itself; user headers may not start with them (compared ignoring case).
 RESERVED_PREFIXES = {
@@ -48,7 +63,7 @@ RESERVED_PREFIXES = {
 
 KARAFKA_SCHEMA_VERSION = "1.0.0"
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ACTIONS = {"add": "ADD", "schedule": "ADD", "replace": "REPLACE", "cancel": "CANCEL"}
 
 
@@ -61,21 +76,21 @@ AVRO_MISSING = 'the sky-avro dialect needs fastavro, which is not installed: pip
 
 
 class EncodedRequest(NamedTuple):
-    key: Optional[bytes]
-    value: Optional[bytes]
+    key: bytes | None
+    value: bytes | None
     headers: Headers
 
 
 # ---------------------------------------------------------------- shared helpers
 
 
-def _as_bytes(value: Bytes) -> Optional[bytes]:
+def _as_bytes(value: Bytes) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
 def format_instant(instant: datetime) -> str:
     """UTC, millisecond precision, trailing Z: the form the scheduler parses."""
-    utc = instant.astimezone(timezone.utc)
+    utc = instant.astimezone(UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
@@ -99,10 +114,10 @@ def effective_due(dialect: str, due: datetime) -> datetime:
     """The due instant the scheduler will read back from a request of ``dialect`` for ``due``."""
     _check_dialect(dialect)
     if dialect in ("karafka", "etf1"):
-        return datetime.fromtimestamp(epoch_seconds_up(due), timezone.utc)
+        return datetime.fromtimestamp(epoch_seconds_up(due), UTC)
     if dialect in ("sky-avro", "sky-json"):
         return _EPOCH + timedelta(milliseconds=epoch_millis_up(due))
-    utc = due.astimezone(timezone.utc)
+    utc = due.astimezone(UTC)
     return utc.replace(microsecond=utc.microsecond // 1000 * 1000)
 
 
@@ -132,7 +147,7 @@ def user_headers(dialect: str, headers: HeaderList) -> Headers:
     return result
 
 
-def _request_id(dialect: str, request_id: Optional[str]) -> bytes:
+def _request_id(dialect: str, request_id: str | None) -> bytes:
     if request_id is None:
         raise RequestError(f"a request id is required for the {dialect} dialect: it is the record key")
     if request_id == "":
@@ -140,7 +155,7 @@ def _request_id(dialect: str, request_id: Optional[str]) -> bytes:
     return request_id.encode() if isinstance(request_id, str) else bytes(request_id)
 
 
-def _target(dialect: str, topic: Optional[str], due: Optional[datetime]) -> None:
+def _target(dialect: str, topic: str | None, due: datetime | None) -> None:
     if not topic:
         raise RequestError(f"a {dialect} schedule needs a destination topic")
     if due is None:
@@ -151,15 +166,21 @@ def _target(dialect: str, topic: Optional[str], due: Optional[datetime]) -> None
 
 def _karafka_only(dialect: str, target_partition, partition_key) -> None:
     if target_partition is not None or partition_key is not None:
-        raise RequestError(f"a target partition or partition key is only supported by the karafka dialect, "
-                           f"not {dialect}")
+        raise RequestError(
+            f"a target partition or partition key is only supported by the karafka dialect, not {dialect}"
+        )
 
 
 # ---------------------------------------------------------------- native
 
 
-def request_headers(action: str, deliver_to: Optional[str] = None, deliver_at: Optional[datetime] = None,
-                    request_id: Optional[str] = None, headers: HeaderList = ()) -> Headers:
+def request_headers(
+    action: str,
+    deliver_to: str | None = None,
+    deliver_at: datetime | None = None,
+    request_id: str | None = None,
+    headers: HeaderList = (),
+) -> Headers:
     """The record headers of a native request: the user's headers plus the ``x-scheduler-*`` ones."""
     result = user_headers("native", headers)
     result.append((ACTION, action.encode()))
@@ -174,10 +195,19 @@ def request_headers(action: str, deliver_to: Optional[str] = None, deliver_at: O
     return result
 
 
-def encode_native(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
-                  due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
-                  target_partition: Optional[int] = None, partition_key: Bytes = None,
-                  max_lateness: Lateness = None) -> EncodedRequest:
+def encode_native(
+    action: str,
+    *,
+    request_id: str | None = None,
+    topic: str | None = None,
+    due: datetime | None = None,
+    key: Bytes = None,
+    value: Bytes = None,
+    headers: HeaderList = (),
+    target_partition: int | None = None,
+    partition_key: Bytes = None,
+    max_lateness: Lateness = None,
+) -> EncodedRequest:
     _karafka_only("native", target_partition, partition_key)
     action = _action(action)
     if action == "CANCEL":
@@ -195,7 +225,7 @@ def encode_native(action: str, *, request_id: Optional[str] = None, topic: Optio
 
 # ---------------------------------------------------------------- native: recurring schedules and expiry
 
-Lateness = Optional[Union[str, int, timedelta]]
+Lateness = str | int | timedelta | None
 # As the scheduler reads x-scheduler-max-lateness: milliseconds, units (10m, 1h30m, 250ms, 2d) or ISO-8601 (PT10M).
 _UNITS = re.compile(r"^(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m(?!s))?(?:(\d{1,9})s)?(?:(\d{1,9})ms)?$")
 _ISO_DURATION = re.compile(r"^p(?:(\d{1,9})d)?(?:t(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,9})(?:\.(\d{1,3}))?s)?)?$")
@@ -236,22 +266,38 @@ def _check_expression(expr: str) -> None:
     except ModuleNotFoundError:
         return
     if not croniter.is_valid(expr.strip()):
-        raise RequestError(f"invalid cron expression {expr!r}: five fields, six with the seconds last "
-                           f"('* * * * * */5'), or an alias like @hourly")
+        raise RequestError(
+            f"invalid cron expression {expr!r}: five fields, six with the seconds last "
+            f"('* * * * * */5'), or an alias like @hourly"
+        )
 
 
-def encode_cron(dialect: str, action: str, *, request_id: str, topic: Optional[str] = None,
-                expr: Optional[str] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
-                timezone: Optional[str] = None, missed: Optional[str] = None, start_at: Optional[datetime] = None,
-                end_at: Optional[datetime] = None, max_lateness: Lateness = None) -> EncodedRequest:
+def encode_cron(
+    dialect: str,
+    action: str,
+    *,
+    request_id: str,
+    topic: str | None = None,
+    expr: str | None = None,
+    key: Bytes = None,
+    value: Bytes = None,
+    headers: HeaderList = (),
+    timezone: str | None = None,
+    missed: str | None = None,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+    max_lateness: Lateness = None,
+) -> EncodedRequest:
     """A recurring schedule's request, as Kaspr's producers write it: ``add`` (CRON_ADD: deliver ``key``, ``value``
     and ``headers`` to ``topic`` at every firing of ``expr``; in ``timezone``, UTC by default; ``missed``: replay or
     skip; bounds ``start_at``/``end_at``; ``max_lateness`` for every firing), ``pause``, ``resume`` or ``cancel``.
     Native only: the other dialects have no crons."""
     _check_dialect(dialect)
     if dialect != "native":
-        raise RequestError(f"the {dialect} dialect has no recurring schedules: send crons as native requests (the "
-                           f"scheduler reads them on <app-id>-schedule-requests)")
+        raise RequestError(
+            f"the {dialect} dialect has no recurring schedules: send crons as native requests (the "
+            f"scheduler reads them on <app-id>-schedule-requests)"
+        )
     if not request_id:
         raise RequestError("a cron needs its request id (its cron id)")
     name = str(action).strip().lower()
@@ -264,8 +310,12 @@ def encode_cron(dialect: str, action: str, *, request_id: str, topic: Optional[s
         if start_at is not None and end_at is not None and end_at < start_at:
             raise RequestError("the cron's end is before its start")
         result = user_headers("native", headers)
-        result += [(ACTION, b"CRON_ADD"), (DELIVER_TO, topic.encode()), (REQUEST_ID, request_id.encode()),
-                   (CRON_EXPR, expr.strip().encode())]
+        result += [
+            (ACTION, b"CRON_ADD"),
+            (DELIVER_TO, topic.encode()),
+            (REQUEST_ID, request_id.encode()),
+            (CRON_EXPR, expr.strip().encode()),
+        ]
         if missed is not None:
             result.append((CRON_MISSED_FIRE_POLICY, missed.encode()))
         if timezone is not None:
@@ -287,9 +337,18 @@ def encode_cron(dialect: str, action: str, *, request_id: str, topic: Optional[s
 # ---------------------------------------------------------------- karafka
 
 
-def encode_karafka(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
-                   due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
-                   target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+def encode_karafka(
+    action: str,
+    *,
+    request_id: str | None = None,
+    topic: str | None = None,
+    due: datetime | None = None,
+    key: Bytes = None,
+    value: Bytes = None,
+    headers: HeaderList = (),
+    target_partition: int | None = None,
+    partition_key: Bytes = None,
+) -> EncodedRequest:
     """Karafka envelope: key = request id, value = payload, ``schedule_*`` headers, then the user's."""
     action = _action(action)
     record_key = _request_id("karafka", request_id)
@@ -318,9 +377,18 @@ def encode_karafka(action: str, *, request_id: Optional[str] = None, topic: Opti
 # ---------------------------------------------------------------- etf1
 
 
-def encode_etf1(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
-                due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
-                target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+def encode_etf1(
+    action: str,
+    *,
+    request_id: str | None = None,
+    topic: str | None = None,
+    due: datetime | None = None,
+    key: Bytes = None,
+    value: Bytes = None,
+    headers: HeaderList = (),
+    target_partition: int | None = None,
+    partition_key: Bytes = None,
+) -> EncodedRequest:
     """ETF1 schedule: key = request id, value = payload, ``scheduler-*`` headers, then the user's."""
     _karafka_only("etf1", target_partition, partition_key)
     action = _action(action)
@@ -353,13 +421,27 @@ def _sky_schedule(dialect: str, topic, due, key, value, headers) -> dict:
             raise RequestError(f"header {name!r} given twice: the {dialect} dialect keeps headers in a map")
         mapped[name] = header_value
     # The schema's key is not nullable: without a key the delivered record has an empty key.
-    return {"time": epoch_millis_up(due), "topic": topic, "key": _as_bytes(key) or b"",
-            "value": _as_bytes(value), "headers": mapped}
+    return {
+        "time": epoch_millis_up(due),
+        "topic": topic,
+        "key": _as_bytes(key) or b"",
+        "value": _as_bytes(value),
+        "headers": mapped,
+    }
 
 
-def encode_sky_avro(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
-                    due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
-                    target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+def encode_sky_avro(
+    action: str,
+    *,
+    request_id: str | None = None,
+    topic: str | None = None,
+    due: datetime | None = None,
+    key: Bytes = None,
+    value: Bytes = None,
+    headers: HeaderList = (),
+    target_partition: int | None = None,
+    partition_key: Bytes = None,
+) -> EncodedRequest:
     """Sky schedule in Avro binary (schema ``SKY_AVRO_SCHEMA``, no magic byte); a cancel is a null value."""
     _karafka_only("sky-avro", target_partition, partition_key)
     action = _action(action)
@@ -379,9 +461,18 @@ def encode_sky_avro(action: str, *, request_id: Optional[str] = None, topic: Opt
     return EncodedRequest(record_key, out.getvalue(), [])
 
 
-def encode_sky_json(action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
-                    due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
-                    target_partition: Optional[int] = None, partition_key: Bytes = None) -> EncodedRequest:
+def encode_sky_json(
+    action: str,
+    *,
+    request_id: str | None = None,
+    topic: str | None = None,
+    due: datetime | None = None,
+    key: Bytes = None,
+    value: Bytes = None,
+    headers: HeaderList = (),
+    target_partition: int | None = None,
+    partition_key: Bytes = None,
+) -> EncodedRequest:
     """Sky schedule as UTF-8 JSON with base64 key, value and header values; a cancel is a null value."""
     _karafka_only("sky-json", target_partition, partition_key)
     action = _action(action)
@@ -393,9 +484,13 @@ def encode_sky_json(action: str, *, request_id: Optional[str] = None, topic: Opt
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode("ascii")
 
-    document = {"time": record["time"], "topic": record["topic"], "key": b64(record["key"]),
-                "value": None if record["value"] is None else b64(record["value"]),
-                "headers": {name: b64(data) for name, data in record["headers"].items()}}
+    document = {
+        "time": record["time"],
+        "topic": record["topic"],
+        "key": b64(record["key"]),
+        "value": None if record["value"] is None else b64(record["value"]),
+        "headers": {name: b64(data) for name, data in record["headers"].items()},
+    }
     return EncodedRequest(record_key, json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode(), [])
 
 
@@ -411,10 +506,20 @@ ENCODERS = {
 }
 
 
-def encode(dialect: str, action: str, *, request_id: Optional[str] = None, topic: Optional[str] = None,
-           due: Optional[datetime] = None, key: Bytes = None, value: Bytes = None, headers: HeaderList = (),
-           target_partition: Optional[int] = None, partition_key: Bytes = None,
-           max_lateness: Lateness = None) -> EncodedRequest:
+def encode(
+    dialect: str,
+    action: str,
+    *,
+    request_id: str | None = None,
+    topic: str | None = None,
+    due: datetime | None = None,
+    key: Bytes = None,
+    value: Bytes = None,
+    headers: HeaderList = (),
+    target_partition: int | None = None,
+    partition_key: Bytes = None,
+    max_lateness: Lateness = None,
+) -> EncodedRequest:
     """The record of a ``schedule``/``replace``/``cancel`` request (also ``ADD``/``REPLACE``/``CANCEL``) in
     ``dialect``. ``topic``, ``due``, ``key``, ``value`` and ``headers`` describe the message to deliver;
     ``target_partition`` and ``partition_key`` pick its partition (karafka only); ``max_lateness`` (native only):
@@ -423,10 +528,29 @@ def encode(dialect: str, action: str, *, request_id: Optional[str] = None, topic
     _check_dialect(dialect)
     if max_lateness is not None:
         if dialect != "native":
-            raise RequestError(f"the {dialect} dialect has no max lateness (x-scheduler-max-lateness): it is a native "
-                               "request header")
-        return encode_native(action, request_id=request_id, topic=topic, due=due, key=key, value=value,
-                             headers=headers, target_partition=target_partition, partition_key=partition_key,
-                             max_lateness=max_lateness)
-    return ENCODERS[dialect](action, request_id=request_id, topic=topic, due=due, key=key, value=value,
-                             headers=headers, target_partition=target_partition, partition_key=partition_key)
+            raise RequestError(
+                f"the {dialect} dialect has no max lateness (x-scheduler-max-lateness): it is a native request header"
+            )
+        return encode_native(
+            action,
+            request_id=request_id,
+            topic=topic,
+            due=due,
+            key=key,
+            value=value,
+            headers=headers,
+            target_partition=target_partition,
+            partition_key=partition_key,
+            max_lateness=max_lateness,
+        )
+    return ENCODERS[dialect](
+        action,
+        request_id=request_id,
+        topic=topic,
+        due=due,
+        key=key,
+        value=value,
+        headers=headers,
+        target_partition=target_partition,
+        partition_key=partition_key,
+    )

@@ -27,31 +27,40 @@ from __future__ import annotations
 
 import re
 import zlib
-from datetime import datetime, timedelta, timezone
-from typing import Optional, Union
+from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import KafkaException, Producer
 
 from ..config import REQUESTS_SUFFIX
-from .encoders import (DIALECTS, HeaderList, Lateness, RequestError, effective_due, encode,  # noqa: F401
-                       encode_cron, format_instant, request_headers)
 from ..kafka.topics import client_error_text
+from .encoders import (  # noqa: F401
+    DIALECTS,
+    HeaderList,
+    Lateness,
+    RequestError,
+    effective_due,
+    encode,
+    encode_cron,
+    format_instant,
+    request_headers,
+)
 
-When = Union[str, datetime, timedelta]
+When = str | datetime | timedelta
 
 _RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _RELATIVE_UNITS = {"ms": "milliseconds", "s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
-def parse_due(when: When, now: Optional[datetime] = None) -> datetime:
-    """``+30s``/``+5m``/``+2h``/``+1d``/``+250ms``, an ISO-8601 instant with a zone, a timedelta or an aware datetime."""
-    now = now or datetime.now(timezone.utc)
+def parse_due(when: When, now: datetime | None = None) -> datetime:
+    """``+30s``/``+5m``/``+2h``/``+1d``/``+250ms``, an ISO-8601 instant with a zone, a timedelta or an aware
+    datetime."""
+    now = now or datetime.now(UTC)
     if isinstance(when, timedelta):
         return now + when
     if isinstance(when, datetime):
         if when.tzinfo is None:
             raise RequestError("the due time has no time zone; give an aware datetime")
-        return when.astimezone(timezone.utc)
+        return when.astimezone(UTC)
     text = str(when).strip()
     relative = _RELATIVE.match(text)
     if relative:
@@ -59,11 +68,12 @@ def parse_due(when: When, now: Optional[datetime] = None) -> datetime:
     try:
         parsed = datetime.fromisoformat(text.replace("z", "Z"))
     except ValueError:
-        raise RequestError(f"cannot read due time {text!r}: use ISO-8601 like 2026-05-24T12:30:00Z, "
-                           "or +30s, +5m, +2h, +1d") from None
+        raise RequestError(
+            f"cannot read due time {text!r}: use ISO-8601 like 2026-05-24T12:30:00Z, or +30s, +5m, +2h, +1d"
+        ) from None
     if parsed.tzinfo is None:
         raise RequestError(f"due time {text!r} has no time zone: add Z or an offset like +02:00")
-    return parsed.astimezone(timezone.utc)
+    return parsed.astimezone(UTC)
 
 
 class SchedulerClient:
@@ -73,14 +83,22 @@ class SchedulerClient:
     is required: the topic the scheduler reads with that dialect (``run --input TOPIC:DIALECT``).
     """
 
-    def __init__(self, bootstrap_servers: str, app_id: str = "kafka-scheduler",
-                 producer_config: Optional[dict] = None, *, dialect: str = "native",
-                 requests_topic: Optional[str] = None):
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        app_id: str = "kafka-scheduler",
+        producer_config: dict | None = None,
+        *,
+        dialect: str = "native",
+        requests_topic: str | None = None,
+    ):
         if dialect not in DIALECTS:
             raise RequestError(f"unknown dialect {dialect!r}: use one of {', '.join(DIALECTS)}")
         if requests_topic is None and dialect != "native":
-            raise RequestError(f"the {dialect} dialect needs requests_topic: the topic the scheduler reads as a "
-                               f"{dialect} input (e.g. schedules)")
+            raise RequestError(
+                f"the {dialect} dialect needs requests_topic: the topic the scheduler reads as a "
+                f"{dialect} input (e.g. schedules)"
+            )
         if requests_topic == "":
             raise RequestError("requests_topic must not be empty")
         self.dialect = dialect
@@ -94,7 +112,7 @@ class SchedulerClient:
         self._client_errors: list[str] = []
         config["error_cb"] = lambda error: self._client_errors.append(error.str())
         self._producer = Producer({**config, **(producer_config or {})})
-        self._partitions: Optional[int] = None
+        self._partitions: int | None = None
         self._errors: list[str] = []
 
     def _topic_partitions(self) -> int:
@@ -109,12 +127,14 @@ class SchedulerClient:
             if topic is None or topic.error is not None or not topic.partitions:
                 if self.dialect == "native":
                     raise RequestError(f"topic {self.requests_topic} does not exist: is the scheduler app running?")
-                raise RequestError(f"topic {self.requests_topic} does not exist: create it (the scheduler does not "
-                                   f"create the topics of {self.dialect} inputs)")
+                raise RequestError(
+                    f"topic {self.requests_topic} does not exist: create it (the scheduler does not "
+                    f"create the topics of {self.dialect} inputs)"
+                )
             self._partitions = len(topic.partitions)
         return self._partitions
 
-    def _partition_for(self, request_id: Optional[str]) -> Optional[int]:
+    def _partition_for(self, request_id: str | None) -> int | None:
         if self.dialect != "native":
             self._topic_partitions()  # a clear error for a missing topic; the partitioner hashes the key
             return None
@@ -122,40 +142,78 @@ class SchedulerClient:
             return None
         return zlib.crc32(request_id.encode()) % self._topic_partitions()
 
-    def _send(self, key, value, headers, request_id: Optional[str]) -> None:
+    def _send(self, key, value, headers, request_id: str | None) -> None:
         def on_delivery(err, _msg):
             if err is not None:
                 self._errors.append(str(err))
 
         partition = self._partition_for(request_id)
         extra = {} if partition is None else {"partition": partition}
-        self._producer.produce(self.requests_topic, key=key, value=value, headers=headers,
-                               on_delivery=on_delivery, **extra)
+        self._producer.produce(
+            self.requests_topic, key=key, value=value, headers=headers, on_delivery=on_delivery, **extra
+        )
         self._producer.poll(0)
 
-    def schedule(self, topic: str, at: When, value: Optional[Union[str, bytes]] = None,
-                 key: Optional[Union[str, bytes]] = None, headers: HeaderList = (),
-                 request_id: Optional[str] = None, action: str = "ADD", *,
-                 target_partition: Optional[int] = None,
-                 partition_key: Optional[Union[str, bytes]] = None, max_lateness: Lateness = None) -> datetime:
+    def schedule(
+        self,
+        topic: str,
+        at: When,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        headers: HeaderList = (),
+        request_id: str | None = None,
+        action: str = "ADD",
+        *,
+        target_partition: int | None = None,
+        partition_key: str | bytes | None = None,
+        max_lateness: Lateness = None,
+    ) -> datetime:
         """Deliver ``key``/``value``/``headers`` to ``topic`` at ``at``; returns the due instant (UTC) as sent
         (rounded up to the second for karafka and etf1). ``target_partition``/``partition_key``: karafka only.
         ``max_lateness`` (native only; "10m", "PT10M", milliseconds or a timedelta): if it would go out later than
         that after ``at``, it is not delivered but rejected as expired."""
         due = parse_due(at)
-        record = encode(self.dialect, action, request_id=request_id, topic=topic, due=due, key=key, value=value,
-                        headers=headers, target_partition=target_partition, partition_key=partition_key,
-                        max_lateness=max_lateness)
+        record = encode(
+            self.dialect,
+            action,
+            request_id=request_id,
+            topic=topic,
+            due=due,
+            key=key,
+            value=value,
+            headers=headers,
+            target_partition=target_partition,
+            partition_key=partition_key,
+            max_lateness=max_lateness,
+        )
         self._send(*record, request_id)
         return due if self.dialect == "native" else effective_due(self.dialect, due)
 
-    def replace(self, topic: str, at: When, value: Optional[Union[str, bytes]] = None,
-                key: Optional[Union[str, bytes]] = None, headers: HeaderList = (), *, request_id: str,
-                target_partition: Optional[int] = None,
-                partition_key: Optional[Union[str, bytes]] = None, max_lateness: Lateness = None) -> datetime:
-        return self.schedule(topic, at, value, key, headers, request_id, action="REPLACE",
-                             target_partition=target_partition, partition_key=partition_key,
-                             max_lateness=max_lateness)
+    def replace(
+        self,
+        topic: str,
+        at: When,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        headers: HeaderList = (),
+        *,
+        request_id: str,
+        target_partition: int | None = None,
+        partition_key: str | bytes | None = None,
+        max_lateness: Lateness = None,
+    ) -> datetime:
+        return self.schedule(
+            topic,
+            at,
+            value,
+            key,
+            headers,
+            request_id,
+            action="REPLACE",
+            target_partition=target_partition,
+            partition_key=partition_key,
+            max_lateness=max_lateness,
+        )
 
     def cancel(self, request_id: str, cron: bool = False) -> None:
         """Cancel the pending schedule ``request_id``, or with ``cron`` the recurring one (crons and one-shots have
@@ -165,19 +223,41 @@ class SchedulerClient:
             return
         self._send(*encode(self.dialect, "CANCEL", request_id=request_id), request_id)
 
-    def cron(self, topic: str, expr: str, value: Optional[Union[str, bytes]] = None,
-             key: Optional[Union[str, bytes]] = None, headers: HeaderList = (), *, request_id: str,
-             timezone: Optional[str] = None, missed: Optional[str] = None, start_at: Optional[When] = None,
-             end_at: Optional[When] = None, max_lateness: Lateness = None) -> None:
+    def cron(
+        self,
+        topic: str,
+        expr: str,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
+        headers: HeaderList = (),
+        *,
+        request_id: str,
+        timezone: str | None = None,
+        missed: str | None = None,
+        start_at: When | None = None,
+        end_at: When | None = None,
+        max_lateness: Lateness = None,
+    ) -> None:
         """A recurring schedule (Kaspr's CRON_ADD; native only): deliver ``key``/``value``/``headers`` to ``topic`` at
         every firing of ``expr`` (croniter's syntax: five fields, or six with the seconds last; aliases like
         @hourly), in ``timezone`` (IANA; default UTC), between ``start_at`` and ``end_at``. ``missed``: ``replay``
         (default) delivers the firings missed while the job was down or the cron paused, ``skip`` does not. The
         same ``request_id`` replaces it."""
-        record = encode_cron(self.dialect, "add", request_id=request_id, topic=topic, expr=expr, key=key,
-                             value=value, headers=headers, timezone=timezone, missed=missed,
-                             start_at=None if start_at is None else parse_due(start_at),
-                             end_at=None if end_at is None else parse_due(end_at), max_lateness=max_lateness)
+        record = encode_cron(
+            self.dialect,
+            "add",
+            request_id=request_id,
+            topic=topic,
+            expr=expr,
+            key=key,
+            value=value,
+            headers=headers,
+            timezone=timezone,
+            missed=missed,
+            start_at=None if start_at is None else parse_due(start_at),
+            end_at=None if end_at is None else parse_due(end_at),
+            max_lateness=max_lateness,
+        )
         self._send(*record, request_id)
 
     def pause(self, request_id: str) -> None:
@@ -191,8 +271,10 @@ class SchedulerClient:
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every request is acknowledged by the broker; raises if any failed."""
         if self._producer.flush(timeout) > 0:
-            raise RequestError(f"{len(self._producer)} requests not acknowledged within {timeout:.0f}s "
-                               f"(is a broker reachable at {self._bootstrap_servers}?)")
+            raise RequestError(
+                f"{len(self._producer)} requests not acknowledged within {timeout:.0f}s "
+                f"(is a broker reachable at {self._bootstrap_servers}?)"
+            )
         if self._errors:
             errors, self._errors = self._errors, []
             raise RequestError("requests failed: " + "; ".join(errors))
@@ -200,7 +282,7 @@ class SchedulerClient:
     def close(self) -> None:
         self.flush()
 
-    def __enter__(self) -> "SchedulerClient":
+    def __enter__(self) -> SchedulerClient:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,9 +9,9 @@ step of their own, and only for the topics of their dialect.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from functools import reduce
 from types import ModuleType
-from typing import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -21,8 +21,9 @@ from .common import NORMALIZED_COLUMNS, OPTIONAL_COLUMNS, DecodeSettings, normal
 
 # One module per name of protocol.DIALECT_NAMES (sky-avro: sky_avro.py). A module that fails to import fails here,
 # loudly: a dialect never silently disappears.
-DIALECTS: dict[str, ModuleType] = {name: importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
-                                   for name in DIALECT_NAMES}
+DIALECTS: dict[str, ModuleType] = {
+    name: importlib.import_module(f"{__name__}.{name.replace('-', '_')}") for name in DIALECT_NAMES
+}
 
 
 def _parsed(module, settings) -> dict[str, Column]:
@@ -42,15 +43,15 @@ def decode(kafka_rows: DataFrame, inputs: Mapping[str, str], settings: DecodeSet
         parsed = _parsed(module, settings)
         if parsed:
             rows = rows.select("*", *[column.alias(name) for name, column in parsed.items()])
-        return normalize(rows.select("*", *[c.alias(n) for n, c in module.request_columns(settings).items()]),
-                         settings)
+        return normalize(rows.select("*", *[c.alias(n) for n, c in module.request_columns(settings).items()]), settings)
 
     def of(dialect: str) -> Column:
         return F.col("topic").isin(*topics_of[dialect])
 
     rows = kafka_rows
-    parsed = [F.when(of(d), column).alias(name) for d in topics_of
-              for name, column in _parsed(DIALECTS[d], settings).items()]
+    parsed = [
+        F.when(of(d), column).alias(name) for d in topics_of for name, column in _parsed(DIALECTS[d], settings).items()
+    ]
     if parsed:
         rows = rows.select("*", *parsed)
     columns = {d: DIALECTS[d].request_columns(settings) for d in topics_of}
@@ -59,8 +60,11 @@ def decode(kafka_rows: DataFrame, inputs: Mapping[str, str], settings: DecodeSet
     for name in names:
         # An optional column is null for the dialects that lack it: no branch of theirs (each branch compiles a
         # comparison of the topic, and the whole decode must stay one method under the JVM's 64 KB).
-        choices = [(of(d), columns[d][name]) for d in topics_of if name in columns[d]] \
-            if name in OPTIONAL_COLUMNS else [(of(d), columns[d].get(name)) for d in topics_of]
+        choices = (
+            [(of(d), columns[d][name]) for d in topics_of if name in columns[d]]
+            if name in OPTIONAL_COLUMNS
+            else [(of(d), columns[d].get(name)) for d in topics_of]
+        )
         expression = reduce(lambda acc, choice: acc.when(*choice), choices[1:], F.when(*choices[0]))
         if name == "_reasons":
             expression = expression.otherwise(F.array(F.lit("no dialect for this topic")))

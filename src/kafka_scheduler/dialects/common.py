@@ -13,15 +13,23 @@ rejections topic. Everything here is JVM-side Spark SQL: no Python UDF touches a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Callable, Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..protocol import CLIENT_SID_PREFIX, ENTRY_OVERHEAD_BYTES, INTERNAL_SID_PREFIX, REJECTION_REASON, \
-    REJECTIONS_SID, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from ..protocol import (
+    CLIENT_SID_PREFIX,
+    ENTRY_OVERHEAD_BYTES,
+    INTERNAL_SID_PREFIX,
+    REJECTION_REASON,
+    REJECTIONS_SID,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+)
 
 HEADER_TYPE = "array<struct<key:string,value:binary>>"
 
@@ -74,22 +82,36 @@ class DecodeSettings:
 
     rejections_topic: str
     own_topics: tuple[str, ...]
-    allowed_destinations: Optional[str]  # a regex that must match the whole name; None = built-in rule
+    allowed_destinations: str | None  # a regex that must match the whole name; None = built-in rule
     max_value_bytes: int
     max_ahead_ms: int
 
     @classmethod
-    def from_config(cls, config) -> "DecodeSettings":
-        return cls(rejections_topic=config.rejections_topic, own_topics=config.own_topics,
-                   allowed_destinations=config.allowed_destinations, max_value_bytes=config.max_value_bytes,
-                   max_ahead_ms=config.max_ahead_days * 86_400_000)
+    def from_config(cls, config) -> DecodeSettings:
+        return cls(
+            rejections_topic=config.rejections_topic,
+            own_topics=config.own_topics,
+            allowed_destinations=config.allowed_destinations,
+            max_value_bytes=config.max_value_bytes,
+            max_ahead_ms=config.max_ahead_days * 86_400_000,
+        )
 
 
 # The request columns a dialect may leave out, with their types (normalize fills them with null).
-OPTIONAL_COLUMNS = {"_completes": "string", "_partition": "int", "_partition_key": "binary",
-                    "_wb_headers": HEADER_TYPE, "_history": "boolean", "_max_lateness_ms": "long",
-                    "_cron_expr": "string", "_cron_tz": "string", "_cron_policy": "string", "_cron_start_ms": "long",
-                    "_cron_end_ms": "long", "_raw_headers": HEADER_TYPE}
+OPTIONAL_COLUMNS = {
+    "_completes": "string",
+    "_partition": "int",
+    "_partition_key": "binary",
+    "_wb_headers": HEADER_TYPE,
+    "_history": "boolean",
+    "_max_lateness_ms": "long",
+    "_cron_expr": "string",
+    "_cron_tz": "string",
+    "_cron_policy": "string",
+    "_cron_start_ms": "long",
+    "_cron_end_ms": "long",
+    "_raw_headers": HEADER_TYPE,
+}
 
 
 def headers_or_empty() -> Column:
@@ -121,23 +143,34 @@ def client_sid(request_id: Column, prefix: bytes = CLIENT_SID_PREFIX) -> Column:
 
 
 def internal_sid() -> Column:
-    return F.concat(binary(INTERNAL_SID_PREFIX), F.encode(F.concat_ws(
-        "/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")), "UTF-8"))
+    return F.concat(
+        binary(INTERNAL_SID_PREFIX),
+        F.encode(
+            F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string")), "UTF-8"
+        ),
+    )
 
 
 def entry_bytes(key: Column, value: Column, headers: Column) -> Column:
     """Same estimate as ``wheel.entry_bytes``."""
-    header_bytes = F.aggregate(headers, F.lit(0).cast("long"), lambda total, h: total + F.octet_length(h["key"])
-                               + F.coalesce(F.length(h["value"]), F.lit(0)))
-    return (F.lit(ENTRY_OVERHEAD_BYTES).cast("long") + F.coalesce(F.length(key), F.lit(0))
-            + F.coalesce(F.length(value), F.lit(0)) + header_bytes)
+    header_bytes = F.aggregate(
+        headers,
+        F.lit(0).cast("long"),
+        lambda total, h: total + F.octet_length(h["key"]) + F.coalesce(F.length(h["value"]), F.lit(0)),
+    )
+    return (
+        F.lit(ENTRY_OVERHEAD_BYTES).cast("long")
+        + F.coalesce(F.length(key), F.lit(0))
+        + F.coalesce(F.length(value), F.lit(0))
+        + header_bytes
+    )
 
 
 def header(key: str, value: Column) -> Column:
     return F.struct(F.lit(key).alias("key"), value.cast("binary").alias("value"))
 
 
-Check = Union[tuple[Column, Column], Column]  # (condition, reason text), or a reason text that is null when fine
+Check = tuple[Column, Column] | Column  # (condition, reason text), or a reason text that is null when fine
 
 
 def reasons(*checks: Check) -> Column:
@@ -166,8 +199,12 @@ def destination_rules(topic: Column, settings: DecodeSettings) -> tuple[Column, 
     else:
         allowed = ~topic.startswith("__") & ~topic.isin(*settings.own_topics)
     valid_name = topic.rlike(TOPIC_NAME_REGEX) & ~topic.isin(".", "..")
-    return (valid_name, allowed, F.concat(F.lit("invalid destination topic name "), shown),
-            F.concat(F.lit("destination topic "), shown, F.lit(" is not allowed")))
+    return (
+        valid_name,
+        allowed,
+        F.concat(F.lit("invalid destination topic name "), shown),
+        F.concat(F.lit("destination topic "), shown, F.lit(" is not allowed")),
+    )
 
 
 def destination_checks(topic: Column, settings: DecodeSettings) -> list[tuple[Column, Column]]:
@@ -181,16 +218,22 @@ def due_checks(due_ms: Column, settings: DecodeSettings) -> list[tuple[Column, C
     # Measured from the record's timestamp, not current_timestamp(): Spark folds the latter into a literal that
     # changes every batch, so every micro-batch compiled the whole decode again (0.3-0.7 s each).
     sent_ms = F.unix_millis(F.col("timestamp"))
-    return [(due_ms > sent_ms + F.lit(settings.max_ahead_ms),
-             F.lit(f"due time is more than {limit_days} days ahead"))]
+    return [(due_ms > sent_ms + F.lit(settings.max_ahead_ms), F.lit(f"due time is more than {limit_days} days ahead"))]
 
 
-def value_size_checks(settings: DecodeSettings, value: Optional[Column] = None) -> list[tuple[Column, Column]]:
+def value_size_checks(settings: DecodeSettings, value: Column | None = None) -> list[tuple[Column, Column]]:
     """The size limit on the value to deliver: the record's value unless the dialect wraps it (Sky)."""
     size = F.coalesce(F.length(F.col("value") if value is None else value), F.lit(0))
-    return [(size > settings.max_value_bytes,
-             F.concat(F.lit("value too large: "), size.cast("string"),
-                      F.lit(f" bytes, the limit is {settings.max_value_bytes}")))]
+    return [
+        (
+            size > settings.max_value_bytes,
+            F.concat(
+                F.lit("value too large: "),
+                size.cast("string"),
+                F.lit(f" bytes, the limit is {settings.max_value_bytes}"),
+            ),
+        )
+    ]
 
 
 def delivery_id() -> Column:
@@ -225,6 +268,7 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
     (string), ``_partition`` (int), ``_partition_key`` (binary), ``_wb_headers`` (the write-back's
     headers; null: none) and ``_history`` (boolean).
     """
+
     def optional(name: str) -> Column:
         return F.col(name) if name in decoded.columns else F.lit(None).cast(OPTIONAL_COLUMNS[name])
 
@@ -232,9 +276,11 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
     rejection_headers = F.concat(
         headers_or_empty(),
         F.transform("_reasons", lambda r: header(REJECTION_REASON, F.encode(r, "UTF-8"))),
-        F.array(header(SOURCE_TOPIC, F.col("topic")),
-                header(SOURCE_PARTITION, F.col("partition").cast("string")),
-                header(SOURCE_OFFSET, F.col("offset").cast("string"))),
+        F.array(
+            header(SOURCE_TOPIC, F.col("topic")),
+            header(SOURCE_PARTITION, F.col("partition").cast("string")),
+            header(SOURCE_OFFSET, F.col("offset").cast("string")),
+        ),
     )
 
     def pick(if_rejected: Column, if_valid: Column) -> Column:
@@ -254,26 +300,42 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
         F.col("partition").alias("src_partition"),
         F.col("offset").alias("src_offset"),
         F.unix_millis(F.col("timestamp")).alias("src_ts_ms"),
-        pick(F.lit(None).cast("long"), entry_bytes(F.col("_key"), F.col("_value"), F.col("_headers"))
-             + F.when(optional("_wb_headers").isNotNull(),
-                      entry_bytes(F.col("key"), F.lit(None).cast("binary"), optional("_wb_headers"))
-                      - F.lit(ENTRY_OVERHEAD_BYTES)).otherwise(F.lit(0))
-             + F.coalesce(F.octet_length(optional("_cron_expr")), F.lit(0))
-             + F.coalesce(F.octet_length(optional("_cron_tz")), F.lit(0))
-             ).alias("entry_bytes"),
+        pick(
+            F.lit(None).cast("long"),
+            entry_bytes(F.col("_key"), F.col("_value"), F.col("_headers"))
+            + F.when(
+                optional("_wb_headers").isNotNull(),
+                entry_bytes(F.col("key"), F.lit(None).cast("binary"), optional("_wb_headers"))
+                - F.lit(ENTRY_OVERHEAD_BYTES),
+            ).otherwise(F.lit(0))
+            + F.coalesce(F.octet_length(optional("_cron_expr")), F.lit(0))
+            + F.coalesce(F.octet_length(optional("_cron_tz")), F.lit(0)),
+        ).alias("entry_bytes"),
         pick(F.lit(None).cast("string"), optional("_completes")).alias("completes"),
         pick(F.lit(None).cast("int"), optional("_partition")).alias("partition"),
         pick(F.lit(None).cast("binary"), optional("_partition_key")).alias("partition_key"),
-        *[pick(F.lit(None).cast(type_name), F.when(optional("_wb_headers").isNotNull(), column)
-               ).alias(name)
-          for name, column, type_name in (("wb_topic", F.col("topic"), "string"),
-                                          ("wb_partition", F.col("partition"), "int"),
-                                          ("wb_key", F.col("key"), "binary"),
-                                          ("wb_headers", optional("_wb_headers"), HEADER_TYPE))],
+        *[
+            pick(F.lit(None).cast(type_name), F.when(optional("_wb_headers").isNotNull(), column)).alias(name)
+            for name, column, type_name in (
+                ("wb_topic", F.col("topic"), "string"),
+                ("wb_partition", F.col("partition"), "int"),
+                ("wb_key", F.col("key"), "binary"),
+                ("wb_headers", optional("_wb_headers"), HEADER_TYPE),
+            )
+        ],
         pick(F.lit(False), F.coalesce(optional("_history"), F.lit(False))).alias("history"),
-        *[pick(F.lit(None).cast(OPTIONAL_COLUMNS[f"_{name}"]), optional(f"_{name}")).alias(name)
-          for name in ("max_lateness_ms", "cron_expr", "cron_tz", "cron_policy", "cron_start_ms", "cron_end_ms",
-                       "raw_headers")],
+        *[
+            pick(F.lit(None).cast(OPTIONAL_COLUMNS[f"_{name}"]), optional(f"_{name}")).alias(name)
+            for name in (
+                "max_lateness_ms",
+                "cron_expr",
+                "cron_tz",
+                "cron_policy",
+                "cron_start_ms",
+                "cron_end_ms",
+                "raw_headers",
+            )
+        ],
     )
 
 
@@ -289,8 +351,7 @@ def quoted(text: Column) -> Column:
     return F.concat(F.lit("'"), text, F.lit("'"))
 
 
-def header_fields(texts: dict[str, str], duplicates: Sequence[str] = (),
-                  raw: Optional[dict[str, str]] = None) -> Column:
+def header_fields(texts: dict[str, str], duplicates: Sequence[str] = (), raw: dict[str, str] | None = None) -> Column:
     """For ``parsed_columns``: a struct of the first value of each header in ``texts`` (field -> header
     name) as text (as ``first_header_text``), of each in ``raw`` as bytes, and ``duplicates``: those of
     ``duplicates`` that more than one header has. Names compare case-insensitively; each header name is
@@ -302,11 +363,15 @@ def header_fields(texts: dict[str, str], duplicates: Sequence[str] = (),
             position = F.array_position(names, F.lit(name)).cast("int")  # 1-based; 0: absent (get: null)
             return F.get(headers, position - 1)["value"]
 
-        repeated = F.filter(F.array(*[F.lit(n) for n in duplicates]).cast("array<string>"),
-                            lambda n: F.size(F.filter(names, lambda k: k == n)) > 1)
-        return F.struct(*[F.make_valid_utf8(first(name).cast("string")).alias(field) for field, name in texts.items()],
-                        *[first(name).alias(field) for field, name in (raw or {}).items()],
-                        repeated.alias("duplicates"))
+        repeated = F.filter(
+            F.array(*[F.lit(n) for n in duplicates]).cast("array<string>"),
+            lambda n: F.size(F.filter(names, lambda k: k == n)) > 1,
+        )
+        return F.struct(
+            *[F.make_valid_utf8(first(name).cast("string")).alias(field) for field, name in texts.items()],
+            *[first(name).alias(field) for field, name in (raw or {}).items()],
+            repeated.alias("duplicates"),
+        )
 
     return bound(F.transform(headers, lambda h: F.lower(h["key"])), fields)
 
@@ -341,16 +406,23 @@ def offset_completes(text: Column, name: str) -> tuple[Column, Column]:
     """A write-back's offset header ``text`` (null: absent): the delivery id it completes (null: the
     pending version), and the reason when it is not an offset (else null)."""
     offset = F.when(text.rlike(OFFSET_REGEX), text.try_cast("bigint"))
-    return (F.when(offset.isNotNull(), delivery_id_at(offset)),
-            F.when(text.isNotNull() & offset.isNull(),
-                   F.concat(F.lit(f"invalid {name} "), quoted(text), F.lit(" (expected an offset, like 42)"))))
+    return (
+        F.when(offset.isNotNull(), delivery_id_at(offset)),
+        F.when(
+            text.isNotNull() & offset.isNull(),
+            F.concat(F.lit(f"invalid {name} "), quoted(text), F.lit(" (expected an offset, like 42)")),
+        ),
+    )
 
 
 def target_reason(topic: Column, name: str, settings: DecodeSettings) -> Column:
     """A required destination topic (null or empty: missing) and the guard rails on it: the reason, or null."""
     valid_name, allowed, invalid_text, not_allowed_text = destination_rules(topic, settings)
-    return first_reason((topic.isNull() | (topic == ""), F.lit(f"missing {name}")),
-                        (~valid_name, invalid_text), (~allowed, not_allowed_text))
+    return first_reason(
+        (topic.isNull() | (topic == ""), F.lit(f"missing {name}")),
+        (~valid_name, invalid_text),
+        (~allowed, not_allowed_text),
+    )
 
 
 def no_headers() -> Column:

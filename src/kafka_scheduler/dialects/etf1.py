@@ -15,10 +15,27 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from ..protocol import SOURCE_OFFSET
-from .common import ACTION_COMPLETE, DecodeSettings, due_checks, duplicate_reasons, \
-    first_reason, header, header_fields, headers_or_empty, missing_key_checks, no_headers, offset_completes, \
-    quoted, reasons, reasons_if, record_key_sid, seconds_to_due_ms, source_offset_header, target_reason, \
-    value_size_checks
+from .common import (
+    ACTION_COMPLETE,
+    DecodeSettings,
+    due_checks,
+    duplicate_reasons,
+    first_reason,
+    header,
+    header_fields,
+    headers_or_empty,
+    missing_key_checks,
+    no_headers,
+    offset_completes,
+    quoted,
+    reasons,
+    reasons_if,
+    record_key_sid,
+    seconds_to_due_ms,
+    source_offset_header,
+    target_reason,
+    value_size_checks,
+)
 
 EPOCH = "scheduler-epoch"
 TARGET_TOPIC = "scheduler-target-topic"
@@ -35,8 +52,13 @@ SCHEDULE_ONCE = (EPOCH, TARGET_TOPIC, TARGET_KEY)
 
 
 def parsed_columns(settings: DecodeSettings) -> dict[str, Column]:
-    return {"_etf1": header_fields({"epoch": EPOCH, "topic": TARGET_TOPIC, "source_offset": SOURCE_OFFSET},
-                                   duplicates=SCHEDULE_ONCE + (SOURCE_OFFSET,), raw={"key": TARGET_KEY})}
+    return {
+        "_etf1": header_fields(
+            {"epoch": EPOCH, "topic": TARGET_TOPIC, "source_offset": SOURCE_OFFSET},
+            duplicates=SCHEDULE_ONCE + (SOURCE_OFFSET,),
+            raw={"key": TARGET_KEY},
+        )
+    }
 
 
 def request_columns(settings: DecodeSettings) -> dict[str, Column]:
@@ -52,30 +74,40 @@ def request_columns(settings: DecodeSettings) -> dict[str, Column]:
 
     all_reasons = F.concat(
         reasons(*missing_key_checks()),
-        duplicate_reasons(F.coalesce(F.array_intersect(parsed["duplicates"], applicable),
-                                     F.array().cast("array<string>"))),
+        duplicate_reasons(
+            F.coalesce(F.array_intersect(parsed["duplicates"], applicable), F.array().cast("array<string>"))
+        ),
         reasons_if(
             add,
             first_reason(
                 (epoch.isNull(), F.lit(f"missing {EPOCH}")),
                 (epoch.rlike(NEGATIVE_EPOCH_REGEX), F.concat(F.lit(f"{EPOCH} "), quoted(epoch), F.lit(" is negative"))),
-                (epoch.rlike(FRACTION_EPOCH_REGEX),
-                 F.concat(F.lit(f"{EPOCH} "), quoted(epoch), F.lit(" is not a whole number of seconds"))),
-                (~epoch.rlike(EPOCH_REGEX),
-                 F.concat(F.lit(f"invalid {EPOCH} "), quoted(epoch),
-                          F.lit(" (expected Unix seconds, like 1893456000)"))),
-                *due_checks(due_ms, settings)),
+                (
+                    epoch.rlike(FRACTION_EPOCH_REGEX),
+                    F.concat(F.lit(f"{EPOCH} "), quoted(epoch), F.lit(" is not a whole number of seconds")),
+                ),
+                (
+                    ~epoch.rlike(EPOCH_REGEX),
+                    F.concat(
+                        F.lit(f"invalid {EPOCH} "), quoted(epoch), F.lit(" (expected Unix seconds, like 1893456000)")
+                    ),
+                ),
+                *due_checks(due_ms, settings),
+            ),
             target_reason(topic, TARGET_TOPIC, settings),
             *value_size_checks(settings),
         ),
         reasons_if(complete, offset_reason),
     )
 
-    delivered_headers = F.concat(headers_or_empty(), F.array(
-        header(TIMESTAMP_H, F.unix_seconds(F.col("timestamp")).cast("string")),
-        header(KEY_H, F.col("key")),
-        header(TOPIC_H, F.col("topic")),
-    ))
+    delivered_headers = F.concat(
+        headers_or_empty(),
+        F.array(
+            header(TIMESTAMP_H, F.unix_seconds(F.col("timestamp")).cast("string")),
+            header(KEY_H, F.col("key")),
+            header(TOPIC_H, F.col("topic")),
+        ),
+    )
     return {
         "_reasons": all_reasons,
         "_sid": record_key_sid(),

@@ -19,9 +19,26 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from ..protocol import SOURCE_OFFSET
-from .common import ACTION_COMPLETE, DecodeSettings, due_checks, duplicate_reasons, \
-    first_reason, header, header_fields, headers_or_empty, missing_key_checks, no_headers, offset_completes, \
-    quoted, reasons, reasons_if, record_key_sid, seconds_to_due_ms, target_reason, value_size_checks
+from .common import (
+    ACTION_COMPLETE,
+    DecodeSettings,
+    due_checks,
+    duplicate_reasons,
+    first_reason,
+    header,
+    header_fields,
+    headers_or_empty,
+    missing_key_checks,
+    no_headers,
+    offset_completes,
+    quoted,
+    reasons,
+    reasons_if,
+    record_key_sid,
+    seconds_to_due_ms,
+    target_reason,
+    value_size_checks,
+)
 
 SCHEMA_VERSION = "schedule_schema_version"
 SOURCE_TYPE = "schedule_source_type"
@@ -50,25 +67,47 @@ TOMBSTONE_ONCE = (SOURCE_OFFSET, SOURCE_OFFSET_H)
 
 
 def parsed_columns(settings: DecodeSettings) -> dict[str, Column]:
-    return {"_karafka": header_fields(
-        {"version": SCHEMA_VERSION, "type": SOURCE_TYPE, "epoch": TARGET_EPOCH, "topic": TARGET_TOPIC,
-         "partition": TARGET_PARTITION, "ours": SOURCE_OFFSET, "theirs": SOURCE_OFFSET_H},
-        duplicates=ALWAYS_ONCE + SCHEDULE_ONCE + TOMBSTONE_ONCE,
-        raw={"key": TARGET_KEY, "partition_key": TARGET_PARTITION_KEY})}
+    return {
+        "_karafka": header_fields(
+            {
+                "version": SCHEMA_VERSION,
+                "type": SOURCE_TYPE,
+                "epoch": TARGET_EPOCH,
+                "topic": TARGET_TOPIC,
+                "partition": TARGET_PARTITION,
+                "ours": SOURCE_OFFSET,
+                "theirs": SOURCE_OFFSET_H,
+            },
+            duplicates=ALWAYS_ONCE + SCHEDULE_ONCE + TOMBSTONE_ONCE,
+            raw={"key": TARGET_KEY, "partition_key": TARGET_PARTITION_KEY},
+        )
+    }
 
 
 def _version_reason(version: Column) -> Column:
-    major = F.coalesce(F.regexp_extract(version, r"^(\d+)", 1).try_cast("bigint"),  # too long: certainly newer
-                       F.lit(SUPPORTED_MAJOR + 1))
+    major = F.coalesce(
+        F.regexp_extract(version, r"^(\d+)", 1).try_cast("bigint"),  # too long: certainly newer
+        F.lit(SUPPORTED_MAJOR + 1),
+    )
     well_formed = version.rlike(VERSION_REGEX)
     return first_reason(
         (version.isNull(), F.lit(f"missing {SCHEMA_VERSION}")),
-        (well_formed & (major > SUPPORTED_MAJOR),
-         F.concat(F.lit(f"{SCHEMA_VERSION} "), quoted(version),
-                  F.lit(f" is newer than {SUPPORTED_MAJOR}.x (not supported)"))),
-        (~well_formed | (major < SUPPORTED_MAJOR),
-         F.concat(F.lit(f"unsupported {SCHEMA_VERSION} "), quoted(version),
-                  F.lit(f" (expected {SUPPORTED_MAJOR}.x, like {SUPPORTED_MAJOR}.0.0)"))),
+        (
+            well_formed & (major > SUPPORTED_MAJOR),
+            F.concat(
+                F.lit(f"{SCHEMA_VERSION} "),
+                quoted(version),
+                F.lit(f" is newer than {SUPPORTED_MAJOR}.x (not supported)"),
+            ),
+        ),
+        (
+            ~well_formed | (major < SUPPORTED_MAJOR),
+            F.concat(
+                F.lit(f"unsupported {SCHEMA_VERSION} "),
+                quoted(version),
+                F.lit(f" (expected {SUPPORTED_MAJOR}.x, like {SUPPORTED_MAJOR}.0.0)"),
+            ),
+        ),
     )
 
 
@@ -77,16 +116,21 @@ def _write_back_headers() -> Column:
     offsets dropped, then ``schedule_source_offset`` and ``x-scheduler-source-offset`` naming this record."""
     offset = F.col("offset").cast("string")
     kept = F.filter(headers_or_empty(), lambda h: ~F.lower(h["key"]).isin(SOURCE_OFFSET_H, SOURCE_OFFSET))
-    retyped = F.transform(kept, lambda h: F.when(
-        F.lower(h["key"]) == SOURCE_TYPE,
-        F.struct(h["key"].alias("key"), F.lit("tombstone").cast("binary").alias("value"))).otherwise(h))
+    retyped = F.transform(
+        kept,
+        lambda h: F.when(
+            F.lower(h["key"]) == SOURCE_TYPE,
+            F.struct(h["key"].alias("key"), F.lit("tombstone").cast("binary").alias("value")),
+        ).otherwise(h),
+    )
     return F.concat(retyped, F.array(header(SOURCE_OFFSET_H, offset), header(SOURCE_OFFSET, offset)))
 
 
 def request_columns(settings: DecodeSettings) -> dict[str, Column]:
     parsed = F.col("_karafka")
     version, source_type, epoch, topic, partition_text, ours, theirs = (
-        parsed[name] for name in ("version", "type", "epoch", "topic", "partition", "ours", "theirs"))
+        parsed[name] for name in ("version", "type", "epoch", "topic", "partition", "ours", "theirs")
+    )
 
     action = F.coalesce(*[F.when(source_type == name, F.lit(action)) for name, action in ACTION_OF_TYPE.items()])
     add = F.coalesce(action == "ADD", F.lit(False))
@@ -97,43 +141,70 @@ def request_columns(settings: DecodeSettings) -> dict[str, Column]:
     # a tombstone: ours names the offset in x-scheduler-source-offset, Karafka's in schedule_source_offset
     completes_ours, ours_reason = offset_completes(ours, SOURCE_OFFSET)
     completes_theirs, theirs_reason = offset_completes(theirs, SOURCE_OFFSET_H)
-    applicable = F.when(add, F.array(*map(F.lit, ALWAYS_ONCE + SCHEDULE_ONCE))) \
-        .when(complete, F.array(*map(F.lit, ALWAYS_ONCE + TOMBSTONE_ONCE))).otherwise(F.array(*map(F.lit, ALWAYS_ONCE)))
+    applicable = (
+        F.when(add, F.array(*map(F.lit, ALWAYS_ONCE + SCHEDULE_ONCE)))
+        .when(complete, F.array(*map(F.lit, ALWAYS_ONCE + TOMBSTONE_ONCE)))
+        .otherwise(F.array(*map(F.lit, ALWAYS_ONCE)))
+    )
 
     all_reasons = F.concat(
         duplicate_reasons(F.array_intersect(parsed["duplicates"], applicable)),
         reasons(
             *missing_key_checks(),
             _version_reason(version),
-            first_reason((source_type.isNull(), F.lit(f"missing {SOURCE_TYPE}")),
-                         (action.isNull(), F.concat(F.lit(f"unknown {SOURCE_TYPE} "), quoted(source_type),
-                                                    F.lit(" (expected schedule, cancel or tombstone)")))),
+            first_reason(
+                (source_type.isNull(), F.lit(f"missing {SOURCE_TYPE}")),
+                (
+                    action.isNull(),
+                    F.concat(
+                        F.lit(f"unknown {SOURCE_TYPE} "),
+                        quoted(source_type),
+                        F.lit(" (expected schedule, cancel or tombstone)"),
+                    ),
+                ),
+            ),
         ),
         reasons_if(
             add,
             first_reason(
                 (epoch.isNull(), F.lit(f"missing {TARGET_EPOCH}")),
-                (epoch.rlike(NEGATIVE_EPOCH_REGEX),
-                 F.concat(F.lit(f"{TARGET_EPOCH} "), quoted(epoch), F.lit(" is negative"))),
-                (~epoch.rlike(EPOCH_REGEX),
-                 F.concat(F.lit(f"invalid {TARGET_EPOCH} "), quoted(epoch),
-                          F.lit(" (expected Unix seconds, like 1893456000 or 1893456000.5)"))),
-                *due_checks(due_ms, settings)),
+                (
+                    epoch.rlike(NEGATIVE_EPOCH_REGEX),
+                    F.concat(F.lit(f"{TARGET_EPOCH} "), quoted(epoch), F.lit(" is negative")),
+                ),
+                (
+                    ~epoch.rlike(EPOCH_REGEX),
+                    F.concat(
+                        F.lit(f"invalid {TARGET_EPOCH} "),
+                        quoted(epoch),
+                        F.lit(" (expected Unix seconds, like 1893456000 or 1893456000.5)"),
+                    ),
+                ),
+                *due_checks(due_ms, settings),
+            ),
             target_reason(topic, TARGET_TOPIC, settings),
-            (partition_text.isNotNull() & partition.isNull(),
-             F.concat(F.lit(f"invalid {TARGET_PARTITION} "), quoted(partition_text),
-                      F.lit(" (expected a partition number, like 0)"))),
+            (
+                partition_text.isNotNull() & partition.isNull(),
+                F.concat(
+                    F.lit(f"invalid {TARGET_PARTITION} "),
+                    quoted(partition_text),
+                    F.lit(" (expected a partition number, like 0)"),
+                ),
+            ),
             *value_size_checks(settings),
         ),
         reasons_if(complete, F.coalesce(ours_reason, F.when(ours.isNull(), theirs_reason))),
     )
 
-    delivered_headers = F.concat(headers_or_empty(), F.array(
-        header(SOURCE_TOPIC_H, F.col("topic")),
-        header(SOURCE_PARTITION_H, F.col("partition").cast("string")),
-        header(SOURCE_OFFSET_H, F.col("offset").cast("string")),
-        header(SOURCE_KEY_H, F.col("key")),
-    ))
+    delivered_headers = F.concat(
+        headers_or_empty(),
+        F.array(
+            header(SOURCE_TOPIC_H, F.col("topic")),
+            header(SOURCE_PARTITION_H, F.col("partition").cast("string")),
+            header(SOURCE_OFFSET_H, F.col("offset").cast("string")),
+            header(SOURCE_KEY_H, F.col("key")),
+        ),
+    )
     return {
         "_reasons": all_reasons,
         "_sid": record_key_sid(),

@@ -15,9 +15,25 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from ..protocol import SOURCE_OFFSET
-from .common import ACTION_COMPLETE, Check, DecodeSettings, due_checks, duplicate_reasons, first_reason, header, \
-    header_fields, missing_key_checks, no_headers, offset_completes, reasons, reasons_if, record_key_sid, \
-    source_offset_header, target_reason, value_size_checks
+from .common import (
+    ACTION_COMPLETE,
+    Check,
+    DecodeSettings,
+    due_checks,
+    duplicate_reasons,
+    first_reason,
+    header,
+    header_fields,
+    missing_key_checks,
+    no_headers,
+    offset_completes,
+    reasons,
+    reasons_if,
+    record_key_sid,
+    source_offset_header,
+    target_reason,
+    value_size_checks,
+)
 
 EXPIRED = "schedule:expired"
 NULL_VALUE_ONCE = (EXPIRED, SOURCE_OFFSET)
@@ -57,9 +73,11 @@ def request_columns(schedule: Schedule, texts: Column, settings: DecodeSettings)
         reasons_if(
             add & schedule.malformed.isNull(),
             *schedule.checks,
-            first_reason((schedule.time_reason.isNotNull(), schedule.time_reason),
-                         (due_ms < 0, F.concat(F.lit("time "), due_ms.cast("string"), F.lit(" is negative"))),
-                         *due_checks(due_ms, settings)),
+            first_reason(
+                (schedule.time_reason.isNotNull(), schedule.time_reason),
+                (due_ms < 0, F.concat(F.lit("time "), due_ms.cast("string"), F.lit(" is negative"))),
+                *due_checks(due_ms, settings),
+            ),
             target_reason(schedule.topic, "topic", settings),
             *value_size_checks(settings, schedule.value),
         ),

@@ -34,9 +34,11 @@ _PERMISSIVE = {"mode": "PERMISSIVE"}
 # 2 GB, so a value of a few bytes claiming a 2 GB topic made the JVM die of OutOfMemoryError, and the job with
 # it (PERMISSIVE catches exceptions, not errors). Beyond these a value is a malformed schedule: 16 MiB is twice
 # the largest record the project's broker takes, and a million headers do not fit in one record anyway.
-JVM_LIMITS = {"org.apache.avro.limits.string.maxLength": 16 * 2**20,
-              "org.apache.avro.limits.bytes.maxLength": 16 * 2**20,
-              "org.apache.avro.limits.collectionItems.maxLength": 1_000_000}
+JVM_LIMITS = {
+    "org.apache.avro.limits.string.maxLength": 16 * 2**20,
+    "org.apache.avro.limits.bytes.maxLength": 16 * 2**20,
+    "org.apache.avro.limits.collectionItems.maxLength": 1_000_000,
+}
 
 
 def java_options() -> str:
@@ -47,16 +49,19 @@ def java_options() -> str:
 def _schedule(parsed: Column, schema: str, headers: Column) -> Column:
     """A decoded schedule (or null when ``parsed`` did not decode), as ``request_columns`` reads it."""
     bad_names = F.filter(headers, lambda h: ~F.is_valid_utf8(h["key"]))
-    return F.when(parsed["time"].isNotNull(), F.struct(
-        parsed["time"].alias("time"),
-        F.make_valid_utf8(parsed["topic"]).alias("topic"),
-        parsed["key"].alias("key"),
-        parsed["value"].alias("value"),
-        headers.alias("headers"),
-        F.make_valid_utf8(F.get(bad_names, 0)["key"]).alias("bad_header_name"),
-        # Encoded again, a schedule is as long as the value when its decode used every byte of the value.
-        F.length(to_avro(parsed, schema)).alias("encoded_bytes"),
-    ))
+    return F.when(
+        parsed["time"].isNotNull(),
+        F.struct(
+            parsed["time"].alias("time"),
+            F.make_valid_utf8(parsed["topic"]).alias("topic"),
+            parsed["key"].alias("key"),
+            parsed["value"].alias("value"),
+            headers.alias("headers"),
+            F.make_valid_utf8(F.get(bad_names, 0)["key"]).alias("bad_header_name"),
+            # Encoded again, a schedule is as long as the value when its decode used every byte of the value.
+            F.length(to_avro(parsed, schema)).alias("encoded_bytes"),
+        ),
+    )
 
 
 def parsed_columns(settings: DecodeSettings) -> dict[str, Column]:
@@ -68,8 +73,10 @@ def parsed_columns(settings: DecodeSettings) -> dict[str, Column]:
         return _schedule(parsed, OLDER_SCHEMA, no_headers())
 
     def current(parsed: Column) -> Column:
-        return F.coalesce(_schedule(parsed, WRITER_SCHEMA, F.map_entries(parsed["headers"])),
-                          bound(from_avro(value, OLDER_SCHEMA, _PERMISSIVE), older))
+        return F.coalesce(
+            _schedule(parsed, WRITER_SCHEMA, F.map_entries(parsed["headers"])),
+            bound(from_avro(value, OLDER_SCHEMA, _PERMISSIVE), older),
+        )
 
     return {
         "_sky_avro_headers": sky.header_texts(),
@@ -81,21 +88,38 @@ def request_columns(settings: DecodeSettings) -> dict[str, Column]:
     schedule = F.col("_sky_avro")  # null: the value did not decode
     encoded_bytes = schedule["encoded_bytes"]
     bad_name = schedule["bad_header_name"]
-    return sky.request_columns(sky.Schedule(
-        malformed=first_reason(
-            (schedule.isNull(),
-             F.lit("malformed Avro schedule (neither the AvroSchedule schema nor its older form without headers)")),
-            # (a header name that is not UTF-8 encodes longer again: the check below names it)
-            (encoded_bytes < F.length("value"),
-             F.concat(F.lit("malformed Avro schedule: the value is "),
-                      (F.length("value") - encoded_bytes).cast("string"),
-                      F.lit(" bytes longer than the schedule it holds")))),
-        time_ms=schedule["time"],
-        time_reason=F.lit(None).cast("string"),
-        topic=schedule["topic"],
-        key=schedule["key"],
-        value=schedule["value"],
-        headers=schedule["headers"],
-        checks=(F.when(bad_name.isNotNull(),
-                       F.concat(F.lit("header name "), quoted(bad_name), F.lit(" is not valid UTF-8"))),),
-    ), F.col("_sky_avro_headers"), settings)
+    return sky.request_columns(
+        sky.Schedule(
+            malformed=first_reason(
+                (
+                    schedule.isNull(),
+                    F.lit(
+                        "malformed Avro schedule (neither the AvroSchedule schema nor its older form without headers)"
+                    ),
+                ),
+                # (a header name that is not UTF-8 encodes longer again: the check below names it)
+                (
+                    encoded_bytes < F.length("value"),
+                    F.concat(
+                        F.lit("malformed Avro schedule: the value is "),
+                        (F.length("value") - encoded_bytes).cast("string"),
+                        F.lit(" bytes longer than the schedule it holds"),
+                    ),
+                ),
+            ),
+            time_ms=schedule["time"],
+            time_reason=F.lit(None).cast("string"),
+            topic=schedule["topic"],
+            key=schedule["key"],
+            value=schedule["value"],
+            headers=schedule["headers"],
+            checks=(
+                F.when(
+                    bad_name.isNotNull(),
+                    F.concat(F.lit("header name "), quoted(bad_name), F.lit(" is not valid UTF-8")),
+                ),
+            ),
+        ),
+        F.col("_sky_avro_headers"),
+        settings,
+    )

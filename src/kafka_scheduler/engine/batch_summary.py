@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Optional
 
 # Outcome rows "index_entries:<shard>" (n: entries of the shard's id index after a handler call; due_ms: the
 # index version) are reports, not requests: kept apart, last value per shard.
@@ -39,7 +38,7 @@ class BatchSummary:
     withdrawn: int = 0  # prepared deliveries of earlier batches withdrawn before they were written
     dead_lettered: int = 0  # deliveries diverted to the rejections topic (destination missing)
     written_back: int = 0  # write-backs sent to source topics (Karafka, ETF1, Sky inputs)
-    earliest_due_ms: Optional[int] = None  # of the deliveries in this batch, for the lateness figure
+    earliest_due_ms: int | None = None  # of the deliveries in this batch, for the lateness figure
     written_at_ms: int = 0
     compute_s: float = 0.0  # decode, state step and summary (the batch's first Spark job)
     write_s: float = 0.0  # the Kafka write
@@ -49,11 +48,11 @@ class BatchSummary:
     at_once: Counter = field(default_factory=Counter)  # input topic -> schedules delivered at once (due when read)
     # deliveries the batch wrote itself through Spark's Kafka sink (not the timed writer, nor a herd it handed on)
     written_by_batch: int = 0
-    batch_time_ms: Optional[int] = None  # the processing time of the state's rules (None: no shard ran)
+    batch_time_ms: int | None = None  # the processing time of the state's rules (None: no shard ran)
     expired: int = 0  # deliveries later than their max lateness: rejected as expired instead (by the batch)
     skipped: int = 0  # firings of skip crons missed while the job was down
 
-    def count_outcome(self, topic: str, n: int, last_n: Optional[int] = None) -> None:
+    def count_outcome(self, topic: str, n: int, last_n: int | None = None) -> None:
         """An outcome row group: ``n`` summed over the batch, ``last_n`` the value of its latest row."""
         if topic == BATCH_TIME:
             self.batch_time_ms = int(n if last_n is None else last_n)
@@ -62,7 +61,7 @@ class BatchSummary:
             self.skipped += int(n)
             return
         if topic.startswith(INDEX_ENTRIES_PREFIX):
-            self.index_entries[int(topic[len(INDEX_ENTRIES_PREFIX):])] = int(n if last_n is None else last_n)
+            self.index_entries[int(topic[len(INDEX_ENTRIES_PREFIX) :])] = int(n if last_n is None else last_n)
             return
         name, *labels = topic.split(LABEL_SEPARATOR)
         if name == DELIVERED_AT_ONCE:
@@ -78,8 +77,9 @@ class BatchSummary:
 
     @property
     def busy(self) -> bool:
-        return bool(self.outcomes or self.delivered or self.dead_lettered or self.withdrawn or self.expired
-                    or self.skipped)
+        return bool(
+            self.outcomes or self.delivered or self.dead_lettered or self.withdrawn or self.expired or self.skipped
+        )
 
     def log_line(self) -> str:
         parts = [f"batch {self.batch_id}:"]
@@ -120,7 +120,7 @@ class Totals:
         self.index_entries: dict = {}  # shard -> its last reported index size
 
     @property
-    def index_total(self) -> Optional[int]:
+    def index_total(self) -> int | None:
         return sum(self.index_entries.values()) if self.index_entries else None
 
     def add(self, summary: BatchSummary) -> None:

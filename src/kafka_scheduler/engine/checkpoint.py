@@ -8,9 +8,9 @@ import os
 import re
 import uuid
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from ..config import Config, ConfigError, shown_setting
@@ -27,7 +27,7 @@ def local_path(checkpoint_dir: str | Path) -> Path:
     return Path(unquote(parts.path)) if parts.scheme == "file" else Path(checkpoint_dir)
 
 
-def last_committed_batch(checkpoint_dir: str | Path) -> Optional[int]:
+def last_committed_batch(checkpoint_dir: str | Path) -> int | None:
     commits = local_path(checkpoint_dir) / "commits"
     ids = [int(p.name) for p in commits.glob("[0-9]*") if p.name.isdigit()] if commits.is_dir() else []
     return max(ids) if ids else None
@@ -64,16 +64,16 @@ class CheckpointFiles(Protocol):
 
     def has_commit(self) -> bool: ...
 
-    def last_commit(self) -> Optional[int]: ...
+    def last_commit(self) -> int | None: ...
 
-    def latest(self, folder: str) -> Optional[int]:
+    def latest(self, folder: str) -> int | None:
         """The highest batch number in ``offsets`` or ``commits``, or None."""
 
-    def read(self, name: str) -> Optional[bytes]: ...
+    def read(self, name: str) -> bytes | None: ...
 
     def write(self, name: str, data: bytes) -> None: ...
 
-    def set_aside(self, suffix: str) -> Optional[str]:
+    def set_aside(self, suffix: str) -> str | None:
         """Rename the checkpoint folder by appending ``suffix``; returns the new name, or None if there is none."""
 
 
@@ -87,12 +87,15 @@ class LocalFiles:
     def has_commit(self) -> bool:
         return last_committed_batch(self.root) is not None
 
-    def last_commit(self) -> Optional[int]:
+    def last_commit(self) -> int | None:
         return last_committed_batch(self.root)
 
-    def latest(self, folder: str) -> Optional[int]:
-        ids = [int(p.name) for p in (self.root / folder).glob("[0-9]*") if p.name.isdigit()] \
-            if (self.root / folder).is_dir() else []
+    def latest(self, folder: str) -> int | None:
+        ids = (
+            [int(p.name) for p in (self.root / folder).glob("[0-9]*") if p.name.isdigit()]
+            if (self.root / folder).is_dir()
+            else []
+        )
         return max(ids) if ids else None
 
     def check_writable(self) -> None:
@@ -106,16 +109,18 @@ class LocalFiles:
                 out.flush()
                 os.fsync(out.fileno())
         except OSError as exc:
-            raise ConfigError(f"cannot write to checkpoint {self.where}: {exc.strerror or exc}; the scheduler keeps "
-                              f"its offsets and state there: make it writable and give it room, or use another "
-                              f"--checkpoint-dir") from None
+            raise ConfigError(
+                f"cannot write to checkpoint {self.where}: {exc.strerror or exc}; the scheduler keeps "
+                f"its offsets and state there: make it writable and give it room, or use another "
+                f"--checkpoint-dir"
+            ) from None
         finally:
             try:
                 probe.unlink(missing_ok=True)
             except OSError:
                 pass
 
-    def read(self, name: str) -> Optional[bytes]:
+    def read(self, name: str) -> bytes | None:
         try:
             return (self.root / name).read_bytes()
         except FileNotFoundError:
@@ -136,7 +141,7 @@ class LocalFiles:
             temporary.unlink(missing_ok=True)
             raise ConfigError(f"cannot write {self.root / name}: {exc.strerror}") from None
 
-    def set_aside(self, suffix: str) -> Optional[str]:
+    def set_aside(self, suffix: str) -> str | None:
         if not self.root.exists():
             return None
         target = self.root.with_name(self.root.name + suffix)
@@ -165,25 +170,29 @@ class HadoopFiles:
         commits = self._path(self.root, "commits")
         try:
             return self.fs.exists(commits) and any(
-                status.getPath().getName().isdigit() for status in self.fs.listStatus(commits))
+                status.getPath().getName().isdigit() for status in self.fs.listStatus(commits)
+            )
         except Exception as exc:
             raise ConfigError(f"cannot list {self.where}/commits: {_java_summary(exc)}") from None
 
-    def last_commit(self) -> Optional[int]:
+    def last_commit(self) -> int | None:
         return self.latest("commits")
 
-    def latest(self, folder: str) -> Optional[int]:
+    def latest(self, folder: str) -> int | None:
         path = self._path(self.root, folder)
         try:
             if not self.fs.exists(path):
                 return None
-            ids = [int(status.getPath().getName()) for status in self.fs.listStatus(path)
-                   if status.getPath().getName().isdigit()]
+            ids = [
+                int(status.getPath().getName())
+                for status in self.fs.listStatus(path)
+                if status.getPath().getName().isdigit()
+            ]
         except Exception as exc:
             raise ConfigError(f"cannot list {self.where}/{folder}: {_java_summary(exc)}") from None
         return max(ids) if ids else None
 
-    def read(self, name: str) -> Optional[bytes]:
+    def read(self, name: str) -> bytes | None:
         path = self._path(self.root, name)
         try:
             if not self.fs.exists(path):
@@ -216,8 +225,7 @@ class HadoopFiles:
         except Exception as exc:
             raise ConfigError(f"cannot write {self.where}/{name}: {_java_summary(exc)}") from None
 
-
-    def set_aside(self, suffix: str) -> Optional[str]:
+    def set_aside(self, suffix: str) -> str | None:
         target = self._path(self.root.getParent(), self.root.getName() + suffix)
         try:
             if not self.fs.exists(self.root):
@@ -231,10 +239,10 @@ class HadoopFiles:
         return target.toString()
 
 
-def start_new_generation(files: CheckpointFiles, now: Optional[datetime] = None) -> Optional[str]:
+def start_new_generation(files: CheckpointFiles, now: datetime | None = None) -> str | None:
     """``run --from-beginning``: keep the current checkpoint aside under a dated name (never deleted) so the job
     starts a new one and reads every input from its earliest offset. Returns where the old one went."""
-    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    now = (now or datetime.now(UTC)).astimezone(UTC)
     return files.set_aside(".before-" + now.strftime("%Y%m%dT%H%M%SZ"))
 
 
@@ -252,8 +260,9 @@ def checkpoint_files(config: Config, spark=None) -> CheckpointFiles:
     return HadoopFiles(spark, config.checkpoint_dir)
 
 
-def settle_state_settings(config: Config, bucket_ms: int, files: Optional[CheckpointFiles] = None,
-                          now: Optional[datetime] = None) -> tuple[Config, list[str]]:
+def settle_state_settings(
+    config: Config, bucket_ms: int, files: CheckpointFiles | None = None, now: datetime | None = None
+) -> tuple[Config, list[str]]:
     """The config to run with on this checkpoint, and notices worth logging; ConfigError if it must not run.
 
     Settings that shape the state are recorded at the first run. Later starts take the recorded values of those
@@ -274,22 +283,26 @@ def settle_state_settings(config: Config, bucket_ms: int, files: Optional[Checkp
             raise ConfigError(
                 f"checkpoint {files.where} is not a kafka-scheduler checkpoint: it has no {STATE_FILE}, and its "
                 f"query read {foreign}, none of the inputs of app {config.app_id} "
-                f"({', '.join(config.input_topics)}). Use another --checkpoint-dir")
+                f"({', '.join(config.input_topics)}). Use another --checkpoint-dir"
+            )
         raise ConfigError(
             f"checkpoint {files.where} has committed batches but no {STATE_FILE}: it was written by an earlier "
             f"kafka-scheduler whose state format this version cannot read; its pending schedules can only be "
-            f"drained with the version that wrote it, or use a new --checkpoint-dir")
+            f"drained with the version that wrote it, or use a new --checkpoint-dir"
+        )
     recorded = _decode(raw, file_name)
     if recorded.get("app_id") not in (None, config.app_id):
         raise ConfigError(
             f"checkpoint {files.where} belongs to app id {recorded['app_id']} (recorded at its first run), not "
             f"{config.app_id}: its offsets and state are that app's. Run with --app-id {recorded['app_id']}, or "
-            f"use another --checkpoint-dir")
+            f"use another --checkpoint-dir"
+        )
     if recorded["state_format"] != STATE_FORMAT:
         raise ConfigError(
             f"checkpoint {files.where} holds state format {recorded['state_format']} (per its {STATE_FILE}), but "
             f"this version reads format {STATE_FORMAT} only: run the version that wrote it, or use a new "
-            f"--checkpoint-dir")
+            f"--checkpoint-dir"
+        )
 
     notices: list[str] = []
     settled: dict[str, Any] = {}
@@ -301,18 +314,23 @@ def settle_state_settings(config: Config, bucket_ms: int, files: Optional[Checkp
             raise ConfigError(
                 f"checkpoint {files.where} holds wheel buckets of {recorded['bucket_ms']} ms, but this version uses "
                 f"{bucket_ms} ms and cannot read that state: run the version that wrote it, or use a new "
-                f"--checkpoint-dir")
+                f"--checkpoint-dir"
+            )
     elif config.given_by("shards") and config.shards != recorded["shards"]:
         notices.append(f"{config.given_by('shards')} is ignored: the checkpoint's per-id state layout has no shards")
     if recorded["partitions"] != config.partitions:
         notices.append(
             f"Spark keeps the {recorded['partitions']} shuffle partitions of the checkpoint's first run; "
-            f"{_shown(config, 'partitions')} now only sets the partition count of topics the scheduler creates")
+            f"{_shown(config, 'partitions')} now only sets the partition count of topics the scheduler creates"
+        )
     added = _settle_inputs(config, recorded["inputs"], files.where)
     if added:
-        notices.append("new input" + ("s " if len(added) > 1 else " ") + ", ".join(
-            f"{topic} ({dialect})" for topic, dialect in added.items())
-            + ": read from the earliest offset; the first batch reads every input to its end before delivering")
+        notices.append(
+            "new input"
+            + ("s " if len(added) > 1 else " ")
+            + ", ".join(f"{topic} ({dialect})" for topic, dialect in added.items())
+            + ": read from the earliest offset; the first batch reads every input to its end before delivering"
+        )
         recorded["inputs"] = {**recorded["inputs"], **added}
         settled["catch_up_first"] = True
     if added or "app_id" not in recorded:  # a file from before app ids were recorded gets its app id now
@@ -330,7 +348,8 @@ def _settle_inputs(config: Config, recorded: dict[str, str], where: str) -> dict
         raise ConfigError(
             f"input {topic} is read as {now} now, but checkpoint {where} read it as {was}: its schedule ids and "
             f"pending versions were decoded that way. Keep --input {topic}:{was}, or rebuild with "
-            f"--from-beginning (the checkpoint is kept aside and every input is read again from its start)")
+            f"--from-beginning (the checkpoint is kept aside and every input is read again from its start)"
+        )
     removed = [t for t in recorded if t not in current]
     if removed:
         listed = ", ".join(f"{t}:{recorded[t]}" for t in removed)
@@ -338,7 +357,8 @@ def _settle_inputs(config: Config, recorded: dict[str, str], where: str) -> dict
             f"checkpoint {where} reads input{'s' if len(removed) > 1 else ''} {listed}, missing from the inputs now "
             f"({', '.join(f'{t}:{d}' for t, d in current.items())}): its pending schedules would stay in state and "
             f"its offsets would be lost. Keep the input (add --input {removed[0]}:{recorded[removed[0]]}), or "
-            f"rebuild with --from-beginning")
+            f"rebuild with --from-beginning"
+        )
     return {t: d for t, d in current.items() if t not in recorded}
 
 
@@ -351,9 +371,12 @@ def _settle_one(config: Config, name: str, recorded: Any, where: str, notices: l
     if source is not None:
         raise ConfigError(
             f"{_shown(config, name)} does not match checkpoint {where}, whose state was laid out {laid_out} at its "
-            f"first run: omit {source} to keep {recorded}, or use a new --checkpoint-dir")
-    notices.append(f"state laid out {laid_out}, as recorded at the checkpoint's first run "
-                   f"(the current settings alone would give {current})")
+            f"first run: omit {source} to keep {recorded}, or use a new --checkpoint-dir"
+        )
+    notices.append(
+        f"state laid out {laid_out}, as recorded at the checkpoint's first run "
+        f"(the current settings alone would give {current})"
+    )
     return recorded
 
 
@@ -363,12 +386,18 @@ def _shown(config: Config, name: str) -> str:
     return shown_setting(name, config.given_by(name), getattr(config, name))
 
 
-def _encode(config: Config, bucket_ms: int, now: Optional[datetime]) -> bytes:
-    now = now or datetime.now(timezone.utc)
-    record = {"state_format": STATE_FORMAT, "app_id": config.app_id, "state_layout": config.state_layout,
-              "shards": config.shards,
-              "bucket_ms": bucket_ms, "partitions": config.partitions, "inputs": config.input_topics,
-              "created_at": now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+def _encode(config: Config, bucket_ms: int, now: datetime | None) -> bytes:
+    now = now or datetime.now(UTC)
+    record = {
+        "state_format": STATE_FORMAT,
+        "app_id": config.app_id,
+        "state_layout": config.state_layout,
+        "shards": config.shards,
+        "bucket_ms": bucket_ms,
+        "partitions": config.partitions,
+        "inputs": config.input_topics,
+        "created_at": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
     return (json.dumps(record, indent=2) + "\n").encode()
 
 
@@ -377,23 +406,34 @@ def _decode(raw: bytes, file_name: str) -> dict[str, Any]:
         record = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         reason = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
-        raise ConfigError(f"{file_name} is not valid JSON ({reason}): it records the state settings of the "
-                          f"checkpoint's first run; restore it, or use a new --checkpoint-dir") from None
+        raise ConfigError(
+            f"{file_name} is not valid JSON ({reason}): it records the state settings of the "
+            f"checkpoint's first run; restore it, or use a new --checkpoint-dir"
+        ) from None
     if not isinstance(record, dict) or not _is_int(record.get("state_format")):
-        raise ConfigError(f"{file_name} is not a kafka-scheduler state file (no integer state_format): restore it, "
-                          f"or use a new --checkpoint-dir")
+        raise ConfigError(
+            f"{file_name} is not a kafka-scheduler state file (no integer state_format): restore it, "
+            f"or use a new --checkpoint-dir"
+        )
     if record["state_format"] != STATE_FORMAT:
         return record  # another format's fields are not this version's to judge
-    problems = [name for name, valid in (("state_layout", record.get("state_layout") in _LAYOUTS),
-                                         ("shards", _is_positive_int(record.get("shards"))),
-                                         ("bucket_ms", _is_positive_int(record.get("bucket_ms"))),
-                                         ("partitions", _is_positive_int(record.get("partitions"))),
-                                         ("inputs", _is_inputs(record.get("inputs"))),
-                                         ("app_id", record.get("app_id") is None or isinstance(record["app_id"], str)))
-                if not valid]
+    problems = [
+        name
+        for name, valid in (
+            ("state_layout", record.get("state_layout") in _LAYOUTS),
+            ("shards", _is_positive_int(record.get("shards"))),
+            ("bucket_ms", _is_positive_int(record.get("bucket_ms"))),
+            ("partitions", _is_positive_int(record.get("partitions"))),
+            ("inputs", _is_inputs(record.get("inputs"))),
+            ("app_id", record.get("app_id") is None or isinstance(record["app_id"], str)),
+        )
+        if not valid
+    ]
     if problems:
-        raise ConfigError(f"{file_name} is damaged (missing or invalid {', '.join(problems)}): restore it, or use a "
-                          f"new --checkpoint-dir")
+        raise ConfigError(
+            f"{file_name} is damaged (missing or invalid {', '.join(problems)}): restore it, or use a "
+            f"new --checkpoint-dir"
+        )
     return record
 
 
@@ -406,18 +446,24 @@ def _is_positive_int(value: Any) -> bool:
 
 
 def _is_inputs(value: Any) -> bool:
-    return isinstance(value, dict) and bool(value) and all(
-        isinstance(t, str) and isinstance(d, str) for t, d in value.items())
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(isinstance(t, str) and isinstance(d, str) for t, d in value.items())
+    )
 
 
 def _check_spark_logs(files: CheckpointFiles) -> None:
     """Refuse a checkpoint whose Spark files a restart reads first are damaged, with one message naming the file:
     Spark itself would fail the start with a long stack trace. Checks ``metadata`` (the query id) and the newest
     entries of ``offsets`` and ``commits`` (a version line, then JSON lines)."""
+
     def damaged(name: str, what: str) -> ConfigError:
-        return ConfigError(f"checkpoint {files.where} is damaged: {name} {what}. Restore the folder from a copy, "
-                           f"or start a new checkpoint (--from-beginning keeps this one aside and reads every input "
-                           f"again from its start; or use a new --checkpoint-dir)")
+        return ConfigError(
+            f"checkpoint {files.where} is damaged: {name} {what}. Restore the folder from a copy, "
+            f"or start a new checkpoint (--from-beginning keeps this one aside and reads every input "
+            f"again from its start; or use a new --checkpoint-dir)"
+        )
 
     raw = files.read("metadata")
     if raw is None:
@@ -438,7 +484,7 @@ def _check_spark_logs(files: CheckpointFiles) -> None:
             raise damaged(name, problem)
 
 
-def _log_entry_problem(raw: Optional[bytes]) -> Optional[str]:
+def _log_entry_problem(raw: bytes | None) -> str | None:
     """What is wrong with an entry of Spark's offset or commit log, or None: a version line ``vN``, then JSON lines
     (an offset log has one per source, ``-`` for a source without offsets)."""
     if raw is None:
@@ -460,7 +506,7 @@ def _log_entry_problem(raw: Optional[bytes]) -> Optional[str]:
     return None
 
 
-def _foreign_sources(config: Config, files: CheckpointFiles) -> Optional[str]:
+def _foreign_sources(config: Config, files: CheckpointFiles) -> str | None:
     """What another query's checkpoint read (its Kafka topics, or that it read none), if it read none of this app's
     inputs; None if it read one (an earlier kafka-scheduler's checkpoint) or its offsets cannot be read."""
     batch = files.latest("offsets")

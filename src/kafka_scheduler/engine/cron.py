@@ -22,9 +22,8 @@ one call, not a million.
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Optional
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -52,7 +51,7 @@ def from_ms(ms: int) -> datetime:
 
 
 @lru_cache(maxsize=1024)
-def zone(name: Optional[str]) -> Optional[ZoneInfo]:
+def zone(name: str | None) -> ZoneInfo | None:
     """The zone of an IANA name (None: UTC). Raises CronError for a name zoneinfo does not know."""
     if name is None or name in ("UTC", "Etc/UTC"):
         return None
@@ -62,39 +61,41 @@ def zone(name: Optional[str]) -> Optional[ZoneInfo]:
         raise CronError(f"unknown time zone '{name}' (expected an IANA name like Europe/Paris)") from None
 
 
-def local_to_utc_ms(local: datetime, tz: Optional[ZoneInfo]) -> Optional[int]:
+def local_to_utc_ms(local: datetime, tz: ZoneInfo | None) -> int | None:
     """The UTC instant of a local wall-clock time: its first occurrence when it exists twice, None when it does
     not exist (skipped by a forward jump of the clocks)."""
     if tz is None:
         return naive_ms(local)
-    utc = local.replace(tzinfo=tz, fold=0).astimezone(timezone.utc).replace(tzinfo=None)
-    back = (utc.replace(tzinfo=timezone.utc).astimezone(tz)).replace(tzinfo=None)
+    utc = local.replace(tzinfo=tz, fold=0).astimezone(UTC).replace(tzinfo=None)
+    back = (utc.replace(tzinfo=UTC).astimezone(tz)).replace(tzinfo=None)
     if back != local:
         return None
     return naive_ms(utc)
 
 
-def utc_to_local(ms: int, tz: Optional[ZoneInfo]) -> datetime:
+def utc_to_local(ms: int, tz: ZoneInfo | None) -> datetime:
     moment = from_ms(ms)
     if tz is None:
         return moment
-    return moment.replace(tzinfo=timezone.utc).astimezone(tz).replace(tzinfo=None)
+    return moment.replace(tzinfo=UTC).astimezone(tz).replace(tzinfo=None)
 
 
 class CronSpec:
     """A validated expression in a zone. ``next_after`` gives firing instants in UTC epoch milliseconds."""
 
-    def __init__(self, expr: str, tz_name: Optional[str] = None):
+    def __init__(self, expr: str, tz_name: str | None = None):
         from croniter import croniter
 
         self.expr, self.tz_name = expr, tz_name
         self.tz = zone(tz_name)
         if expr is None or not expr.strip() or not croniter.is_valid(expr):
-            raise CronError(f"invalid {_header()} '{expr}' (expected a cron expression like '*/5 * * * *', "
-                            "or six fields with the seconds last, like '* * * * * */5')")
+            raise CronError(
+                f"invalid {_header()} '{expr}' (expected a cron expression like '*/5 * * * *', "
+                "or six fields with the seconds last, like '* * * * * */5')"
+            )
         self._iter = croniter(expr, datetime(2000, 1, 1))
         self._lock = threading.Lock()  # a croniter is stateful; one spec serves every shard of a worker
-        self._min_interval_ms: Optional[int] = None
+        self._min_interval_ms: int | None = None
 
     def _local_next(self, after: datetime) -> datetime:
         with self._lock:
@@ -130,7 +131,7 @@ class CronSpec:
                 raise CronError(f"invalid {_header()} '{self.expr}': it never fires") from None
         return self._min_interval_ms
 
-    def next_after(self, after_ms: int) -> Optional[int]:
+    def next_after(self, after_ms: int) -> int | None:
         """The first firing strictly after ``after_ms`` (UTC epoch ms); None if there is none (croniter finds no
         date within its search range)."""
         local = utc_to_local(after_ms, self.tz)
@@ -157,7 +158,7 @@ _SPECS: dict = {}  # (expr, zone) -> CronSpec, or the CronError it raised
 _SPECS_LOCK = threading.Lock()
 
 
-def spec(expr: str, tz_name: Optional[str] = None) -> CronSpec:
+def spec(expr: str, tz_name: str | None = None) -> CronSpec:
     """A cached CronSpec (croniter parses an expression in ~0.7 ms). Raises CronError."""
     key = (expr, tz_name)
     found = _SPECS.get(key)
@@ -175,7 +176,7 @@ def spec(expr: str, tz_name: Optional[str] = None) -> CronSpec:
     return found
 
 
-def problem(expr: str, tz_name: Optional[str], min_interval_ms: int) -> Optional[str]:
+def problem(expr: str, tz_name: str | None, min_interval_ms: int) -> str | None:
     """Why a cron definition is rejected, or None: an invalid expression, an unknown zone, firings closer together
     than ``min_interval_ms``."""
     try:
@@ -184,8 +185,10 @@ def problem(expr: str, tz_name: Optional[str], min_interval_ms: int) -> Optional
     except CronError as exc:
         return str(exc)
     if interval < min_interval_ms:
-        return (f"{_header()} '{expr}' fires every {format_ms(interval)} at times, more often than "
-                f"the minimum interval {format_ms(min_interval_ms)} (--cron-min-interval)")
+        return (
+            f"{_header()} '{expr}' fires every {format_ms(interval)} at times, more often than "
+            f"the minimum interval {format_ms(min_interval_ms)} (--cron-min-interval)"
+        )
     return None
 
 
@@ -195,13 +198,14 @@ def format_ms(ms: int) -> str:
     return f"{ms}ms"
 
 
-def first_firing(expr: str, tz_name: Optional[str], after_ms: int, start_ms: Optional[int] = None,
-                 end_ms: Optional[int] = None) -> Optional[int]:
+def first_firing(
+    expr: str, tz_name: str | None, after_ms: int, start_ms: int | None = None, end_ms: int | None = None
+) -> int | None:
     """The first firing after ``after_ms`` and at or after ``start_ms``; None if there is none by ``end_ms``."""
     if start_ms is not None:
         after_ms = max(after_ms, start_ms - 1)
     instant = spec(expr, tz_name).next_after(after_ms)
-    if instant is None or end_ms is not None and instant > end_ms:
+    if instant is None or (end_ms is not None and instant > end_ms):
         return None
     return instant
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 from ..protocol import ACTION, NATIVE_SINGLE_HEADERS, REQUEST_ID, request_of, schedule_sid
 
@@ -38,13 +38,13 @@ FORGET_EVERY_S = 1.0
 PARTITIONS_EVERY_S = 30.0
 
 
-def native_cancel_sid(topic: str, headers: Optional[Iterable]) -> Optional[bytes]:
+def native_cancel_sid(topic: str, headers: Iterable | None) -> bytes | None:
     """The state's id of the schedule a record of native input ``topic`` cancels, if it is a valid CANCEL; else
     None. The native decoder's rules for a CANCEL (dialects/native.py), in Python: header names compare
     case-insensitively and the first header of a name counts; the action, as text (invalid UTF-8 replaced), stripped
     of spaces and upper-cased, is CANCEL; no header of SINGLE_HEADERS comes twice; the request id is not empty (any
     bytes). tests/unit/test_early_cancels.py checks this against the decoder over hostile records."""
-    first: dict[str, Optional[bytes]] = {}
+    first: dict[str, bytes | None] = {}
     seen: set[str] = set()
     for name, value in headers or ():
         lowered = name.lower() if isinstance(name, str) else bytes(name).decode("utf-8", "replace").lower()
@@ -88,10 +88,11 @@ class EarlyCancels:
         self._cancels.setdefault(sid, []).append((topic, partition, offset))
         self._count += 1
 
-    def supersede(self, sid: Optional[bytes], delivery_id: str) -> bool:
+    def supersede(self, sid: bytes | None, delivery_id: str) -> bool:
         """Whether a CANCEL read early supersedes the version ``delivery_id`` of ``sid``."""
-        return sid is not None and any(superseded_by(delivery_id, partition, offset)
-                                       for _, partition, offset in self._cancels.get(sid, ()))
+        return sid is not None and any(
+            superseded_by(delivery_id, partition, offset) for _, partition, offset in self._cancels.get(sid, ())
+        )
 
     def forget(self, committed: dict[str, dict[int, int]]) -> None:
         """Drop those before the next offset a committed batch reads (per topic and partition)."""
@@ -109,14 +110,15 @@ class CancelWatcher:
     (``cancel_early``); every second tells it which a committed batch has read (``committed()``: the next offset to
     read per topic and partition)."""
 
-    def __init__(self, writer, topics: list[str], consumer_settings: dict,
-                 committed: Callable[[], dict[str, dict[int, int]]]):
+    def __init__(
+        self, writer, topics: list[str], consumer_settings: dict, committed: Callable[[], dict[str, dict[int, int]]]
+    ):
         self.writer, self.topics, self.committed = writer, list(topics), committed
         self._settings = consumer_settings
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cancel-watcher", daemon=True)
 
-    def start(self) -> "CancelWatcher":
+    def start(self) -> CancelWatcher:
         self._thread.start()
         return self
 
@@ -127,9 +129,17 @@ class CancelWatcher:
     def _run(self) -> None:
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-        consumer = Consumer({**self._settings, "group.id": "kafka-scheduler-cancel-watcher",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "auto.offset.reset": "latest", "fetch.wait.max.ms": 50, "log_level": 3})
+        consumer = Consumer(
+            {
+                **self._settings,
+                "group.id": "kafka-scheduler-cancel-watcher",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "latest",
+                "fetch.wait.max.ms": 50,
+                "log_level": 3,
+            }
+        )
         assigned: set[tuple[str, int]] = set()
         next_look = next_forget = 0.0
         try:
@@ -139,12 +149,14 @@ class CancelWatcher:
                     next_look = now + PARTITIONS_EVERY_S
                     try:
                         metadata = consumer.list_topics(timeout=10)
-                        found = {(t, p) for t in self.topics if t in metadata.topics
-                                 for p in metadata.topics[t].partitions}
+                        found = {
+                            (t, p) for t in self.topics if t in metadata.topics for p in metadata.topics[t].partitions
+                        }
                         if found - assigned:
                             # From the end: what was there before is the batches' to apply, as without the watcher.
-                            consumer.incremental_assign([TopicPartition(t, p, OFFSET_END)
-                                                         for t, p in sorted(found - assigned)])
+                            consumer.incremental_assign(
+                                [TopicPartition(t, p, OFFSET_END) for t, p in sorted(found - assigned)]
+                            )
                             assigned |= found
                     except Exception as exc:  # the broker away for a while: the batches apply the CANCELs
                         log.debug("cancel watcher: partitions not looked up: %s", exc)

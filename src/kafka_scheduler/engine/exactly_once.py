@@ -27,7 +27,8 @@ import heapq
 import logging
 import threading
 import time
-from typing import Iterable, NamedTuple, Optional
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -56,6 +57,7 @@ def herd_member(partition: int) -> str:
 
 class LedgerKeyed(NamedTuple):
     """What the sender needs of a record's schedule (the timed writer's ``Held`` has the same fields)."""
+
     delivery_id: str
     due_ms: int
 
@@ -72,15 +74,27 @@ class TransactionalSender:
     """Writes (held, record) pairs in transactions with their ledger entries; thread-safe (one transaction at a
     time)."""
 
-    def __init__(self, producer_settings: dict, app_id: str, ledger_topic: str,
-                 consumer_settings: Optional[dict] = None, member: str = ""):
+    def __init__(
+        self,
+        producer_settings: dict,
+        app_id: str,
+        ledger_topic: str,
+        consumer_settings: dict | None = None,
+        member: str = "",
+    ):
         self.ledger_topic = ledger_topic
         self.producer_settings = producer_settings
         self._app_id = app_id
-        self._producer = Producer({**producer_settings, "transactional.id": transactional_id(app_id, member),
-                                   "transaction.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 5})
+        self._producer = Producer(
+            {
+                **producer_settings,
+                "transactional.id": transactional_id(app_id, member),
+                "transaction.timeout.ms": TXN_TIMEOUT_MS,
+                "linger.ms": 5,
+            }
+        )
         self._consumer_settings = consumer_settings or {"bootstrap.servers": producer_settings["bootstrap.servers"]}
-        self._admin: Optional[AdminClient] = None  # made at the first trim (a herd task never trims)
+        self._admin: AdminClient | None = None  # made at the first trim (a herd task never trims)
         # Herd tasks may have committed ledger records this sender has not read yet: a trim deletes nothing past
         # what it has read (a delete removes every record before its offset, known or not).
         self._foreign_writes = False
@@ -90,7 +104,7 @@ class TransactionalSender:
         self._by_due: list[tuple[int, str]] = []
         # (offset after a ledger record, its latest due_ms), in offset order: a trim deletes every record before one.
         self._ledger_ends: list[tuple[int, int]] = []
-        self._position: Optional[int] = None  # the ledger read up to here (catch_up)
+        self._position: int | None = None  # the ledger read up to here (catch_up)
         self.skipped = 0  # records not written because the ledger has them (a re-run after a crash)
         self.transactions = 0
         self.aborted = 0
@@ -112,9 +126,17 @@ class TransactionalSender:
         how many keys it holds. Not under the sender's lock: a transaction of its own open meanwhile must commit.
         ``settled``: no herd task writes any more (their job ended, or they were fenced)."""
         # earliest: a trim's delete moving the start past this position must not send the consumer to the end.
-        consumer = Consumer({**self._consumer_settings, "group.id": "kafka-scheduler-ledger",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "auto.offset.reset": "earliest", "enable.partition.eof": True, "log_level": 3})
+        consumer = Consumer(
+            {
+                **self._consumer_settings,
+                "group.id": "kafka-scheduler-ledger",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+                "log_level": 3,
+            }
+        )
         try:
             partition = TopicPartition(self.ledger_topic, 0)
             # read_committed: the high offset is the last stable one (an open transaction's records wait).
@@ -124,8 +146,10 @@ class TransactionalSender:
             deadline = time.monotonic() + timeout
             while position < high:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"exactly-once: could not read the ledger {self.ledger_topic} to its end "
-                                       f"(at offset {position} of {high}) in {timeout:.0f}s")
+                    raise RuntimeError(
+                        f"exactly-once: could not read the ledger {self.ledger_topic} to its end "
+                        f"(at offset {position} of {high}) in {timeout:.0f}s"
+                    )
                 message = consumer.poll(0.5)
                 if message is not None and message.error() is None:
                     entries = _ledger_entries(message.value())
@@ -173,7 +197,7 @@ class TransactionalSender:
         if at == len(ends) or ends[at][0] != end:
             ends.insert(at, (end, latest))
 
-    def written_keys(self, after_ms: Optional[int], through_ms: Optional[int]) -> list[str]:
+    def written_keys(self, after_ms: int | None, through_ms: int | None) -> list[str]:
         """Ledger keys held of schedules due after ``after_ms`` and by ``through_ms`` (None: no bound)."""
         low = -1 if after_ms is None else after_ms
         high = float("inf") if through_ms is None else through_ms
@@ -199,7 +223,7 @@ class TransactionalSender:
                 else:
                     fresh.append((held, record))
             for start in range(0, len(fresh), MAX_RECORDS_PER_TXN):
-                failures += self._transaction(fresh[start:start + MAX_RECORDS_PER_TXN])
+                failures += self._transaction(fresh[start : start + MAX_RECORDS_PER_TXN])
         return failures
 
     def _transaction(self, items: list) -> list:
@@ -214,6 +238,7 @@ class TransactionalSender:
             def callback(err, _msg):
                 if err is not None:
                     failed.append((held, record, err))
+
             return callback
 
         self._begin()
@@ -252,8 +277,10 @@ class TransactionalSender:
 
     def _fenced(self, error: KafkaError) -> None:
         self.fenced = True
-        raise FencedError(f"exactly-once: the transactional producer failed for good ({error.str()}); another "
-                          "driver of this app may have started") from None
+        raise FencedError(
+            f"exactly-once: the transactional producer failed for good ({error.str()}); another "
+            "driver of this app may have started"
+        ) from None
 
     def _produce_ledger(self, lines: str, latest: int, offsets: list) -> None:
         def callback(err, msg):
@@ -276,8 +303,7 @@ class TransactionalSender:
                 if error.fatal():
                     self._fenced(error)
                 if error.txn_requires_abort():
-                    log.warning("exactly-once: transaction aborted (%s); its records are written again",
-                                error.str())
+                    log.warning("exactly-once: transaction aborted (%s); its records are written again", error.str())
                     self._abort()
                     return False
                 if not error.retriable():
@@ -307,8 +333,11 @@ class TransactionalSender:
                     forgotten += 1
             read = self._position if self._foreign_writes else None
             trimmed = 0
-            while trimmed < len(self._ledger_ends) and self._ledger_ends[trimmed][1] <= through_ms \
-                    and (read is None or self._ledger_ends[trimmed][0] <= read):
+            while (
+                trimmed < len(self._ledger_ends)
+                and self._ledger_ends[trimmed][1] <= through_ms
+                and (read is None or self._ledger_ends[trimmed][0] <= read)
+            ):
                 trimmed += 1
             end = self._ledger_ends[trimmed - 1][0] if trimmed else None
             del self._ledger_ends[:trimmed]
@@ -343,7 +372,7 @@ HERD_TASK_RESULT = "partition int, written long, failure string"
 FIRST_HERD_TXN_RECORDS = 1_000
 
 
-def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str, rejections_topic: Optional[str]):
+def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str, rejections_topic: str | None):
     """The ``mapInArrow`` function with which the executors write a herd: each task its partition's records, in
     transactions of FIRST_HERD_TXN_RECORDS growing to MAX_RECORDS_PER_TXN records with their ledger entries, under
     the transactional id of its partition. A record its destination refuses goes to ``rejections_topic`` instead,
@@ -359,9 +388,16 @@ def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str
         partition = context.partitionId()
         schema = pa.schema([("partition", pa.int32()), ("written", pa.int64()), ("failure", pa.string())])
         if context.attemptNumber() > 0:  # (no stage retries here: the stage reads no shuffle)
-            yield pa.RecordBatch.from_pylist([{"partition": partition, "written": 0, "failure":
-                                               "a retried task writes nothing (the driver writes the slice again)"}],
-                                             schema=schema)
+            yield pa.RecordBatch.from_pylist(
+                [
+                    {
+                        "partition": partition,
+                        "written": 0,
+                        "failure": "a retried task writes nothing (the driver writes the slice again)",
+                    }
+                ],
+                schema=schema,
+            )
             return
         sender = TransactionalSender(producer_settings, app_id, ledger_topic, member=herd_member(partition))
         sender.start_writing()
@@ -385,8 +421,9 @@ def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str
             raise
         finally:
             sender.close()
-        yield pa.RecordBatch.from_pylist([{"partition": partition, "written": written, "failure": failure}],
-                                         schema=schema)
+        yield pa.RecordBatch.from_pylist(
+            [{"partition": partition, "written": written, "failure": failure}], schema=schema
+        )
 
     return write
 
@@ -398,14 +435,22 @@ def _herd_items(batch) -> list:
     headers = column("headers")
     offsets = headers.offsets.to_pylist()
     pairs = list(zip(headers.values.field("key").to_pylist(), headers.values.field("value").to_pylist()))
-    return [(LedgerKeyed(delivery_id, due_ms or 0), (topic, partition, key, value, pairs[start:end]))
-            for delivery_id, due_ms, topic, partition, key, value, start, end in zip(
-                column("delivery_id").to_pylist(), column("due_ms").to_pylist(), column("topic").to_pylist(),
-                column("partition").to_pylist(), column("key").to_pylist(), column("value").to_pylist(), offsets,
-                offsets[1:])]
+    return [
+        (LedgerKeyed(delivery_id, due_ms or 0), (topic, partition, key, value, pairs[start:end]))
+        for delivery_id, due_ms, topic, partition, key, value, start, end in zip(
+            column("delivery_id").to_pylist(),
+            column("due_ms").to_pylist(),
+            column("topic").to_pylist(),
+            column("partition").to_pylist(),
+            column("key").to_pylist(),
+            column("value").to_pylist(),
+            offsets,
+            offsets[1:],
+        )
+    ]
 
 
-def _send_herd_items(sender: TransactionalSender, items: list, rejections_topic: Optional[str]) -> Optional[str]:
+def _send_herd_items(sender: TransactionalSender, items: list, rejections_topic: str | None) -> str | None:
     """Send in transactions, sorting out refusals as the timed writer does (timed_writer.send_sorting_refusals); the
     records refused go to the rejections topic. Returns what went wrong with the first record not written, or
     None."""
@@ -413,8 +458,9 @@ def _send_herd_items(sender: TransactionalSender, items: list, rejections_topic:
 
     refused, failures = send_sorting_refusals(sender.send, items, again_once=True)
     if refused and rejections_topic:
-        failures += sender.send([(held, rejection(record, held.delivery_id, rejections_topic, error))
-                                 for held, record, error in refused])
+        failures += sender.send(
+            [(held, rejection(record, held.delivery_id, rejections_topic, error)) for held, record, error in refused]
+        )
     else:
         failures += refused
     if not failures:
@@ -423,7 +469,7 @@ def _send_herd_items(sender: TransactionalSender, items: list, rejections_topic:
     return f"{record[0]}: {error.str() if isinstance(error, KafkaError) else error}"
 
 
-def produce_record(producer: Producer, record: tuple, on_delivery) -> Optional[KafkaError]:
+def produce_record(producer: Producer, record: tuple, on_delivery) -> KafkaError | None:
     """Hand one (topic, partition, key, value, headers) record to ``producer``, waiting while its queue is full;
     the error if the producer refused it before sending (too large, unknown topic or partition). Shared with the
     timed writer's plain path."""

@@ -20,8 +20,9 @@ import heapq
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 from .timed_writer import RETRY_PAUSE_S, DueQueue, _now_ms, _wait_until_due
 
@@ -49,7 +50,7 @@ class _Slice:
     records: Any = field(compare=False)  # what ``write`` gets: the herd's records (RecordSink: a DataFrame)
     deliveries: int = field(compare=False)
     # A graceful stop may cut a slice at its instant: what is due by this was written, the rest waits.
-    written_through: Optional[int] = field(default=None, compare=False)
+    written_through: int | None = field(default=None, compare=False)
 
     @property
     def first_due_ms(self) -> int:
@@ -73,13 +74,17 @@ class HerdWriter(DueQueue):
     cuts a slice); ``release(records)`` is called once every slice of a herd is written; ``on_retry`` before a
     failed slice is tried again (the sink looks up its destinations afresh)."""
 
-    def __init__(self, write: Callable[[Any, list, frozenset, Optional[int], Optional[int]], None],
-                 release: Callable[[Any], None] = lambda _: None, on_retry: Callable[[], None] = lambda: None,
-                 retry_pause_s: float = RETRY_PAUSE_S):
+    def __init__(
+        self,
+        write: Callable[[Any, list, frozenset, int | None, int | None], None],
+        release: Callable[[Any], None] = lambda _: None,
+        on_retry: Callable[[], None] = lambda: None,
+        retry_pause_s: float = RETRY_PAUSE_S,
+    ):
         super().__init__()
         self._write_slice = write
         # Called after each slice with its deliveries (as handed) and how long after its end the write finished.
-        self.on_written: Optional[Callable[[int, int], None]] = None
+        self.on_written: Callable[[int, int], None] | None = None
         self._release = release
         self._on_retry = on_retry
         self._retry_pause_s = retry_pause_s
@@ -122,7 +127,7 @@ class HerdWriter(DueQueue):
                 return True
             return False
 
-    def _earliest_queued(self) -> Optional[int]:
+    def _earliest_queued(self) -> int | None:
         """A slice is waited for from the first due time it may hold (a stop may have cut it there)."""
         return self._heap[0].first_due_ms if self._heap else None
 
@@ -133,7 +138,7 @@ class HerdWriter(DueQueue):
             self._cond.notify_all()
         self._thread.join(timeout)
 
-    def _due_at(self, piece: _Slice) -> Optional[int]:
+    def _due_at(self, piece: _Slice) -> int | None:
         """When what may be written of a slice is all due: its end, or a stop's instant within it."""
         if self._through is None:
             return slice_end_ms(piece.number)
@@ -141,7 +146,7 @@ class HerdWriter(DueQueue):
             return None
         return min(slice_end_ms(piece.number), self._through)
 
-    def _next_due(self) -> Optional[int]:
+    def _next_due(self) -> int | None:
         return self._due_at(self._heap[0]) if self._heap else None
 
     def _take_due(self, now: int) -> list[_Slice]:
@@ -170,13 +175,17 @@ class HerdWriter(DueQueue):
                 self._writing = first.first_due_ms  # what may be due earliest among them
                 withdrawn = frozenset(self._withdrawn)
                 # Cut at a stop's instant within the slice: the rest stays (the next run emits it again).
-                through = self._through if self._through is not None and self._through < slice_end_ms(last.number) \
-                    else None
+                through = (
+                    self._through if self._through is not None and self._through < slice_end_ms(last.number) else None
+                )
             try:
                 self._write(taken, withdrawn, through)
-            except BaseException as exc:  # noqa: BLE001 - any failure must reach the batches, not end the thread
-                log.error("herd writer: deliveries due by %d not written: %s", slice_end_ms(last.number),
-                          " ".join(str(exc).split())[:300])
+            except BaseException as exc:
+                log.error(
+                    "herd writer: deliveries due by %d not written: %s",
+                    slice_end_ms(last.number),
+                    " ".join(str(exc).split())[:300],
+                )
                 with self._cond:
                     self.failure = exc
                     self._writing = None
@@ -201,24 +210,34 @@ class HerdWriter(DueQueue):
             if done:
                 self._release(first.records)
 
-    def _write(self, taken: list[_Slice], withdrawn: frozenset, through: Optional[int]) -> None:
+    def _write(self, taken: list[_Slice], withdrawn: frozenset, through: int | None) -> None:
         started = _now_ms()
         first, end_ms = taken[0], slice_end_ms(taken[-1].number)
         deliveries = sum(s.deliveries for s in taken)
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
-                self._write_slice(first.records, [s.number for s in taken], withdrawn, first.written_through,
-                                  through)
+                self._write_slice(first.records, [s.number for s in taken], withdrawn, first.written_through, through)
                 break
             except Exception as exc:
                 if attempt == WRITE_ATTEMPTS:
                     raise
-                log.warning("herd writer: writing %d deliveries due by %d failed (%s); trying again in %.0fs",
-                            deliveries, end_ms, " ".join(str(exc).split())[:200], self._retry_pause_s)
+                log.warning(
+                    "herd writer: writing %d deliveries due by %d failed (%s); trying again in %.0fs",
+                    deliveries,
+                    end_ms,
+                    " ".join(str(exc).split())[:200],
+                    self._retry_pause_s,
+                )
                 time.sleep(self._retry_pause_s)
                 self._on_retry()
         finished = _now_ms()
-        log.info("herd writer: %d deliveries due by %d (%d slice(s)) written %d-%d ms after", deliveries, end_ms,
-                 len(taken), started - end_ms, finished - end_ms)
+        log.info(
+            "herd writer: %d deliveries due by %d (%d slice(s)) written %d-%d ms after",
+            deliveries,
+            end_ms,
+            len(taken),
+            started - end_ms,
+            finished - end_ms,
+        )
         if self.on_written is not None and through is None:
             self.on_written(deliveries, finished - end_ms)

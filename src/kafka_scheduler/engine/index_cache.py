@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple, Optional
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class IndexCache:
     """One shard's index in one worker process. ``nonce`` None: not to be trusted (being changed, or new)."""
 
     version: int = 0
-    nonce: Optional[int] = None
+    nonce: int | None = None
     entries: dict = field(default_factory=dict)
     rebuilds: int = 0
     repairs: int = 0  # rebuilds because the entry count disagreed with the token: a bug if ever non-zero
@@ -86,7 +87,7 @@ def parts_of(size: int) -> int:
     return (size + DELTA_PART - 1) // DELTA_PART
 
 
-def stored_index(store, overlay: Optional[dict] = None) -> dict:
+def stored_index(store, overlay: dict | None = None) -> dict:
     """The index as the stored chunks and strike lists define it: every unstruck row with an id, and every paused
     cron. ``overlay``: bucket -> BucketInfo (None: gone) of a handler call that changed buckets and has not written
     their metadata yet (its chunks and strike lists are written as it goes)."""
@@ -103,8 +104,9 @@ def stored_index(store, overlay: Optional[dict] = None) -> dict:
             struck.update(store.strikes_get(bucket, n))
         for n, _ in info.chunks:
             rows = store.chunk_index(bucket, n)
-            for sid, due_ms, delivery_id, digest in zip(rows["sid"], rows["due_ms"], rows["delivery_id"],
-                                                        rows["digest"]):
+            for sid, due_ms, delivery_id, digest in zip(
+                rows["sid"], rows["due_ms"], rows["delivery_id"], rows["digest"]
+            ):
                 if sid is not None and delivery_id not in struck:
                     entries[bytes(sid)] = IndexEntry(int(due_ms), delivery_id, bytes(digest))
     for sid, entry in store.paused_items():
@@ -120,7 +122,7 @@ def _drop_due(entries: dict, first_ms: int, last_ms: int) -> int:
     return len(gone)
 
 
-def _rebuild(store, cache: IndexCache, token: IndexToken, overlay: Optional[dict] = None) -> None:
+def _rebuild(store, cache: IndexCache, token: IndexToken, overlay: dict | None = None) -> None:
     cache.nonce = None
     # An empty index needs no reading: a shard of schedules without ids may hold millions of them.
     cache.entries = stored_index(store, overlay) if token.entries or overlay else {}
@@ -170,8 +172,11 @@ class IndexSession:
     @staticmethod
     def trusted(cache: IndexCache, token: IndexToken) -> bool:
         """Whether the cache is the index at a version the token lists (and can be caught up from there)."""
-        return (cache.nonce is not None and token.base <= cache.version <= token.version
-                and token.nonces[cache.version - token.base] == cache.nonce)
+        return (
+            cache.nonce is not None
+            and token.base <= cache.version <= token.version
+            and token.nonces[cache.version - token.base] == cache.nonce
+        )
 
     def _sync(self) -> None:
         cache, token = self.cache, self.token
@@ -192,12 +197,16 @@ class IndexSession:
                         entries[sid] = entry
             cache.version, cache.nonce = version, token.nonces[version - token.base]
         if token.entries >= 0 and len(entries) != token.entries:
-            log.warning("index of shard %s: %d entries cached, %d stored: rebuilt from the chunks",
-                        getattr(self.store, "shard", "?"), len(entries), token.entries)
+            log.warning(
+                "index of shard %s: %d entries cached, %d stored: rebuilt from the chunks",
+                getattr(self.store, "shard", "?"),
+                len(entries),
+                token.entries,
+            )
             cache.repairs += 1
             _rebuild(self.store, cache, token)
 
-    def get(self, sid: bytes) -> Optional[IndexEntry]:
+    def get(self, sid: bytes) -> IndexEntry | None:
         self._ensure()
         return self.cache.entries.get(sid)
 
@@ -278,7 +287,7 @@ class IndexSession:
         if not changes and not recount:
             return
         for part in range(parts_of(len(changes))):
-            store.delta_put(version, part, changes[part * DELTA_PART:(part + 1) * DELTA_PART])
+            store.delta_put(version, part, changes[part * DELTA_PART : (part + 1) * DELTA_PART])
         base, nonces, sizes = token.base, token.nonces + [nonce], token.sizes + [len(changes)]
         entries = len(self.cache.entries)
         kept = sum(sizes)

@@ -13,26 +13,32 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, reduce
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..config import Config, spark_kafka_options
-from ..dialects.common import header
-from ..protocol import DELIVERED_TO, DELIVERY_ID, DUE_MS, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
-    SOURCE_TOPIC
+from ..dialects.common import KIND_REJECT, header
+from ..kafka.topics import Destination, TopicDirectory
+from ..protocol import (
+    DELIVERED_TO,
+    DELIVERY_ID,
+    DUE_MS,
+    REJECTION_REASON,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+)
 from .batch_summary import BatchSummary
-from ..dialects.common import KIND_REJECT
-from .wheel_processor import KIND_DELIVER, KIND_EXPIRED, KIND_OUTCOME
 from .exactly_once import HERD_TASK_RESULT, herd_member, write_herd_partition
 from .herd_writer import HOLD_SLICE_MS, HerdWriter, slice_end_ms, slice_start_ms
 from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups
-from ..kafka.topics import Destination, TopicDirectory
-from .wheel_processor import KIND_TIMER, KIND_WITHDRAW
+from .wheel_processor import KIND_DELIVER, KIND_EXPIRED, KIND_OUTCOME, KIND_TIMER, KIND_WITHDRAW
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +67,19 @@ KIND_HISTORY = "history"
 KIND_WRITE_BACK = "write-back"
 
 # The columns of _records's rows (kind and due_ms kept for the hold).
-RECORD_COLUMNS = ["kind", "topic", "partition", "key", "value", "headers", "due_ms", "prepared", "delivery_id",
-                  "max_lateness_ms", "sid"]
+RECORD_COLUMNS = [
+    "kind",
+    "topic",
+    "partition",
+    "key",
+    "value",
+    "headers",
+    "due_ms",
+    "prepared",
+    "delivery_id",
+    "max_lateness_ms",
+    "sid",
+]
 
 # Clock slack when exactly-once forgets ledger keys of schedules a committed batch retired.
 LEDGER_TRIM_MARGIN_MS = 1000
@@ -81,9 +98,15 @@ class StopRequested(Exception):
 
 
 class RecordSink:
-    def __init__(self, config: Config, topics: TopicDirectory, stop_requested: threading.Event,
-                 on_batch: Optional[Callable[[BatchSummary], None]] = None, writer: Optional[TimedWriter] = None,
-                 wakeups: Optional[Wakeups] = None):
+    def __init__(
+        self,
+        config: Config,
+        topics: TopicDirectory,
+        stop_requested: threading.Event,
+        on_batch: Callable[[BatchSummary], None] | None = None,
+        writer: TimedWriter | None = None,
+        wakeups: Wakeups | None = None,
+    ):
         self.config = config
         self.topics = topics
         self.stop_requested = stop_requested
@@ -91,22 +114,25 @@ class RecordSink:
         self.writer = writer
         self.wakeups = wakeups
         # What a batch prepares beyond the writer's room (a herd) is written by this thread, outside the batches.
-        self.herds = HerdWriter(self._write_herd_slice, release=self._release_herd, on_retry=self._look_up_again) \
-            if writer is not None else None
+        self.herds = (
+            HerdWriter(self._write_herd_slice, release=self._release_herd, on_retry=self._look_up_again)
+            if writer is not None
+            else None
+        )
         self._handed: dict[int, _HandedHerd] = {}  # per herd handed (by id)
-        self._batch: Optional[DataFrame] = None  # the batch being written, while it is
-        self._expiry_deadline: Optional[int] = None  # the earliest due + max lateness of what the batch writes
+        self._batch: DataFrame | None = None  # the batch being written, while it is
+        self._expiry_deadline: int | None = None  # the earliest due + max lateness of what the batch writes
         self._copies: set[str] = set()  # which of write-backs and history copies the batch's records have
-        self._summary: Optional[BatchSummary] = None  # the batch's, while it writes
-        self.refused_batch: Optional[int] = None  # set when a stop made it refuse a batch
+        self._summary: BatchSummary | None = None  # the batch's, while it writes
+        self.refused_batch: int | None = None  # set when a stop made it refuse a batch
         # A graceful stop with a timed writer (begin_stop): the writer writes nothing due after stop_at_ms, and the
         # first batch whose rules ran at or after it (final_batch) writes what is due by its time, retires it all
         # from state, and is the last.
-        self.stop_at_ms: Optional[int] = None
-        self.final_batch: Optional[int] = None
+        self.stop_at_ms: int | None = None
+        self.final_batch: int | None = None
         self.batch_ends_ms: list[int] = []  # when this run's last two batches returned (exactly-once trims by them)
         self._spark_wrote = False  # whether this batch's deliveries went through Spark's Kafka sink, not the writer
-        self._fitted: Optional[tuple[int, dict[str, Column]]] = None  # _fitted_rejections's last limit and columns
+        self._fitted: tuple[int, dict[str, Column]] | None = None  # _fitted_rejections's last limit and columns
 
     def begin_stop(self) -> bool:
         """A stop was asked for. Without a timed writer nothing is written outside the batches: the batch in flight
@@ -124,7 +150,7 @@ class RecordSink:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         stop_at_ms = self.stop_at_ms
-        if self.final_batch is not None or self.stop_requested.is_set() and self.writer is None:
+        if self.final_batch is not None or (self.stop_requested.is_set() and self.writer is None):
             self.refused_batch = batch_id
             raise StopRequested(f"stop requested before batch {batch_id}")
         started_ms = int(time.time() * 1000)
@@ -144,10 +170,10 @@ class RecordSink:
             summary.compute_s = time.monotonic() - started
             # Stopping, the writer writes nothing due after the stop; the batch past it writes what is due by its
             # own time at once (late by less than a batch, never early), and nothing prepared.
-            final = stop_at_ms is not None and summary.batch_time_ms is not None \
-                and summary.batch_time_ms >= stop_at_ms
-            written_by_ms = summary.batch_time_ms if final else \
-                started_ms if stop_at_ms is None else min(started_ms, stop_at_ms)
+            final = stop_at_ms is not None and summary.batch_time_ms is not None and summary.batch_time_ms >= stop_at_ms
+            written_by_ms = (
+                summary.batch_time_ms if final else started_ms if stop_at_ms is None else min(started_ms, stop_at_ms)
+            )
             if final:
                 self.writer.write_through(written_by_ms)
                 self.herds.write_through(written_by_ms)
@@ -165,8 +191,12 @@ class RecordSink:
                     # from metadata up to TopicDirectory's refresh interval old: a topic deleted or an ACL added
                     # since is seen on a fresh look, and the retry makes those deliveries rejections. Records the
                     # failed write got out go out again, with the same delivery ids (at-least-once).
-                    log.warning("batch %d: the Kafka write failed (%s); looking up the destinations again and "
-                                "writing the batch once more", batch_id, " ".join(str(exc).split())[:300])
+                    log.warning(
+                        "batch %d: the Kafka write failed (%s); looking up the destinations again and "
+                        "writing the batch once more",
+                        batch_id,
+                        " ".join(str(exc).split())[:300],
+                    )
                     self.topics.invalidate()
                     self._deliver(batch, summary, per_topic, largest, partitioned, final)
             if self.writer is not None:
@@ -174,8 +204,11 @@ class RecordSink:
                 # the writers wrote them. A writer this far behind is broken; failing the batch keeps them.
                 for name, writer in (("timed writer", self.writer), ("herd writer", self.herds)):
                     if not writer.wait_written(written_by_ms):
-                        raise RuntimeError(str(writer.failure) if writer.failure is not None else
-                                           f"the {name} did not write the deliveries due before this batch in time")
+                        raise RuntimeError(
+                            str(writer.failure)
+                            if writer.failure is not None
+                            else f"the {name} did not write the deliveries due before this batch in time"
+                        )
                 # And those CANCELs read as they arrived withdrew since the last batch (early_cancels.py).
                 summary.withdrawn += self.writer.take_withdrawn_early()
             summary.written_at_ms = int(time.time() * 1000)
@@ -195,8 +228,15 @@ class RecordSink:
         if self.on_batch is not None:
             self.on_batch(summary)
 
-    def _deliver(self, batch: DataFrame, summary: BatchSummary, per_topic: Counter, largest: dict[str, int],
-                 partitioned: dict[str, int], final: bool = False) -> None:
+    def _deliver(
+        self,
+        batch: DataFrame,
+        summary: BatchSummary,
+        per_topic: Counter,
+        largest: dict[str, int],
+        partitioned: dict[str, int],
+        final: bool = False,
+    ) -> None:
         """Write the batch's records, those their destination would refuse as rejections. ``final``: the last batch
         of a graceful stop writes nothing prepared (the state keeps it: the next run emits it again)."""
         refusals = self._refusals(per_topic, largest, partitioned)
@@ -206,12 +246,15 @@ class RecordSink:
             records = records.filter(~F.coalesce(F.col("prepared"), F.lit(False)))
             summary.delivered -= summary.prepared_deliveries
             summary.prepared_records = summary.prepared_deliveries = 0
-        immediate = summary.delivered - summary.prepared_deliveries + summary.outcomes.get("rejected", 0) \
-            + summary.expired
+        immediate = (
+            summary.delivered - summary.prepared_deliveries + summary.outcomes.get("rejected", 0) + summary.expired
+        )
         # Dead letters (a prepared delivery its destination would refuse) go out at once.
-        summary.held = self._write(records, summary.prepared_records,
-                                   max(1, immediate + summary.written_back) if immediate
-                                   or refusals.any or partitioned else 0)
+        summary.held = self._write(
+            records,
+            summary.prepared_records,
+            max(1, immediate + summary.written_back) if immediate or refusals.any or partitioned else 0,
+        )
 
     def close(self) -> None:
         """Before the Spark session stops: the herd writer writes nothing more (the state keeps what it held)."""
@@ -237,14 +280,25 @@ class RecordSink:
     def _write_through_ledger(self, records: DataFrame) -> None:
         # Spark's Kafka sink is not transactional: the driver writes these too, in the ledger's transactions
         # (its writer rejects what is written later than its max lateness).
-        self.writer.write_now(records.select("delivery_id", "due_ms", "kind", "topic", "partition", "key",
-                                             "value", "headers", F.lit(False).alias("held"),
-                                             "max_lateness_ms").toLocalIterator())
+        self.writer.write_now(
+            records.select(
+                "delivery_id",
+                "due_ms",
+                "kind",
+                "topic",
+                "partition",
+                "key",
+                "value",
+                "headers",
+                F.lit(False).alias("held"),
+                "max_lateness_ms",
+            ).toLocalIterator()
+        )
 
     def _spark_write(self, records: DataFrame) -> None:
-        records.select("topic", "partition", "key", "value", "headers").write.format("kafka") \
-            .option("kafka.bootstrap.servers", self.config.bootstrap_servers).options(**PRODUCER_OPTIONS) \
-            .options(**spark_kafka_options(self.config)).save()
+        records.select("topic", "partition", "key", "value", "headers").write.format("kafka").option(
+            "kafka.bootstrap.servers", self.config.bootstrap_servers
+        ).options(**PRODUCER_OPTIONS).options(**spark_kafka_options(self.config)).save()
 
     def _write(self, records: DataFrame, prepared_records: int, immediate: int = 1) -> int:
         """What is due now at once; prepared deliveries (and their write-backs and copies, which carry their
@@ -267,11 +321,17 @@ class RecordSink:
             self._save(records.filter(~held))
         # Per slice of due time: the smallest slices (ordinary deliveries prepared beside a herd) to the timed writer
         # while it has room, the rest (the herd) to the herd writer, which writes a slice with a Spark job.
-        rows = sorted(records.filter(held).groupBy(self._slice_of.alias("slice")).agg(
-            F.count(F.lit(1)).alias("records"),
-            F.sum(F.when(F.col("kind") == KIND_DELIVER, 1).otherwise(0)).alias("deliveries"),
-            F.min(F.col("due_ms") + F.col("max_lateness_ms")).alias("deadline")).collect(),
-            key=lambda row: row["records"])
+        rows = sorted(
+            records.filter(held)
+            .groupBy(self._slice_of.alias("slice"))
+            .agg(
+                F.count(F.lit(1)).alias("records"),
+                F.sum(F.when(F.col("kind") == KIND_DELIVER, 1).otherwise(0)).alias("deliveries"),
+                F.min(F.col("due_ms") + F.col("max_lateness_ms")).alias("deadline"),
+            )
+            .collect(),
+            key=lambda row: row["records"],
+        )
         room, small = self.writer.room(), []
         for row in rows:
             if row["records"] > room:
@@ -281,29 +341,35 @@ class RecordSink:
         held_count = 0
         if small:
             numbers = [row["slice"] for row in small]
-            self.writer.hold(records.filter(held & self._slice_of.isin(numbers)).select(*self._writer_columns)
-                             .collect())
+            self.writer.hold(
+                records.filter(held & self._slice_of.isin(numbers)).select(*self._writer_columns).collect()
+            )
             held_count += sum(row["deliveries"] for row in small)
-        big = rows[len(small):]
+        big = rows[len(small) :]
         if big:
             # Read by the herd writer from the batch's checkpoint (__call__), which it keeps until the herd is written.
             herd = records.filter(held & self._slice_of.isin([row["slice"] for row in big]))
             self._handed[id(herd)] = _HandedHerd(self._batch, {row["slice"]: row["deadline"] for row in big})
             held_count += self.herds.hand(herd, sorted((row["slice"], row["deliveries"]) for row in big))
-            log.info("herd writer: %d deliveries in %d slice(s) handed on", sum(row["deliveries"] for row in big),
-                     len(big))
+            log.info(
+                "herd writer: %d deliveries in %d slice(s) handed on", sum(row["deliveries"] for row in big), len(big)
+            )
         return held_count
 
     @cached_property
     def _slice_of(self) -> Column:
         return F.ceil(F.col("due_ms") / F.lit(HOLD_SLICE_MS)).cast("long")
 
-    def _write_herd_slice(self, herd: DataFrame, numbers: list, withdrawn: frozenset, after: Optional[int],
-                          through: Optional[int]) -> None:
+    def _write_herd_slice(
+        self, herd: DataFrame, numbers: list, withdrawn: frozenset, after: int | None, through: int | None
+    ) -> None:
         """The herd writer's ``write``: slices of a herd, less the withdrawn delivery ids, only what is due after
         ``after`` and by ``through`` where given."""
-        records = herd.filter(self._slice_of == numbers[0]) if len(numbers) == 1 else \
-            herd.filter(self._slice_of.isin(numbers))
+        records = (
+            herd.filter(self._slice_of == numbers[0])
+            if len(numbers) == 1
+            else herd.filter(self._slice_of.isin(numbers))
+        )
         if after is not None:
             records = records.filter(F.col("due_ms") > F.lit(after))
         if through is not None:
@@ -336,12 +402,14 @@ class RecordSink:
         written = sender.written_keys(after, through)
         if written:
             keys = records.sparkSession.createDataFrame([(k,) for k in written], "ledger_key string")
-            records = records.join(F.broadcast(keys), F.concat_ws("\t", "delivery_id", "topic") == keys["ledger_key"],
-                                   "left_anti")
+            records = records.join(
+                F.broadcast(keys), F.concat_ws("\t", "delivery_id", "topic") == keys["ledger_key"], "left_anti"
+            )
         records = records.select("delivery_id", "due_ms", "topic", "partition", "key", "value", "headers")
         members = [herd_member(p) for p in range(records.rdd.getNumPartitions())]
-        task = write_herd_partition(sender.producer_settings, self.config.app_id, self.config.ledger_topic,
-                                    self.config.rejections_topic)
+        task = write_herd_partition(
+            sender.producer_settings, self.config.app_id, self.config.ledger_topic, self.config.rejections_topic
+        )
         sender.foreign_writes_begin()
         try:
             results = records.mapInArrow(task, HERD_TASK_RESULT).collect()
@@ -352,9 +420,11 @@ class RecordSink:
             try:
                 sender.fence_members(members)
                 sender.catch_up(settled=True)
-            except Exception as exc:  # noqa: BLE001 - the write's own failure is the one to report
-                log.warning("herd writer: after a failed write, fencing its tasks or reading the ledger failed too "
-                            "(%s)", " ".join(str(exc).split())[:200])
+            except Exception as exc:
+                log.warning(
+                    "herd writer: after a failed write, fencing its tasks or reading the ledger failed too (%s)",
+                    " ".join(str(exc).split())[:200],
+                )
             raise
         sender.catch_up(settled=True)
 
@@ -381,15 +451,29 @@ class RecordSink:
 
     @cached_property
     def _writer_columns(self) -> list:
-        return _columns(["delivery_id", "due_ms", "kind", "topic", "partition", "key", "value", "headers",
-                         self._held.alias("held"), "max_lateness_ms", "sid"])
+        return _columns(
+            [
+                "delivery_id",
+                "due_ms",
+                "kind",
+                "topic",
+                "partition",
+                "key",
+                "value",
+                "headers",
+                self._held.alias("held"),
+                "max_lateness_ms",
+                "sid",
+            ]
+        )
 
-    def _refusals(self, per_topic: Counter, largest: dict[str, int], partitioned: dict[str, int]) -> "Refusals":
+    def _refusals(self, per_topic: Counter, largest: dict[str, int], partitioned: dict[str, int]) -> Refusals:
         """What the destinations of this batch's deliveries would refuse, from the broker's metadata (cached)."""
         known = self.topics.describe(set(per_topic) | {self.config.rejections_topic})
         destinations = {t: d for t, d in known.items() if t in per_topic}
-        refusals = Refusals(missing=set(per_topic) - destinations.keys(),
-                            denied={t for t, d in destinations.items() if not d.writable})
+        refusals = Refusals(
+            missing=set(per_topic) - destinations.keys(), denied={t for t, d in destinations.items() if not d.writable}
+        )
         for topic, destination in destinations.items():
             limit = record_limit(destination)
             if destination.writable and framed_bytes(largest.get(topic) or 0) > limit[0]:
@@ -406,23 +490,32 @@ class RecordSink:
     def _summary_columns(self) -> list[Column]:
         prepared = self._held
         return [
-            F.count(F.lit(1)).alias("records"), F.sum("n").alias("n"),
+            F.count(F.lit(1)).alias("records"),
+            F.sum("n").alias("n"),
             F.min(F.when(~prepared, F.col("due_ms"))).alias("earliest_due"),
-            F.count("wb_headers").alias("write_backs"), F.max("partition").alias("max_partition"),
-            F.count("partition_hash").alias("hashed"), F.max_by("n", "due_ms").alias("last_n"),
+            F.count("wb_headers").alias("write_backs"),
+            F.max("partition").alias("max_partition"),
+            F.count("partition_hash").alias("hashed"),
+            F.max_by("n", "due_ms").alias("last_n"),
             F.max(F.when(F.col("kind") == KIND_DELIVER, payload_bytes())).alias("largest"),
             F.sum(F.when(prepared, 1)).alias("prepared_deliveries"),
-            F.sum(F.when(prepared, 1 + F.when(F.col("wb_headers").isNotNull(), 1).otherwise(0)
-                         + F.when(F.col("history") | F.lit(self.config.history), 1).otherwise(0))
-                  ).alias("prepared_records"),
+            F.sum(
+                F.when(
+                    prepared,
+                    1
+                    + F.when(F.col("wb_headers").isNotNull(), 1).otherwise(0)
+                    + F.when(F.col("history") | F.lit(self.config.history), 1).otherwise(0),
+                )
+            ).alias("prepared_records"),
             F.collect_set(F.when(F.col("kind") == KIND_TIMER, F.col("due_ms"))).alias("timers"),
             F.collect_list(F.when(F.col("kind") == KIND_WITHDRAW, F.col("key").cast("string"))).alias("withdrawn"),
             F.min(F.col("due_ms") + F.col("max_lateness_ms")).alias("deadline"),
             F.count(F.when(F.col("history"), 1)).alias("history_copies"),
         ]
 
-    def _summarise(self, batch: DataFrame, batch_id: int
-                   ) -> tuple[BatchSummary, Counter, dict[str, int], dict[str, int], list[int], list[str]]:
+    def _summarise(
+        self, batch: DataFrame, batch_id: int
+    ) -> tuple[BatchSummary, Counter, dict[str, int], dict[str, int], list[int], list[str]]:
         """Outcome counts, deliveries per destination topic, the largest delivery per topic (key, value and header
         bytes), the highest explicit partition per topic that deliveries name (-1 when they only name partition
         keys), the timer instants the state armed and the delivery ids it withdrew, in one Spark job."""
@@ -448,8 +541,11 @@ class RecordSink:
                 summary.expired += row["records"]
             elif row["kind"] == KIND_DELIVER:
                 if row["deadline"] is not None:
-                    self._expiry_deadline = row["deadline"] if self._expiry_deadline is None \
+                    self._expiry_deadline = (
+                        row["deadline"]
+                        if self._expiry_deadline is None
                         else min(self._expiry_deadline, row["deadline"])
+                    )
                 summary.delivered += row["records"]
                 summary.written_back += row["write_backs"]
                 if row["history_copies"]:
@@ -460,23 +556,29 @@ class RecordSink:
                     partitioned[row["topic"]] = -1 if row["max_partition"] is None else row["max_partition"]
                 summary.prepared_records += row["prepared_records"] or 0
                 summary.prepared_deliveries += row["prepared_deliveries"] or 0
-                if row["earliest_due"] is not None and (summary.earliest_due_ms is None
-                                                        or row["earliest_due"] < summary.earliest_due_ms):
+                if row["earliest_due"] is not None and (
+                    summary.earliest_due_ms is None or row["earliest_due"] < summary.earliest_due_ms
+                ):
                     summary.earliest_due_ms = row["earliest_due"]
         return summary, per_topic, largest, partitioned, timers, withdrawn
 
-    def _records(self, batch: DataFrame, refusals: "Refusals", per_topic: Counter,
-                 partitioned: dict[str, int]) -> tuple[DataFrame, int]:
+    def _records(
+        self, batch: DataFrame, refusals: Refusals, per_topic: Counter, partitioned: dict[str, int]
+    ) -> tuple[DataFrame, int]:
         """Deliveries, write-backs, rejections, dead letters and history copies (``kind`` and ``due_ms`` kept for
         the hold), and how many deliveries became dead letters."""
         records = self._expired_as_rejections(
-            batch.filter(self._record_kinds).withColumn("delivery_id", self._delivery_id))
+            batch.filter(self._record_kinds).withColumn("delivery_id", self._delivery_id)
+        )
         counts = refusals.counts
         partition = F.col("partition")
         if partitioned:
             # The partition a partition key picks: the partitioner hash modulo the destination's partition count.
-            count_of = F.element_at(F.create_map(*[F.lit(x) for t, n in counts.items() for x in (t, n)]),
-                                    F.col("topic")) if counts else F.lit(None).cast("int")
+            count_of = (
+                F.element_at(F.create_map(*[F.lit(x) for t, n in counts.items() for x in (t, n)]), F.col("topic"))
+                if counts
+                else F.lit(None).cast("int")
+            )
             partition = F.coalesce(partition, F.pmod(F.col("partition_hash"), count_of))
         records = records.withColumn("partition", partition)
         dead = sum(per_topic[t] for t in refusals.missing | refusals.denied)
@@ -522,27 +624,56 @@ class RecordSink:
         delivery_id = header_value(DELIVERY_ID)
         if self.config.exactly_once:
             # A request's rejection is written once too: it is named after its source record.
-            delivery_id = F.coalesce(delivery_id, F.concat_ws("-", F.lit("reject:"), header_value(SOURCE_TOPIC),
-                                                              header_value(SOURCE_PARTITION),
-                                                              header_value(SOURCE_OFFSET)))
+            delivery_id = F.coalesce(
+                delivery_id,
+                F.concat_ws(
+                    "-",
+                    F.lit("reject:"),
+                    header_value(SOURCE_TOPIC),
+                    header_value(SOURCE_PARTITION),
+                    header_value(SOURCE_OFFSET),
+                ),
+            )
         return delivery_id
 
     @cached_property
     def _write_back_columns(self) -> list:
-        return _columns([F.lit(KIND_WRITE_BACK).alias("kind"), F.col("wb_topic").alias("topic"),
-                         F.col("wb_partition").alias("partition"), F.col("wb_key").alias("key"),
-                         F.lit(None).cast("binary").alias("value"), F.col("wb_headers").alias("headers"), "due_ms",
-                         "prepared", "delivery_id", F.lit(None).cast("long").alias("max_lateness_ms"),
-                         F.lit(None).cast("binary").alias("sid")])
+        return _columns(
+            [
+                F.lit(KIND_WRITE_BACK).alias("kind"),
+                F.col("wb_topic").alias("topic"),
+                F.col("wb_partition").alias("partition"),
+                F.col("wb_key").alias("key"),
+                F.lit(None).cast("binary").alias("value"),
+                F.col("wb_headers").alias("headers"),
+                "due_ms",
+                "prepared",
+                "delivery_id",
+                F.lit(None).cast("long").alias("max_lateness_ms"),
+                F.lit(None).cast("binary").alias("sid"),
+            ]
+        )
 
     @cached_property
     def _history_columns(self) -> list:
-        return _columns([F.lit(KIND_HISTORY).alias("kind"), F.lit(self.config.history_topic).alias("topic"),
-                         F.lit(None).cast("int").alias("partition"), "key", "value",
-                         F.concat("headers", F.array(header(DELIVERED_TO, F.col("topic")),
-                                                     header(DUE_MS, F.col("due_ms").cast("string")))).alias("headers"),
-                         "due_ms", "prepared", "delivery_id", "max_lateness_ms",
-                         F.lit(None).cast("binary").alias("sid")])
+        return _columns(
+            [
+                F.lit(KIND_HISTORY).alias("kind"),
+                F.lit(self.config.history_topic).alias("topic"),
+                F.lit(None).cast("int").alias("partition"),
+                "key",
+                "value",
+                F.concat(
+                    "headers",
+                    F.array(header(DELIVERED_TO, F.col("topic")), header(DUE_MS, F.col("due_ms").cast("string"))),
+                ).alias("headers"),
+                "due_ms",
+                "prepared",
+                "delivery_id",
+                "max_lateness_ms",
+                F.lit(None).cast("binary").alias("sid"),
+            ]
+        )
 
     def _expired_as_rejections(self, records: DataFrame) -> DataFrame:
         """Deliveries the state marked expired (due + max lateness before the batch's time) become rejections: the
@@ -563,7 +694,7 @@ class RecordSink:
             "prepared": F.when(expired, F.lit(False)).otherwise(F.col("prepared")),
         }
 
-    def _expire(self, records: DataFrame, deadline: Optional[int], summary: Optional[BatchSummary]) -> DataFrame:
+    def _expire(self, records: DataFrame, deadline: int | None, summary: BatchSummary | None) -> DataFrame:
         """Just before Spark writes ``records`` (``_records``'s rows): a delivery that would go out later than its due
         time plus its max lateness is written as a rejection instead (``expired``), its history copy dropped. Only
         when ``deadline`` (the earliest due time plus max lateness among them) has passed: then one more Spark job
@@ -579,12 +710,14 @@ class RecordSink:
         if summary is not None:
             summary.expired += count
             summary.delivered -= count
-        return records.filter(~(late & (F.col("kind") == KIND_HISTORY))).withColumns({
-            "kind": F.when(late_delivery, F.lit(KIND_REJECT)).otherwise(F.col("kind")),
-            "topic": F.when(late_delivery, F.lit(self.config.rejections_topic)).otherwise(F.col("topic")),
-            "partition": F.when(late_delivery, F.lit(None)).otherwise(F.col("partition")),
-            "headers": F.when(late_delivery, F.concat("headers", _expiry_headers())).otherwise(F.col("headers")),
-        })
+        return records.filter(~(late & (F.col("kind") == KIND_HISTORY))).withColumns(
+            {
+                "kind": F.when(late_delivery, F.lit(KIND_REJECT)).otherwise(F.col("kind")),
+                "topic": F.when(late_delivery, F.lit(self.config.rejections_topic)).otherwise(F.col("topic")),
+                "partition": F.when(late_delivery, F.lit(None)).otherwise(F.col("partition")),
+                "headers": F.when(late_delivery, F.concat("headers", _expiry_headers())).otherwise(F.col("headers")),
+            }
+        )
 
     def _fitted_rejections(self, limit: int) -> dict[str, Column]:
         """A rejection carries its request's value and headers plus the reason: one the rejections topic would
@@ -592,15 +725,21 @@ class RecordSink:
         ``limit``: the largest framed record the rejections topic takes (it changes only with the topic's config)."""
         if self._fitted is None or self._fitted[0] != limit:
             too_large = (F.col("kind") == KIND_REJECT) & (framed_bytes_column(payload_bytes()) > F.lit(limit))
-            note = header(REJECTION_REASON, F.encode(F.lit("its value is left out: the rejections topic takes no "
-                                                           "record that large"), "UTF-8"))
+            note = header(
+                REJECTION_REASON,
+                F.encode(F.lit("its value is left out: the rejections topic takes no record that large"), "UTF-8"),
+            )
             # One projection: both columns judged on the record as it was.
-            self._fitted = limit, {
-                "value": F.when(too_large, F.lit(None).cast("binary")).otherwise(F.col("value")),
-                "headers": F.when(too_large, F.concat("headers", F.array(note))).otherwise(F.col("headers"))}
+            self._fitted = (
+                limit,
+                {
+                    "value": F.when(too_large, F.lit(None).cast("binary")).otherwise(F.col("value")),
+                    "headers": F.when(too_large, F.concat("headers", F.array(note))).otherwise(F.col("headers")),
+                },
+            )
         return self._fitted[1]
 
-    def _dead_letter(self, records: DataFrame, refusals: "Refusals", beyond: dict[str, int]) -> tuple[DataFrame, int]:
+    def _dead_letter(self, records: DataFrame, refusals: Refusals, beyond: dict[str, int]) -> tuple[DataFrame, int]:
         """Deliveries their destination would refuse (topic missing or not writable, partition missing, record too
         large) go to the rejections topic, with the reason and source. Returns the records and how many deliveries
         went that way for a reason of their own (a partition, a size) rather than their topic's."""
@@ -614,8 +753,9 @@ class RecordSink:
 
         no_topic, denied = topic_in(refusals.missing), topic_in(refusals.denied)
         partitions_of = per_topic(beyond) if beyond else F.lit(None).cast("int")
-        no_partition = F.coalesce(is_delivery & F.col("partition").isNotNull() & (F.col("partition") >= partitions_of),
-                                  F.lit(False))
+        no_partition = F.coalesce(
+            is_delivery & F.col("partition").isNotNull() & (F.col("partition") >= partitions_of), F.lit(False)
+        )
         size = payload_bytes()
         if refusals.oversize:
             limit_of = per_topic({t: limit for t, (limit, _) in refusals.oversize.items()})
@@ -625,22 +765,47 @@ class RecordSink:
         else:
             too_large = value_left_out = F.lit(False)
         undeliverable = no_topic | denied | no_partition | too_large
-        row_count = records.filter((no_partition | too_large) & ~no_topic & ~denied).count() \
-            if beyond or refusals.oversize else 0
+        row_count = (
+            records.filter((no_partition | too_large) & ~no_topic & ~denied).count()
+            if beyond or refusals.oversize
+            else 0
+        )
         delivery_id = F.col("delivery_id")
         source = FIRING_SOURCE
         shown = F.concat(F.lit("'"), F.col("topic"), F.lit("'"))
-        reason = F.when(no_topic, F.concat(F.lit("destination topic "), shown, F.lit(" does not exist"))).when(
-            denied, F.concat(F.lit("not authorized to write to destination topic "), shown)).when(
-            no_partition, F.concat(F.lit("destination partition "), F.col("partition").cast("string"),
-                                   F.lit(" of topic "), shown, F.lit(" does not exist (it has "),
-                                   partitions_of.cast("string"), F.lit(" partitions)"))).otherwise(
-            F.concat(F.lit("record of "), size.cast("string"), F.lit(" bytes (key, value and headers) is too large for "
-                                                                    "destination topic "), shown, F.lit(" ("),
-                     per_topic({t: why for t, (_, why) in refusals.oversize.items()}) if refusals.oversize
-                     else F.lit(""), F.lit(")"),
-                     F.when(value_left_out, F.lit("; its value is left out: the rejections topic takes no record "
-                                                  "that large")).otherwise(F.lit(""))))
+        reason = (
+            F.when(no_topic, F.concat(F.lit("destination topic "), shown, F.lit(" does not exist")))
+            .when(denied, F.concat(F.lit("not authorized to write to destination topic "), shown))
+            .when(
+                no_partition,
+                F.concat(
+                    F.lit("destination partition "),
+                    F.col("partition").cast("string"),
+                    F.lit(" of topic "),
+                    shown,
+                    F.lit(" does not exist (it has "),
+                    partitions_of.cast("string"),
+                    F.lit(" partitions)"),
+                ),
+            )
+            .otherwise(
+                F.concat(
+                    F.lit("record of "),
+                    size.cast("string"),
+                    F.lit(" bytes (key, value and headers) is too large for destination topic "),
+                    shown,
+                    F.lit(" ("),
+                    per_topic({t: why for t, (_, why) in refusals.oversize.items()})
+                    if refusals.oversize
+                    else F.lit(""),
+                    F.lit(")"),
+                    F.when(
+                        value_left_out,
+                        F.lit("; its value is left out: the rejections topic takes no record that large"),
+                    ).otherwise(F.lit("")),
+                )
+            )
+        )
         extra = F.array(
             header(REJECTION_REASON, F.encode(reason, "UTF-8")),
             header(SOURCE_TOPIC, F.regexp_extract(delivery_id, source, 1)),
@@ -651,17 +816,26 @@ class RecordSink:
             F.when(undeliverable, F.lit("reject")).otherwise(F.col("kind")).alias("kind"),
             F.when(undeliverable, F.lit(self.config.rejections_topic)).otherwise(F.col("topic")).alias("topic"),
             F.when(undeliverable, F.lit(None)).otherwise(F.col("partition")).alias("partition"),
-            "key", F.when(value_left_out, F.lit(None)).otherwise(F.col("value")).alias("value"),
+            "key",
+            F.when(value_left_out, F.lit(None)).otherwise(F.col("value")).alias("value"),
             F.when(undeliverable, F.concat("headers", extra)).otherwise(F.col("headers")).alias("headers"),
             F.when(undeliverable, F.lit(None)).otherwise(F.col("due_ms")).alias("due_ms"),
-            "wb_topic", "wb_partition", "wb_key", "wb_headers", "history", "max_lateness_ms",
-            F.when(undeliverable, F.lit(False)).otherwise(F.col("prepared")).alias("prepared"), "delivery_id", "sid",
+            "wb_topic",
+            "wb_partition",
+            "wb_key",
+            "wb_headers",
+            "history",
+            "max_lateness_ms",
+            F.when(undeliverable, F.lit(False)).otherwise(F.col("prepared")).alias("prepared"),
+            "delivery_id",
+            "sid",
         ), row_count
 
 
 @dataclass
 class Refusals:
     """What a batch's destinations would refuse: the sink turns those deliveries into rejections."""
+
     missing: set = field(default_factory=set)  # topics that do not exist
     denied: set = field(default_factory=set)  # topics the broker does not let the scheduler write to
     oversize: dict = field(default_factory=dict)  # topic -> (largest framed record it takes, why) if one is larger
@@ -692,23 +866,38 @@ FIRING_SOURCE = r"^(.*)-(\d+)-(\d+)(?:@-?\d+)?$"
 def _expiry_headers() -> Column:
     """What a delivery rejected as expired gets (``rejection_classes.expired_reason`` in Spark SQL)."""
     due = F.date_format(F.timestamp_millis(F.col("due_ms")), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
-    reason = F.concat(F.lit("expired: due "), due, F.lit(", not delivered within its max lateness of "),
-                      F.col("max_lateness_ms").cast("string"), F.lit(" ms"))
+    reason = F.concat(
+        F.lit("expired: due "),
+        due,
+        F.lit(", not delivered within its max lateness of "),
+        F.col("max_lateness_ms").cast("string"),
+        F.lit(" ms"),
+    )
     delivery_id = F.col("delivery_id")
-    return F.array(header(REJECTION_REASON, F.encode(reason, "UTF-8")),
-                   header(DUE_MS, F.col("due_ms").cast("string")),
-                   header(SOURCE_TOPIC, F.regexp_extract(delivery_id, FIRING_SOURCE, 1)),
-                   header(SOURCE_PARTITION, F.regexp_extract(delivery_id, FIRING_SOURCE, 2)),
-                   header(SOURCE_OFFSET, F.regexp_extract(delivery_id, FIRING_SOURCE, 3)))
+    return F.array(
+        header(REJECTION_REASON, F.encode(reason, "UTF-8")),
+        header(DUE_MS, F.col("due_ms").cast("string")),
+        header(SOURCE_TOPIC, F.regexp_extract(delivery_id, FIRING_SOURCE, 1)),
+        header(SOURCE_PARTITION, F.regexp_extract(delivery_id, FIRING_SOURCE, 2)),
+        header(SOURCE_OFFSET, F.regexp_extract(delivery_id, FIRING_SOURCE, 3)),
+    )
 
 
 def payload_bytes() -> Column:
     """Key, value, header names and header values of a record, in bytes."""
-    headers = F.aggregate(F.coalesce(F.col("headers"), F.array()), F.lit(0).cast("long"),
-                          lambda total, h: total + F.octet_length(h["key"])
-                          + F.coalesce(F.octet_length(h["value"]), F.lit(0)) + F.lit(HEADER_FRAMING_BYTES))
-    return (F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0))
-            + headers).cast("long")
+    headers = F.aggregate(
+        F.coalesce(F.col("headers"), F.array()),
+        F.lit(0).cast("long"),
+        lambda total, h: (
+            total
+            + F.octet_length(h["key"])
+            + F.coalesce(F.octet_length(h["value"]), F.lit(0))
+            + F.lit(HEADER_FRAMING_BYTES)
+        ),
+    )
+    return (F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0)) + headers).cast(
+        "long"
+    )
 
 
 def framed_bytes_column(payload: Column) -> Column:
@@ -722,5 +911,5 @@ def _release_checkpoint(batch: DataFrame) -> None:
     unreachable."""
     try:
         batch._jdf.queryExecution().analyzed().rdd().unpersist(False)
-    except Exception as exc:  # noqa: BLE001 - an optimisation; the cleaner is the fallback
+    except Exception as exc:
         log.debug("a written batch's checkpoint is left to Spark's cleaner (%s)", exc)

@@ -4,6 +4,7 @@ metric labelled by class keeps a bounded number of series whatever the texts quo
 from __future__ import annotations
 
 import re
+from datetime import UTC
 
 BAD_TIME = "bad_time"
 BAD_DESTINATION = "bad_destination"
@@ -14,23 +15,39 @@ REFUSED_BY_DESTINATION = "refused_by_destination"
 EXPIRED = "expired"  # a delivery later than its max lateness (x-scheduler-max-lateness)
 TOO_FREQUENT = "too_frequent"  # a cron firing more often than --cron-min-interval
 OTHER = "other"
-CLASSES = (BAD_TIME, BAD_DESTINATION, TOO_LARGE, MISSING_FIELD, MALFORMED, REFUSED_BY_DESTINATION, EXPIRED,
-           TOO_FREQUENT, OTHER)
+CLASSES = (
+    BAD_TIME,
+    BAD_DESTINATION,
+    TOO_LARGE,
+    MISSING_FIELD,
+    MALFORMED,
+    REFUSED_BY_DESTINATION,
+    EXPIRED,
+    TOO_FREQUENT,
+    OTHER,
+)
 
 # First match wins. Quoted parts ('...') are removed before matching: a value quoted in a reason must not pick
-# its class. The texts come from dialects/*.py (decoding) and record_sink.py / timed_writer.py (a destination's refusal).
+# its class. The texts come from dialects/*.py (decoding) and record_sink.py / timed_writer.py (a destination's
+# refusal).
 _RULES = (
     (EXPIRED, r"^expired: "),
     (TOO_FREQUENT, r"more often than the minimum interval"),
     # What a destination refused at delivery (record_sink.RecordSink._dead_letter, timed_writer.refusal_reason).
-    (REFUSED_BY_DESTINATION, r"^not authorized to write|^destination (topic|partition) .* does not exist"
-                             r"|too large for destination"),
+    (
+        REFUSED_BY_DESTINATION,
+        r"^not authorized to write|^destination (topic|partition) .* does not exist"
+        r"|too large for destination",
+    ),
     (MISSING_FIELD, r"^(missing|empty) "),
     (TOO_LARGE, r"too large"),
     (BAD_DESTINATION, r"destination|deliver-to|target_partition|partition"),
     (BAD_TIME, r"\btime\b|deliver-at|epoch|days ahead|time zone|ISO-8601|Unix seconds|cron-start-at|cron-end-at"),
-    (MALFORMED, r"^(invalid|malformed|unknown|unparseable|unsupported|duplicate) |not valid UTF-8|newer than"
-                r"|no dialect|^header name"),
+    (
+        MALFORMED,
+        r"^(invalid|malformed|unknown|unparseable|unsupported|duplicate) |not valid UTF-8|newer than"
+        r"|no dialect|^header name",
+    ),
 )
 _COMPILED = tuple((name, re.compile(pattern, re.I)) for name, pattern in _RULES)
 _QUOTED = re.compile(r"'[^']*'")
@@ -51,7 +68,7 @@ def reason_class(reason) -> str:
 
 def expired_reason(due_ms: int, max_lateness_ms: int) -> str:
     """The reason of a delivery rejected as expired (record_sink.py builds the same text in Spark SQL)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    due = datetime.fromtimestamp(due_ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    due = datetime.fromtimestamp(due_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return f"expired: due {due}, not delivered within its max lateness of {max_lateness_ms} ms"

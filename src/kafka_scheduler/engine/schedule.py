@@ -3,24 +3,23 @@
 The rules that fold a batch's requests per id and decide what is due live in ``wheel.py`` (the state
 layout, behind its ``ShardStore`` interface), tested against a reference model in milliseconds.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-from typing import Optional
-
-
-Headers = tuple[tuple[str, Optional[bytes]], ...]
+from enum import StrEnum
 
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, FIRING_SEPARATOR, INTERNAL_SID_PREFIX
 
+Headers = tuple[tuple[str, bytes | None], ...]
+
 
 def is_internal(sid: bytes) -> bool:
-    return sid[:len(INTERNAL_SID_PREFIX)] == INTERNAL_SID_PREFIX
+    return sid[: len(INTERNAL_SID_PREFIX)] == INTERNAL_SID_PREFIX
 
 
 def is_cron(sid: bytes) -> bool:
-    return sid[:len(CRON_SID_PREFIX)] == CRON_SID_PREFIX
+    return sid[: len(CRON_SID_PREFIX)] == CRON_SID_PREFIX
 
 
 def firing_id(activation: str, due_ms: int) -> str:
@@ -39,14 +38,13 @@ def input_topic_of(sid) -> str:
     """The input topic a schedule id is scoped by ("" for an id of another form): outcomes are counted per topic."""
     sid = bytes(sid)
     for prefix in (CLIENT_SID_PREFIX, CRON_SID_PREFIX, INTERNAL_SID_PREFIX):
-        if sid[:len(prefix)] == prefix:
-            topic, sep, _ = sid[len(prefix):].partition(b"/")
+        if sid[: len(prefix)] == prefix:
+            topic, sep, _ = sid[len(prefix) :].partition(b"/")
             return topic.decode(errors="replace") if sep else ""
     return ""
 
 
-
-class Action(str, Enum):
+class Action(StrEnum):
     ADD = "ADD"
     REPLACE = "REPLACE"
     CANCEL = "CANCEL"
@@ -58,7 +56,7 @@ class Action(str, Enum):
     CRON_CANCEL = "CRON_CANCEL"
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """Exactly one per valid request (rejections are counted by the decoder)."""
 
     SCHEDULED = "scheduled"  # nothing was pending under the id: stored (or delivered at once if due)
@@ -87,7 +85,7 @@ class WriteBack:
 
     topic: str
     partition: int
-    key: Optional[bytes]
+    key: bytes | None
     headers: Headers
 
 
@@ -97,10 +95,10 @@ class Cron:
     firings missed while the job was down or the cron paused (``replay`` or ``skip``), and its bounds."""
 
     expr: str
-    tz: Optional[str] = None
+    tz: str | None = None
     policy: str = "replay"
-    start_ms: Optional[int] = None  # no firing before
-    end_ms: Optional[int] = None  # no firing after; past it the cron leaves state
+    start_ms: int | None = None  # no firing before
+    end_ms: int | None = None  # no firing after; past it the cron leaves state
 
 
 @dataclass(frozen=True)
@@ -109,16 +107,16 @@ class Schedule:
 
     due_ms: int
     topic: str
-    key: Optional[bytes]
-    value: Optional[bytes]
+    key: bytes | None
+    value: bytes | None
     headers: Headers
     delivery_id: str  # stable per version: derived from the request's source offset
-    partition: Optional[int] = None  # explicit destination partition
-    partition_key: Optional[bytes] = None  # picks the destination partition as Kafka's default partitioner would
-    write_back: Optional[WriteBack] = None
+    partition: int | None = None  # explicit destination partition
+    partition_key: bytes | None = None  # picks the destination partition as Kafka's default partitioner would
+    write_back: WriteBack | None = None
     history: bool = False  # copied to the history topic whatever --history says
-    max_lateness_ms: Optional[int] = None  # written later than due + this: rejected as expired instead
-    cron: Optional[Cron] = None  # a cron's firing (due_ms, delivery_id: firing_id(...)), or a CRON_ADD's definition
+    max_lateness_ms: int | None = None  # written later than due + this: rejected as expired instead
+    cron: Cron | None = None  # a cron's firing (due_ms, delivery_id: firing_id(...)), or a CRON_ADD's definition
 
 
 @dataclass(frozen=True)
@@ -126,13 +124,13 @@ class Request:
     """A valid, decoded request for one schedule id (``schedule`` is None for CANCEL and COMPLETE)."""
 
     action: Action
-    schedule: Optional[Schedule]
-    completes: Optional[str] = None  # COMPLETE: the delivery id of the version delivered; None: whatever is pending
+    schedule: Schedule | None
+    completes: str | None = None  # COMPLETE: the delivery id of the version delivered; None: whatever is pending
     # CRON_ADD: the request's headers as read (all of them), for its rejection should the rules refuse it
-    raw_headers: Optional[Headers] = None
+    raw_headers: Headers | None = None
     # CRON_ADD, CRON_RESUME: the request's delivery id (source topic-partition-offset): the cron's activation,
     # which its firing ids start with
-    activation: Optional[str] = None
+    activation: str | None = None
 
 
 def completes(request: Request, pending_delivery_id: str) -> bool:

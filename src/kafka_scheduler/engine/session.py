@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from ..config import Config
-from ..dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS, java_options as avro_java_options
+from ..dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS
+from ..dialects.sky_avro import java_options as avro_java_options
 from ..kafka.jars import jar_paths
 from .stop_signals import engine_deaf_to_sigterm
 

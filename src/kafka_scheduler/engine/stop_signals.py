@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -20,14 +20,14 @@ import heapq
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
 
 from confluent_kafka import KafkaError, Producer
 
+from ..protocol import DUE_MS, FIRING_SEPARATOR, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from .early_cancels import EarlyCancels, superseded_by
 from .exactly_once import FencedError, TransactionalSender, produce_record
-from ..protocol import DUE_MS, FIRING_SEPARATOR, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from .rejection_classes import expired_reason
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,19 @@ PRODUCER_MAX_BYTES = 8 * 1024 * 1024
 # Errors with which a destination refuses a record for good: retrying cannot help, so the record goes to the
 # rejections topic with the reason. The sink checks destinations before a batch's records reach the writer; these
 # are what changed since (a topic deleted, an ACL added). Any other error (a broker away) is retried.
-REFUSALS = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                      KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
-                      KafkaError.INVALID_RECORD, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.TOPIC_EXCEPTION,
-                      KafkaError.POLICY_VIOLATION})
+REFUSALS = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.INVALID_RECORD,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError.POLICY_VIOLATION,
+    }
+)
 RETRY_PAUSE_S = 1.0
 
 TICK_WAKE = b"wake"
@@ -49,19 +58,31 @@ TICK_REPORT = b"report"  # every shard reports its timers (see WheelProcessor)
 
 
 def producer_config(bootstrap_servers: str, **extra) -> dict:
-    return {"bootstrap.servers": bootstrap_servers, "acks": "all", "linger.ms": 0, "compression.type": "lz4",
-            "enable.idempotence": True, "message.max.bytes": PRODUCER_MAX_BYTES,
-            # Java's default partitioner, which Spark's Kafka sink uses: a key goes to the same partition
-            # whichever path writes its delivery.
-            "partitioner": "murmur2_random", "log_level": 3, **extra}
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "acks": "all",
+        "linger.ms": 0,
+        "compression.type": "lz4",
+        "enable.idempotence": True,
+        "message.max.bytes": PRODUCER_MAX_BYTES,
+        # Java's default partitioner, which Spark's Kafka sink uses: a key goes to the same partition
+        # whichever path writes its delivery.
+        "partitioner": "murmur2_random",
+        "log_level": 3,
+        **extra,
+    }
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _wait_until_due(cond: threading.Condition, closed: Callable[[], bool], next_due_ms: Callable[[], Optional[int]],
-                    take_due: Callable[[int], list]) -> Optional[list]:
+def _wait_until_due(
+    cond: threading.Condition,
+    closed: Callable[[], bool],
+    next_due_ms: Callable[[], int | None],
+    take_due: Callable[[int], list],
+) -> list | None:
     """With ``cond`` held: wait until ``take_due(now)`` takes something, and return it; None once closed. Waits
     until the next due instant (at most 1 s: ``add``/``hold`` notify, but a clock may jump)."""
     while not closed():
@@ -81,12 +102,12 @@ class DueQueue:
     writes, ``failure`` when it cannot go on."""
 
     def __init__(self):
-        self.failure: Optional[BaseException] = None  # set when the writer cannot go on: batches then fail
+        self.failure: BaseException | None = None  # set when the writer cannot go on: batches then fail
         self._cond = threading.Condition()
-        self._writing: Optional[int] = None  # while writing: the due time it is compared with a batch's time by
-        self._through: Optional[int] = None  # while a graceful stop is under way: nothing due after this is written
+        self._writing: int | None = None  # while writing: the due time it is compared with a batch's time by
+        self._through: int | None = None  # while a graceful stop is under way: nothing due after this is written
 
-    def _earliest_queued(self) -> Optional[int]:
+    def _earliest_queued(self) -> int | None:
         """Called with the lock held: the earliest due time still queued, if any."""
         raise NotImplementedError
 
@@ -122,8 +143,8 @@ class Held:
     delivery_id: str
     records: list = field(compare=False)  # (topic, partition, key, value, headers): the delivery, its copies
     kinds: list = field(default_factory=list, compare=False)  # the kind of each record (deliver, history, ...)
-    max_lateness_ms: Optional[int] = field(default=None, compare=False)  # written later than due + this: expired
-    sid: Optional[bytes] = field(default=None, compare=False)  # the schedule's id in the state (a one-shot's: id:...)
+    max_lateness_ms: int | None = field(default=None, compare=False)  # written later than due + this: expired
+    sid: bytes | None = field(default=None, compare=False)  # the schedule's id in the state (a one-shot's: id:...)
 
     def record_kinds(self) -> list:
         return self.kinds + ["deliver"] * (len(self.records) - len(self.kinds))
@@ -135,16 +156,23 @@ class Held:
 class TimedWriter(DueQueue):
     """Holds prepared deliveries and writes each at its due instant."""
 
-    def __init__(self, bootstrap_servers: str, max_held: int = 20_000, producer: Optional[Producer] = None,
-                 rejections_topic: Optional[str] = None, sender: Optional["TransactionalSender"] = None,
-                 client_options: Optional[dict] = None):
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        max_held: int = 20_000,
+        producer: Producer | None = None,
+        rejections_topic: str | None = None,
+        sender: TransactionalSender | None = None,
+        client_options: dict | None = None,
+    ):
         super().__init__()
         self.max_held = max_held
         self.rejections_topic = rejections_topic
         # With exactly-once, every write goes through the sender's transactions (exactly_once.py).
         self.sender = sender
-        self._producer = producer or (None if sender else
-                                      Producer(producer_config(bootstrap_servers, **(client_options or {}))))
+        self._producer = producer or (
+            None if sender else Producer(producer_config(bootstrap_servers, **(client_options or {})))
+        )
         self._heap: list[Held] = []
         self._held: dict[str, Held] = {}
         self._closed = False
@@ -165,7 +193,7 @@ class TimedWriter(DueQueue):
         # Called after each write with the lateness (ms) of each delivery written, the number of records refused
         # (sent to rejections) and of deliveries expired: the metrics (ops/metrics.py). Rejections and dead letters
         # (no due time) are no deliveries; a record retried is counted when it is written.
-        self.on_written: Optional[Callable[..., None]] = None
+        self.on_written: Callable[..., None] | None = None
         self._thread = threading.Thread(target=self._run, name="timed-writer", daemon=True)
         self._thread.start()
 
@@ -257,7 +285,7 @@ class TimedWriter(DueQueue):
                 if not ids:
                     del self._held_by_sid[held.sid]
 
-    def _named(self, delivery_id: Optional[str]) -> str:
+    def _named(self, delivery_id: str | None) -> str:
         """A row's delivery id, or one of its own for a row without (a rejection: nothing withdraws it)."""
         if delivery_id is not None:
             return delivery_id
@@ -277,7 +305,7 @@ class TimedWriter(DueQueue):
         self.withdrawn += dropped
         return dropped
 
-    def _earliest_queued(self) -> Optional[int]:
+    def _earliest_queued(self) -> int | None:
         return self._heap[0].due_ms if self._heap else None  # the latest of a write in flight is in _writing
 
     def close(self, timeout: float = 10.0) -> None:
@@ -291,9 +319,9 @@ class TimedWriter(DueQueue):
         else:
             self._producer.flush(timeout)
 
-    def _next_due(self) -> Optional[int]:
+    def _next_due(self) -> int | None:
         """Called with the lock held: when the next write is due, if one may be written."""
-        if not self._heap or self._through is not None and self._heap[0].due_ms > self._through:
+        if not self._heap or (self._through is not None and self._heap[0].due_ms > self._through):
             return None
         return self._heap[0].due_ms
 
@@ -334,15 +362,28 @@ class TimedWriter(DueQueue):
             # Later than its max lateness: the delivery goes to the rejections topic as expired, its history copy is
             # not written; what follows a delivery either way (a write-back) is.
             taken = [held for held in taken if not held.expired_at(started)]
-            rejected = [Held(held.due_ms, held.delivery_id,
-                             [expired_rejection(record, held, self.rejections_topic) if kind == "deliver" else record
-                              for record, kind in zip(held.records, held.record_kinds()) if kind != "history"])
-                        for held in expired if self.rejections_topic]
+            rejected = [
+                Held(
+                    held.due_ms,
+                    held.delivery_id,
+                    [
+                        expired_rejection(record, held, self.rejections_topic) if kind == "deliver" else record
+                        for record, kind in zip(held.records, held.record_kinds())
+                        if kind != "history"
+                    ],
+                )
+                for held in expired
+                if self.rejections_topic
+            ]
             lost = self._send([(held, record) for held in rejected for record in held.records])
             self.expired += len(expired)
-            log.warning("timed writer: %d delivery(ies) later than their max lateness, sent to rejections as "
-                        "expired (e.g. %s, due %d ms before)", len(expired), expired[0].delivery_id,
-                        started - expired[0].due_ms)
+            log.warning(
+                "timed writer: %d delivery(ies) later than their max lateness, sent to rejections as "
+                "expired (e.g. %s, due %d ms before)",
+                len(expired),
+                expired[0].delivery_id,
+                started - expired[0].due_ms,
+            )
             if lost:
                 self.failed += len(lost)
                 log.error("timed writer: %d expired record(s) not written as rejections: %s", len(lost), lost[0][2])
@@ -352,16 +393,23 @@ class TimedWriter(DueQueue):
                 return
         # What failed without a refusal (a broker away, the rest of an aborted transaction) is held again and
         # retried after a pause, below.
-        refused, failures = send_sorting_refusals(self._send, [(held, record) for held in taken
-                                                               for record in held.records])
+        refused, failures = send_sorting_refusals(
+            self._send, [(held, record) for held in taken for record in held.records]
+        )
         again = [(held, record) for held, record, _ in failures]
         self.written += len(taken)
         self.lateness_ms = [started - h.due_ms for h in taken[-1000:]]
         if refused:
-            rejections = [(held, rejection(record, held.delivery_id, self.rejections_topic, error))
-                          for held, record, error in refused if self.rejections_topic and held.delivery_id[:1] != "\0"]
-            log.warning("timed writer: %d record(s) refused by their destination, sent to rejections: %s",
-                        len(refused), refusal_reason(refused[0][1], refused[0][2]))
+            rejections = [
+                (held, rejection(record, held.delivery_id, self.rejections_topic, error))
+                for held, record, error in refused
+                if self.rejections_topic and held.delivery_id[:1] != "\0"
+            ]
+            log.warning(
+                "timed writer: %d record(s) refused by their destination, sent to rejections: %s",
+                len(refused),
+                refusal_reason(refused[0][1], refused[0][2]),
+            )
             self.refused += len(rejections)
             lost = self._send(rejections) if rejections else []
             lost += [(h, r, e) for h, r, e in refused if not (self.rejections_topic and h.delivery_id[:1] != "\0")]
@@ -370,18 +418,30 @@ class TimedWriter(DueQueue):
                 log.error("timed writer: %d record(s) not written, not even as rejections: %s", len(lost), lost[0][2])
         if self.on_written is not None:
             failed = {id(held) for held, *_ in refused} | {id(held) for held, _ in again}
-            self.on_written([started - h.due_ms for h in taken if h.due_ms > 0 and h.delivery_id[:1] != "\0"
-                             and id(h) not in failed], len(refused), len(expired))
+            self.on_written(
+                [
+                    started - h.due_ms
+                    for h in taken
+                    if h.due_ms > 0 and h.delivery_id[:1] != "\0" and id(h) not in failed
+                ],
+                len(refused),
+                len(expired),
+            )
         if again:
             self.retried += len(again)
-            log.warning("timed writer: %d record(s) not written, retrying in %.0fs: %s", len(again), RETRY_PAUSE_S,
-                        failures[0][2])
+            log.warning(
+                "timed writer: %d record(s) not written, retrying in %.0fs: %s",
+                len(again),
+                RETRY_PAUSE_S,
+                failures[0][2],
+            )
             with self._cond:
                 for held, record in again:
                     pending = self._held.get(held.delivery_id)
                     if pending is None:  # due as before: a batch waiting for it keeps waiting (wait_written)
-                        pending = self._held[held.delivery_id] = Held(held.due_ms, held.delivery_id, [],
-                                                                      max_lateness_ms=held.max_lateness_ms)
+                        pending = self._held[held.delivery_id] = Held(
+                            held.due_ms, held.delivery_id, [], max_lateness_ms=held.max_lateness_ms
+                        )
                         heapq.heappush(self._heap, pending)
                     pending.records.append(record)
                     pending.kinds.append(_kind_of(held, record))
@@ -394,9 +454,15 @@ class TimedWriter(DueQueue):
         count = 0
         for delivery_id, due_ms, kind, topic, partition, key, value, headers, *rest in rows:
             lateness = rest[1] if len(rest) > 1 and kind == "deliver" else None
-            taken.append(Held(due_ms or 0, self._named(delivery_id),
-                              [(topic, partition, key, value, _header_pairs(headers))], [kind],
-                              None if lateness is None else int(lateness)))
+            taken.append(
+                Held(
+                    due_ms or 0,
+                    self._named(delivery_id),
+                    [(topic, partition, key, value, _header_pairs(headers))],
+                    [kind],
+                    None if lateness is None else int(lateness),
+                )
+            )
             if len(taken) >= chunk:
                 count += len(taken)
                 self._write(taken)
@@ -416,6 +482,7 @@ class TimedWriter(DueQueue):
             def callback(err, _msg):
                 if err is not None:
                     failures.append((held, record, err))
+
             return callback
 
         for held, record in items:
@@ -481,8 +548,12 @@ def rejection(record: tuple, delivery_id: str, rejections_topic: str, error: Kaf
     """A refused record as a rejection: its key, value and headers, the reason and its request's source."""
     _, _, key, value, headers = record
     source_topic, partition, offset = source_of(delivery_id)
-    extra = [(REJECTION_REASON, refusal_reason(record, error).encode()), (SOURCE_TOPIC, source_topic.encode()),
-             (SOURCE_PARTITION, partition.encode()), (SOURCE_OFFSET, offset.encode())]
+    extra = [
+        (REJECTION_REASON, refusal_reason(record, error).encode()),
+        (SOURCE_TOPIC, source_topic.encode()),
+        (SOURCE_PARTITION, partition.encode()),
+        (SOURCE_OFFSET, offset.encode()),
+    ]
     return rejections_topic, None, key, value, [*headers, *extra]
 
 
@@ -491,17 +562,22 @@ def expired_rejection(record: tuple, held: Held, rejections_topic: str) -> tuple
     headers, the reason ``expired: ...``, ``x-scheduler-due-ms`` and its request's source."""
     _, _, key, value, headers = record
     source_topic, partition, offset = source_of(held.delivery_id)
-    extra = [(REJECTION_REASON, expired_reason(held.due_ms, held.max_lateness_ms).encode()),
-             (DUE_MS, str(held.due_ms).encode()), (SOURCE_TOPIC, source_topic.encode()),
-             (SOURCE_PARTITION, partition.encode()), (SOURCE_OFFSET, offset.encode())]
+    extra = [
+        (REJECTION_REASON, expired_reason(held.due_ms, held.max_lateness_ms).encode()),
+        (DUE_MS, str(held.due_ms).encode()),
+        (SOURCE_TOPIC, source_topic.encode()),
+        (SOURCE_PARTITION, partition.encode()),
+        (SOURCE_OFFSET, offset.encode()),
+    ]
     return rejections_topic, None, key, value, [*headers, *extra]
 
 
 class Wakeups:
     """Writes a tick to the ticks topic at every armed timer instant (and a report tick at start)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, producer: Optional[Producer] = None,
-                 client_options: Optional[dict] = None):
+    def __init__(
+        self, bootstrap_servers: str, topic: str, producer: Producer | None = None, client_options: dict | None = None
+    ):
         self.topic = topic
         self._producer = producer or Producer(producer_config(bootstrap_servers, **(client_options or {})))
         self._instants: list[int] = []
@@ -524,7 +600,7 @@ class Wakeups:
             self._cond.notify()
 
     @property
-    def next_instant(self) -> Optional[int]:
+    def next_instant(self) -> int | None:
         with self._cond:
             return self._instants[0] if self._instants else None
 
@@ -554,8 +630,15 @@ class Wakeups:
     def _run(self) -> None:
         while True:
             with self._cond:
-                if _wait_until_due(self._cond, lambda: self._closed,
-                                   lambda: self._instants[0] if self._instants else None, self._take_due) is None:
+                if (
+                    _wait_until_due(
+                        self._cond,
+                        lambda: self._closed,
+                        lambda: self._instants[0] if self._instants else None,
+                        self._take_due,
+                    )
+                    is None
+                ):
                     return
             try:
                 self.tick()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -23,12 +23,13 @@ def warm_python_workers(spark) -> threading.Thread:
     slots = max(1, spark.sparkContext.defaultParallelism)
     # The streams' manager starts the state stores' coordinator, which the task's state store looks for (it warns
     # when it is missing, as before the query starts).
-    spark.streams
+    _ = spark.streams
 
     def run() -> None:
         try:
             spark.range(0, slots, 1, slots).groupBy("id").transformWithStateInPandas(
-                _WarmProcessor(), "id long", "Append", "None").collect()
+                _WarmProcessor(), "id long", "Append", "None"
+            ).collect()
             thread.warmed = True
         except Exception as exc:  # only an optimisation: the first batch starts its workers itself
             log.debug("warming the Python workers failed: %s", exc)

@@ -39,8 +39,9 @@ import hashlib
 import itertools
 import struct
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional, Protocol
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -49,8 +50,20 @@ from ..protocol import ENTRY_OVERHEAD_BYTES
 from . import cron as crons
 from .index_cache import PAUSED_MS, IndexCache, IndexEntry, IndexSession, IndexToken
 from .rejection_classes import reason_class
-from .schedule import Action, Cron, Outcome, Request, Schedule, WriteBack, activation_of, completes, firing_id, \
-    input_topic_of, is_cron, is_internal
+from .schedule import (
+    Action,
+    Cron,
+    Outcome,
+    Request,
+    Schedule,
+    WriteBack,
+    activation_of,
+    completes,
+    firing_id,
+    input_topic_of,
+    is_cron,
+    is_internal,
+)
 
 BUCKET_MS = 1000
 # How fast a shard's fire reads, filters and emits a bucket's chunks, conservatively: a bucket is prepared this much
@@ -66,13 +79,33 @@ FAR_FUTURE_MS = 2**62
 # state value the layout writes (one schedule bigger than this is a chunk of its own).
 SEAL_BYTES = 4 * 1024 * 1024
 SEAL_STRIKES = 65_536
-ENTRY_COLUMNS = ["due_ms", "topic", "key", "value", "headers", "delivery_id", "entry_bytes",
-                 # what some dialects add (null for native requests): see schedule.Schedule
-                 "partition", "partition_key", "wb_topic", "wb_partition", "wb_key", "wb_headers", "history",
-                 # the client id and digest of the version (null without request id): rebuild the index
-                 "sid", "digest",
-                 # expiry (null: none), and a cron's definition (null for one-shots): see schedule.Cron
-                 "max_lateness_ms", "cron_expr", "cron_tz", "cron_policy", "cron_start_ms", "cron_end_ms"]
+ENTRY_COLUMNS = [
+    "due_ms",
+    "topic",
+    "key",
+    "value",
+    "headers",
+    "delivery_id",
+    "entry_bytes",
+    # what some dialects add (null for native requests): see schedule.Schedule
+    "partition",
+    "partition_key",
+    "wb_topic",
+    "wb_partition",
+    "wb_key",
+    "wb_headers",
+    "history",
+    # the client id and digest of the version (null without request id): rebuild the index
+    "sid",
+    "digest",
+    # expiry (null: none), and a cron's definition (null for one-shots): see schedule.Cron
+    "max_lateness_ms",
+    "cron_expr",
+    "cron_tz",
+    "cron_policy",
+    "cron_start_ms",
+    "cron_end_ms",
+]
 INDEX_COLUMNS = ["sid", "digest"]
 CRON_COLUMNS = ["cron_expr", "cron_tz", "cron_policy", "cron_start_ms", "cron_end_ms"]
 NULLABLE_INT_COLUMNS = ("partition", "wb_partition", "max_lateness_ms", "cron_start_ms", "cron_end_ms")
@@ -99,7 +132,7 @@ def bucket_of(due_ms: int) -> int:
 
 
 def level_width(level: int) -> int:
-    return BUCKET_MS * LEVEL_FANOUT ** level
+    return BUCKET_MS * LEVEL_FANOUT**level
 
 
 def coarse_key(level: int, index):
@@ -150,7 +183,7 @@ class Levels:
     changed: bool = False
 
     @classmethod
-    def rebuilt(cls, keys: Iterable[int]) -> "Levels":
+    def rebuilt(cls, keys: Iterable[int]) -> Levels:
         """From the bucket keys in state (a checkpoint written before the levels): one pass over the buckets."""
         coarse, fine_end = set(), None
         for key in keys:
@@ -244,7 +277,7 @@ class Levels:
         return held
 
 
-def _part(pieces: list, data: Optional[bytes]) -> None:
+def _part(pieces: list, data: bytes | None) -> None:
     """One field of a digest: its length and bytes, or 0xff for null (so no two field lists encode alike)."""
     if data is None:
         pieces.append(b"\xff")
@@ -260,7 +293,7 @@ def _header_parts(pieces: list, pairs) -> None:
         _part(pieces, value)
 
 
-def _native_digest(due_ms: int, topic: str, key: Optional[bytes], value: Optional[bytes], header_list):
+def _native_digest(due_ms: int, topic: str, key: bytes | None, value: bytes | None, header_list):
     """The digest of the fields every version has (a blake2b object, to go on with the rest)."""
     pieces = [struct.pack(">q", due_ms)]
     _part(pieces, topic.encode())
@@ -284,10 +317,21 @@ def aligned_lead_ms(lead_ms: int) -> int:
 
 def digest_of_entry(r) -> bytes:
     """``digest(schedule_of_entry(r))``, without making the Schedule for a native row (the ingest path)."""
-    if missing(r.partition) and missing(r.partition_key) and missing(r.wb_headers) and not flag(r.history) \
-            and missing(getattr(r, "max_lateness_ms", None)) and missing(getattr(r, "cron_expr", None)):
-        return _native_digest(int(r.due_ms), r.topic, optional_bytes(r.key), optional_bytes(r.value),
-                              [(name, optional_bytes(value)) for name, value in header_pairs(r.headers)]).digest()
+    if (
+        missing(r.partition)
+        and missing(r.partition_key)
+        and missing(r.wb_headers)
+        and not flag(r.history)
+        and missing(getattr(r, "max_lateness_ms", None))
+        and missing(getattr(r, "cron_expr", None))
+    ):
+        return _native_digest(
+            int(r.due_ms),
+            r.topic,
+            optional_bytes(r.key),
+            optional_bytes(r.value),
+            [(name, optional_bytes(value)) for name, value in header_pairs(r.headers)],
+        ).digest()
     return digest(schedule_of_entry(r))
 
 
@@ -295,8 +339,12 @@ def digest(schedule: Schedule) -> bytes:
     """What makes two versions "strictly identical": due time, destination, key, value, headers. Stored in
     checkpoints (chunk rows, the index): the encoding must never change."""
     h = _native_digest(schedule.due_ms, schedule.topic, schedule.key, schedule.value, schedule.headers)
-    if schedule.partition is not None or schedule.partition_key is not None or schedule.write_back is not None \
-            or schedule.history:
+    if (
+        schedule.partition is not None
+        or schedule.partition_key is not None
+        or schedule.write_back is not None
+        or schedule.history
+    ):
         # Only dialects other than native get here, so digests of native schedules stay as they were.
         pieces = [b"+"]
         _part(pieces, None if schedule.partition is None else str(schedule.partition).encode())
@@ -333,15 +381,20 @@ def cron_digest(schedule: Schedule) -> bytes:
 
 def entry_bytes(schedule: Schedule) -> int:
     """Rough stored size, to bound chunks (the decoder computes the same in Spark SQL)."""
+
     def header_bytes(pairs) -> int:
         return sum(len(name.encode()) + len(value or b"") for name, value in pairs)
 
     back = schedule.write_back
     definition = schedule.cron
-    return (ENTRY_OVERHEAD_BYTES + len(schedule.key or b"") + len(schedule.value or b"")
-            + header_bytes(schedule.headers)
-            + (0 if back is None else len(back.key or b"") + header_bytes(back.headers))
-            + (0 if definition is None else len(definition.expr.encode()) + len((definition.tz or "").encode())))
+    return (
+        ENTRY_OVERHEAD_BYTES
+        + len(schedule.key or b"")
+        + len(schedule.value or b"")
+        + header_bytes(schedule.headers)
+        + (0 if back is None else len(back.key or b"") + header_bytes(back.headers))
+        + (0 if definition is None else len(definition.expr.encode()) + len((definition.tz or "").encode()))
+    )
 
 
 @dataclass
@@ -357,11 +410,19 @@ class BucketInfo:
     prep_run: str = ""
     prep_through: int = -1
 
-    def copy(self) -> "BucketInfo":
-        return BucketInfo(self.created_seq, self.timer_ms, self.next_n, list(self.chunks), list(self.strikes),
-                          list(self.fires), self.prep_run, self.prep_through)
+    def copy(self) -> BucketInfo:
+        return BucketInfo(
+            self.created_seq,
+            self.timer_ms,
+            self.next_n,
+            list(self.chunks),
+            list(self.strikes),
+            list(self.fires),
+            self.prep_run,
+            self.prep_through,
+        )
 
-    def prepared_through(self, run: str) -> Optional[int]:
+    def prepared_through(self, run: str) -> int | None:
         return self.prep_through if run and self.prep_run == run else None
 
 
@@ -376,7 +437,7 @@ class ShardStore(Protocol):
     cache: IndexCache  # the worker's copy of this shard's index
 
     def next_seq(self) -> int: ...
-    def index_token_get(self) -> Optional[IndexToken]: ...
+    def index_token_get(self) -> IndexToken | None: ...
     def index_token_put(self, token: IndexToken) -> None: ...
     def delta_get(self, version: int, part: int) -> list: ...
     def delta_put(self, version: int, part: int, changes: list) -> None: ...
@@ -385,7 +446,8 @@ class ShardStore(Protocol):
     def bucket_keys(self) -> Iterator[int]: ...
     def chunk_index(self, bucket: int, n: int) -> pd.DataFrame:
         """Columns sid, due_ms, delivery_id, digest of a chunk (what a rebuild of the index reads)."""
-    def bucket_get(self, bucket: int) -> Optional[BucketInfo]: ...
+
+    def bucket_get(self, bucket: int) -> BucketInfo | None: ...
     def bucket_put(self, bucket: int, info: BucketInfo) -> None: ...
     def bucket_remove(self, bucket: int) -> None: ...
     def chunk_get(self, bucket: int, n: int) -> pd.DataFrame: ...
@@ -400,27 +462,47 @@ class ShardStore(Protocol):
     def register_timer(self, timer_ms: int) -> None: ...
     # Paused crons: sid -> a one-row entries frame (its definition; due_ms: where a replay resumes, delivery_id: the
     # activation it was paused in). Few: a state call per pause and resume.
-    def paused_get(self, sid: bytes) -> Optional[pd.DataFrame]: ...
+    def paused_get(self, sid: bytes) -> pd.DataFrame | None: ...
     def paused_put(self, sid: bytes, entry: pd.DataFrame) -> None: ...
     def paused_remove(self, sid: bytes) -> None: ...
     def paused_items(self) -> Iterator[tuple[bytes, pd.DataFrame]]: ...
     # Where the buckets are (``Levels``): (fine_mark, coarse keys, listed keys); None before the first write.
-    def levels_get(self) -> Optional[tuple[int, list, list]]: ...
+    def levels_get(self) -> tuple[int, list, list] | None: ...
     def levels_put(self, fine_mark: int, coarse: list, listed: list) -> None: ...
 
 
-def entries_frame(schedules: Iterable[Schedule], ids: Optional[Iterable[tuple]] = None) -> pd.DataFrame:
+def entries_frame(schedules: Iterable[Schedule], ids: Iterable[tuple] | None = None) -> pd.DataFrame:
     """``ids``: (sid, digest) of each schedule; None: schedules without request id."""
     rows = []
     for s, (sid, version_digest) in zip(schedules, ids if ids is not None else itertools.repeat((None, None))):
         back, definition = s.write_back, s.cron
-        rows.append((s.due_ms, s.topic, s.key, s.value, list(s.headers), s.delivery_id, entry_bytes(s),
-                     s.partition, s.partition_key,
-                     *((None, None, None, None) if back is None else
-                       (back.topic, back.partition, back.key, list(back.headers))),
-                     s.history, sid, version_digest, s.max_lateness_ms,
-                     *((None,) * 5 if definition is None else
-                       (definition.expr, definition.tz, definition.policy, definition.start_ms, definition.end_ms))))
+        rows.append(
+            (
+                s.due_ms,
+                s.topic,
+                s.key,
+                s.value,
+                list(s.headers),
+                s.delivery_id,
+                entry_bytes(s),
+                s.partition,
+                s.partition_key,
+                *(
+                    (None, None, None, None)
+                    if back is None
+                    else (back.topic, back.partition, back.key, list(back.headers))
+                ),
+                s.history,
+                sid,
+                version_digest,
+                s.max_lateness_ms,
+                *(
+                    (None,) * 5
+                    if definition is None
+                    else (definition.expr, definition.tz, definition.policy, definition.start_ms, definition.end_ms)
+                ),
+            )
+        )
     if not rows:
         return _NO_ENTRIES.copy()
     frame = pd.DataFrame(rows, columns=ENTRY_COLUMNS)
@@ -449,12 +531,12 @@ def missing(value) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and pd.isna(value))
 
 
-def optional_int(value) -> Optional[int]:
+def optional_int(value) -> int | None:
     """An int cell of a frame: pandas may hold a missing one as None, NaN or pd.NA."""
     return None if value is None or pd.isna(value) else int(value)
 
 
-def optional_bytes(value) -> Optional[bytes]:
+def optional_bytes(value) -> bytes | None:
     return None if missing(value) else bytes(value)
 
 
@@ -473,13 +555,18 @@ def headers_of(cell) -> tuple:
     return tuple((name, optional_bytes(value)) for name, value in header_pairs(cell))
 
 
-def cron_of_entry(r) -> Optional[Cron]:
+def cron_of_entry(r) -> Cron | None:
     expr = getattr(r, "cron_expr", None)
     if missing(expr):
         return None
     tz, policy = getattr(r, "cron_tz", None), getattr(r, "cron_policy", None)
-    return Cron(expr, None if missing(tz) else tz, "replay" if missing(policy) else policy,
-                optional_int(getattr(r, "cron_start_ms", None)), optional_int(getattr(r, "cron_end_ms", None)))
+    return Cron(
+        expr,
+        None if missing(tz) else tz,
+        "replay" if missing(policy) else policy,
+        optional_int(getattr(r, "cron_start_ms", None)),
+        optional_int(getattr(r, "cron_end_ms", None)),
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -496,22 +583,29 @@ def named_rows(frame: pd.DataFrame) -> Iterator[tuple]:
     of a small batch's rules), and with Python ints where it gives numpy ones (nullable int columns)."""
     row = _row_type(tuple(frame.columns))
     for start in range(0, len(frame), NAMED_ROWS_SLICE):
-        yield from map(row._make, frame.iloc[start:start + NAMED_ROWS_SLICE].to_numpy(dtype=object).tolist())
+        yield from map(row._make, frame.iloc[start : start + NAMED_ROWS_SLICE].to_numpy(dtype=object).tolist())
 
 
 def schedule_of_entry(r) -> Schedule:
     """A Schedule from a row (``named_rows``) of an entries frame or of the processor's request frame (a CRON_ADD's due
     time is null there: 0)."""
     wb_headers = getattr(r, "wb_headers", None)
-    return Schedule(optional_int(r.due_ms) or 0, r.topic, optional_bytes(r.key), optional_bytes(r.value),
-                    headers_of(r.headers), r.delivery_id,
-                    partition=optional_int(getattr(r, "partition", None)),
-                    partition_key=optional_bytes(getattr(r, "partition_key", None)),
-                    write_back=None if missing(wb_headers) else WriteBack(
-                        r.wb_topic, int(r.wb_partition), optional_bytes(r.wb_key), headers_of(wb_headers)),
-                    history=flag(getattr(r, "history", False)),
-                    max_lateness_ms=optional_int(getattr(r, "max_lateness_ms", None)),
-                    cron=cron_of_entry(r))
+    return Schedule(
+        optional_int(r.due_ms) or 0,
+        r.topic,
+        optional_bytes(r.key),
+        optional_bytes(r.value),
+        headers_of(r.headers),
+        r.delivery_id,
+        partition=optional_int(getattr(r, "partition", None)),
+        partition_key=optional_bytes(getattr(r, "partition_key", None)),
+        write_back=None
+        if missing(wb_headers)
+        else WriteBack(r.wb_topic, int(r.wb_partition), optional_bytes(r.wb_key), headers_of(wb_headers)),
+        history=flag(getattr(r, "history", False)),
+        max_lateness_ms=optional_int(getattr(r, "max_lateness_ms", None)),
+        cron=cron_of_entry(r),
+    )
 
 
 def schedules_of(frame: pd.DataFrame) -> list[Schedule]:
@@ -522,7 +616,7 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame(columns=ENTRY_COLUMNS)
 
 
-def split_by_bytes(frame: pd.DataFrame, limit: Optional[int] = None) -> list[pd.DataFrame]:
+def split_by_bytes(frame: pd.DataFrame, limit: int | None = None) -> list[pd.DataFrame]:
     """Consecutive slices of about ``limit`` bytes: a row goes to the slice in which it starts, so a
     slice exceeds ``limit`` by at most its last row."""
     if not len(frame):
@@ -534,7 +628,7 @@ def split_by_bytes(frame: pd.DataFrame, limit: Optional[int] = None) -> list[pd.
     cuts = [0, *(np.flatnonzero(np.diff(slice_of)) + 1).tolist(), len(sizes)]
     if len(cuts) == 2:
         return [frame.reset_index(drop=True)]
-    return [frame.iloc[a:b].reset_index(drop=True) for a, b in zip(cuts, cuts[1:])]
+    return [frame.iloc[a:b].reset_index(drop=True) for a, b in itertools.pairwise(cuts)]
 
 
 def merge_small(parts: list, seal: int, merge: Callable[[tuple, tuple], tuple]) -> list:
@@ -550,7 +644,7 @@ def merge_small(parts: list, seal: int, merge: Callable[[tuple, tuple], tuple]) 
         parts = [p for p in parts if p is not older and p is not newer] + [merged]
 
 
-def step(pending, pending_digest: Optional[bytes], request: Request):
+def step(pending, pending_digest: bytes | None, request: Request):
     """One request against the id's pending version (an IndexEntry while unchanged, else a Schedule):
     its outcome, and the pending version and digest after it. Latest request wins."""
     if request.action is Action.CANCEL:
@@ -571,12 +665,20 @@ class _Shard:
     """One handler call's view of the shard: bucket metadata and armed timers read at most once,
     written at most once; chunks and strike lists written as they are made."""
 
-    def __init__(self, store: ShardStore, seq: int, now_ms: int, window_ms: int, run: str, lazy: bool = False,
-                 started_ms: Optional[int] = None):
+    def __init__(
+        self,
+        store: ShardStore,
+        seq: int,
+        now_ms: int,
+        window_ms: int,
+        run: str,
+        lazy: bool = False,
+        started_ms: int | None = None,
+    ):
         self.store, self.seq, self.now_ms, self.window_ms, self.run = store, seq, now_ms, window_ms, run
         # When the running job started: a skip cron's firing due before it was missed (the job was down).
         self.started_ms = started_ms
-        self.cache: dict[int, Optional[BucketInfo]] = {}
+        self.cache: dict[int, BucketInfo | None] = {}
         self.dirty: set[int] = set()
         self.armed: dict[int, list] = {}
         self.struck: dict[int, list] = {}
@@ -588,7 +690,7 @@ class _Shard:
         # One state read when the cache is current. A fire's is lazy: it only forgets (IndexSession.forget), unless
         # it files a cron's next firing: then it is rebuilt from the chunks as this call has left them so far.
         self._index = IndexSession(store, lazy=lazy, overlay=lambda: dict(self.cache))
-        self._levels: Optional[Levels] = None
+        self._levels: Levels | None = None
         self.refined: set = set()  # coarse buckets this call refined
 
     def index(self) -> IndexSession:
@@ -627,7 +729,7 @@ class _Shard:
         if with_id.any():
             self.index().forget(sids[with_id], delivered["delivery_id"][with_id])
 
-    def get(self, bucket: int) -> Optional[BucketInfo]:
+    def get(self, bucket: int) -> BucketInfo | None:
         if bucket not in self.cache:
             self.cache[bucket] = self.store.bucket_get(bucket)
         return self.cache[bucket]
@@ -699,8 +801,8 @@ class _Shard:
         kept_chunks, new_chunks, rest, leaving = [], [], [], []
         bucket_bytes = sum(size for _, size in info.chunks)
         rest_bytes = 0
-        retire_at: Optional[int] = None  # the earliest due time of what stays prepared
-        prepare_at: Optional[int] = None  # the earliest due time of what stays unprepared
+        retire_at: int | None = None  # the earliest due time of what stays prepared
+        prepare_at: int | None = None  # the earliest due time of what stays unprepared
         for n, size in info.chunks:
             frame = self.store.chunk_get(bucket, n)
             changed = False
@@ -748,8 +850,11 @@ class _Shard:
             info.chunks = merge_small(info.chunks, SEAL_BYTES, lambda a, b: self._merge_chunks(bucket, info, a, b))
         if retire_at is None and prepare_at is None:
             if leaving and self._forget_by_due_time(bucket_bytes):
-                self.index().forget_due(bucket * BUCKET_MS, (bucket + 1) * BUCKET_MS - 1,
-                                        sum(int(frame["sid"].notna().sum()) for frame in leaving))
+                self.index().forget_due(
+                    bucket * BUCKET_MS,
+                    (bucket + 1) * BUCKET_MS - 1,
+                    sum(int(frame["sid"].notna().sum()) for frame in leaving),
+                )
             elif leaving:
                 self.forget(pd.concat(leaving, ignore_index=True))
             self.cache[bucket] = None
@@ -761,8 +866,15 @@ class _Shard:
         info.fires = record_fire(info.fires, self.seq, now)
         info.prep_run, info.prep_through = self.run, through_after
         lead = self.lead_ms(info)
-        self.arm(bucket, info, min(t for t in (retire_at, None if prepare_at is None else
-                                               max(now + 1, prepare_at - self.window_ms - lead)) if t is not None))
+        self.arm(
+            bucket,
+            info,
+            min(
+                t
+                for t in (retire_at, None if prepare_at is None else max(now + 1, prepare_at - self.window_ms - lead))
+                if t is not None
+            ),
+        )
         self.dirty.add(bucket)
 
     def refine(self, bucket: int, info: BucketInfo) -> Iterator[pd.DataFrame]:
@@ -770,7 +882,7 @@ class _Shard:
         buckets of the level below (a level of seconds: the usual buckets), which take over its place among the
         levels. Nothing is emitted but what those buckets emit if already due (a late timer). No schedule leaves
         state, so the index is untouched."""
-        level, (start, end) = level_of(bucket), key_range(bucket)
+        level, (_start, end) = level_of(bucket), key_range(bucket)
         levels = self.levels()
         struck: set = set(self.struck.pop(bucket, ()))
         for n, _ in info.strikes:
@@ -821,7 +933,7 @@ class _Shard:
             frames[key] = group
         return frames
 
-    def _skipped(self, frame: pd.DataFrame, emit: pd.Series) -> Optional[pd.Series]:
+    def _skipped(self, frame: pd.DataFrame, emit: pd.Series) -> pd.Series | None:
         """The firings of skip crons about to be emitted that were missed: due before the running job started (it was
         down, or starting, at their instant). Not delivered; the cron goes on from its first firing since the start.
         A firing late because of a slow batch or a backlog was due while the job ran: it is delivered.
@@ -857,19 +969,24 @@ class _Shard:
         (a replay after an outage or a pause), emitted at once and followed in turn, in order. A cron with no next
         firing (past its end) leaves state. Yields what it emits."""
         while self.cron_gone:
-            gone = pd.concat(self.cron_gone, ignore_index=True) if len(self.cron_gone) > 1 else \
-                self.cron_gone[0].reset_index(drop=True)
+            gone = (
+                pd.concat(self.cron_gone, ignore_index=True)
+                if len(self.cron_gone) > 1
+                else self.cron_gone[0].reset_index(drop=True)
+            )
             self.cron_gone = []
-            following = crons.next_firings(gone["cron_expr"].to_numpy(), gone["cron_tz"].to_numpy(),
-                                           gone["_after"].to_numpy())
+            following = crons.next_firings(
+                gone["cron_expr"].to_numpy(), gone["cron_tz"].to_numpy(), gone["_after"].to_numpy()
+            )
             ends = pd.to_numeric(gone["cron_end_ms"], errors="coerce").fillna(float(FAR_FUTURE_MS)).to_numpy()
             alive = (following >= 0) & (following <= ends)
             if not alive.any():
                 continue
             nexts = gone[alive].drop(columns=["_after"]).reset_index(drop=True)
             nexts["due_ms"] = following[alive]
-            nexts["delivery_id"] = [firing_id(activation_of(d), t) for d, t in zip(nexts["delivery_id"],
-                                                                                  nexts["due_ms"])]
+            nexts["delivery_id"] = [
+                firing_id(activation_of(d), t) for d, t in zip(nexts["delivery_id"], nexts["due_ms"])
+            ]
             due = (nexts["due_ms"] <= self.now_ms).to_numpy()
             if due.any():
                 at_once = nexts[due].reset_index(drop=True)
@@ -878,8 +995,9 @@ class _Shard:
             later = nexts[~due]
             if len(later):
                 index = self.index()
-                for sid, due_ms, delivery_id, version_digest in zip(later["sid"], later["due_ms"],
-                                                                   later["delivery_id"], later["digest"]):
+                for sid, due_ms, delivery_id, version_digest in zip(
+                    later["sid"], later["due_ms"], later["delivery_id"], later["digest"]
+                ):
                     index.put(bytes(sid), IndexEntry(int(due_ms), delivery_id, bytes(version_digest)))
                 yield from self.file_frames(self.place(later))
 
@@ -910,7 +1028,7 @@ class _Shard:
         found = {}
         for bucket, ids in wanted.items():
             info = self.get(bucket)
-            for n, _ in (info.chunks if info is not None else ()):
+            for n, _ in info.chunks if info is not None else ():
                 frame = self.store.chunk_get(bucket, n)
                 for r in named_rows(frame[frame["delivery_id"].isin(ids)]):
                     found[r.delivery_id] = schedule_of_entry(r)
@@ -959,8 +1077,11 @@ class _Shard:
             if info is None:
                 continue  # ripened away in this call
             info.strikes.append(self._put_strikes(bucket, info, ids))
-            info.strikes = merge_small(info.strikes, SEAL_STRIKES,
-                                       lambda a, b, bucket=bucket, info=info: self._merge_strikes(bucket, info, a, b))
+            info.strikes = merge_small(
+                info.strikes,
+                SEAL_STRIKES,
+                lambda a, b, bucket=bucket, info=info: self._merge_strikes(bucket, info, a, b),
+            )
             self.dirty.add(bucket)
         for bucket in self.dirty:
             if self.cache[bucket] is not None:
@@ -981,6 +1102,7 @@ class _Shard:
 @dataclass
 class BatchResult:
     """What one handler call hands to the sink."""
+
     outcomes: Counter = field(default_factory=Counter)
     # The same outcomes per input topic, (Outcome, topic) -> n (rejections: (Outcome.REJECTED, topic, reason class)),
     # and the schedules delivered at once (due when read) per input topic: for the metrics (ops/metrics.py).
@@ -1038,8 +1160,9 @@ def cron_digest_of_entry(r) -> bytes:
     return cron_digest(schedule_of_entry(r))
 
 
-def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: tuple[list, list],
-                   min_interval_ms: int) -> None:
+def _cron_requests(
+    shard: _Shard, by_sid: dict, result: BatchResult, to_file: tuple[list, list], min_interval_ms: int
+) -> None:
     """The requests of crons, per id in log order (see protocols.md, "Recurring schedules"). A cron's state is its one
     pending firing in the wheel (the index names it), or, paused, its definition in the ``paused`` map (the index
     entry's due time is PAUSED_MS). A version's firing that the timed writer may hold is withdrawn and struck out of
@@ -1059,18 +1182,10 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
         initial = index.get(sid)
         kind = "none" if initial is None else "paused" if initial.due_ms == PAUSED_MS else "active"
         written = kind == "active" and shard.written(initial)
-        version: Optional[Schedule] = None  # the cron as this batch left it (active: due_ms its first firing;
+        version: Schedule | None = None  # the cron as this batch left it (active: due_ms its first firing;
         version_digest = None if initial is None else initial.digest  # paused: due_ms where a replay resumes)
         changed = False
         replayed_id = None  # a replay due at once: its first firing's id (replayed_firing_id)
-
-        def current() -> Schedule:
-            """The cron's definition as it stands, its due time the pending firing (active) or the cursor (paused)."""
-            if changed:
-                return version
-            if kind == "paused":
-                return schedule_of_entry(next(named_rows(store.paused_get(sid))))
-            return rows[initial.delivery_id]
 
         for request in requests:
             action = request.action
@@ -1079,16 +1194,28 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
                 definition = schedule.cron
                 reason = crons.problem(definition.expr, definition.tz, min_interval_ms)
                 if reason is not None:
-                    _reject(result, topic, [(schedule.key, schedule.value, request.raw_headers,
-                                             request.activation or schedule.delivery_id, reason)])
+                    _reject(
+                        result,
+                        topic,
+                        [
+                            (
+                                schedule.key,
+                                schedule.value,
+                                request.raw_headers,
+                                request.activation or schedule.delivery_id,
+                                reason,
+                            )
+                        ],
+                    )
                     continue
                 new_digest = cron_digest(schedule)
                 if kind == "active" and new_digest == version_digest:
                     outcome = Outcome.CRON_REPLACE_NOOP
                 else:
                     outcome = Outcome.CRON_ADDED if kind == "none" else Outcome.CRON_REPLACED
-                    first = crons.first_firing(definition.expr, definition.tz, now, definition.start_ms,
-                                               definition.end_ms)
+                    first = crons.first_firing(
+                        definition.expr, definition.tz, now, definition.start_ms, definition.end_ms
+                    )
                     activation = request.activation or schedule.delivery_id
                     changed, version_digest, replayed_id = True, new_digest, None
                     if first is None:  # nothing left to fire (past its end): registered and gone
@@ -1101,7 +1228,8 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
                     outcome = Outcome.CRON_PAUSE_NOOP
                 else:
                     outcome = Outcome.CRON_PAUSED
-                    base = current()
+                    # the definition as it stands, its due time the pending firing
+                    base = version if changed else rows[initial.delivery_id]
                     cursor = base.due_ms
                     if written:  # its pending firing is written: the next one is where a replay would resume
                         following = crons.spec(base.cron.expr, base.cron.tz).next_after(cursor)
@@ -1113,15 +1241,17 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
                     outcome = Outcome.CRON_RESUME_NOOP
                 else:
                     outcome = Outcome.CRON_RESUMED
-                    base = current()
+                    # the definition as it stands, its due time the cursor where a replay resumes
+                    base = version if changed else schedule_of_entry(next(named_rows(store.paused_get(sid))))
                     first = resumed_at(base.cron, base.due_ms, now)
                     changed = True
                     if first is None:
                         kind, version = "none", None
                     else:
                         kind, written = "active", False
-                        version = dataclasses.replace(base, due_ms=first,
-                                                      delivery_id=firing_id(request.activation, first))
+                        version = dataclasses.replace(
+                            base, due_ms=first, delivery_id=firing_id(request.activation, first)
+                        )
                         replayed_id = replayed_firing_id(base.delivery_id, first)
             elif action is Action.CRON_CANCEL:
                 if kind == "none":
@@ -1161,7 +1291,7 @@ def _cron_requests(shard: "_Shard", by_sid: dict, result: BatchResult, to_file: 
             index.put(sid, IndexEntry(version.due_ms, version.delivery_id, version_digest))
 
 
-def replayed_firing_id(paused_activation: str, first_ms: int) -> Optional[str]:
+def replayed_firing_id(paused_activation: str, first_ms: int) -> str | None:
     """The id of the first firing a replay delivers at once when a cron resumes: the one the pause withdrew, so the
     id it had in the activation the cron was paused in. A withdrawal reaches the timed writer only at the end of the
     pausing batch; if that batch was still running at the firing's instant, the writer had written it, and the
@@ -1170,17 +1300,18 @@ def replayed_firing_id(paused_activation: str, first_ms: int) -> Optional[str]:
     return firing_id(paused_activation, first_ms)
 
 
-def resumed_at(definition: Cron, cursor: int, now_ms: int) -> Optional[int]:
+def resumed_at(definition: Cron, cursor: int, now_ms: int) -> int | None:
     """The first firing of a resumed cron: with ``replay``, the first one the pause withdrew (``cursor``; those due
     are delivered at once, in order), with ``skip`` the first after now. None: none left (past its end)."""
     if definition.policy == "skip":
-        return crons.first_firing(definition.expr, definition.tz, max(now_ms, cursor - 1), definition.start_ms,
-                                  definition.end_ms)
+        return crons.first_firing(
+            definition.expr, definition.tz, max(now_ms, cursor - 1), definition.start_ms, definition.end_ms
+        )
     end = FAR_FUTURE_MS if definition.end_ms is None else definition.end_ms
     return cursor if cursor <= end else None
 
 
-def withdraw_firing(shard: "_Shard", entry: IndexEntry, written: bool, result: BatchResult) -> None:
+def withdraw_firing(shard: _Shard, entry: IndexEntry, written: bool, result: BatchResult) -> None:
     """A cron paused, replaced or cancelled: its pending firing is struck out of its bucket (even when written:
     retiring it would otherwise file the next firing of that version), and withdrawn from the timed writer if it
     may hold it."""
@@ -1189,24 +1320,40 @@ def withdraw_firing(shard: "_Shard", entry: IndexEntry, written: bool, result: B
         result.withdrawn.append(entry.delivery_id)
 
 
-def _fresh_cron_adds(shard: "_Shard", adds: pd.DataFrame, result: BatchResult, min_interval_ms: int
-                     ) -> Optional[pd.DataFrame]:
+def _fresh_cron_adds(
+    shard: _Shard, adds: pd.DataFrame, result: BatchResult, min_interval_ms: int
+) -> pd.DataFrame | None:
     """CRON_ADDs of ids without a cron that no other request of the batch names (the usual registration), in bulk:
     one validation and one first-firing computation per distinct definition, not per row. Returns the entries to
     file (due_ms the first firing)."""
     now = shard.now_ms
-    topics = adds["src_topic"].to_numpy() if "src_topic" in adds else \
-        np.array([input_topic_of(s) for s in adds["sid"]], dtype=object)
+    topics = (
+        adds["src_topic"].to_numpy()
+        if "src_topic" in adds
+        else np.array([input_topic_of(s) for s in adds["sid"]], dtype=object)
+    )
     exprs, zones = adds["cron_expr"].to_numpy(), adds["cron_tz"].to_numpy()
-    reasons = np.array(_per_distinct(lambda e, z: crons.problem(e, None if missing(z) else z, min_interval_ms),
-                                     exprs, zones), dtype=object)
+    reasons = np.array(
+        _per_distinct(lambda e, z: crons.problem(e, None if missing(z) else z, min_interval_ms), exprs, zones),
+        dtype=object,
+    )
     bad = pd.notna(reasons)
     if bad.any():
         for topic in pd.unique(topics[bad]):
             of_topic = bad & (topics == topic)
-            _reject(result, str(topic), list(zip(adds["key"][of_topic], adds["value"][of_topic],
-                                                 adds["raw_headers"][of_topic], adds["delivery_id"][of_topic],
-                                                 reasons[of_topic])))
+            _reject(
+                result,
+                str(topic),
+                list(
+                    zip(
+                        adds["key"][of_topic],
+                        adds["value"][of_topic],
+                        adds["raw_headers"][of_topic],
+                        adds["delivery_id"][of_topic],
+                        reasons[of_topic],
+                    )
+                ),
+            )
     good = adds[~bad].reset_index(drop=True)
     if not len(good):
         return None
@@ -1227,8 +1374,9 @@ def _fresh_cron_adds(shard: "_Shard", adds: pd.DataFrame, result: BatchResult, m
     filed["digest"] = [cron_digest_of_entry(r) for r in named_rows(filed)]
     filed["sid"] = [bytes(s) for s in filed["sid"]]
     index = shard.index()
-    for sid, due_ms, delivery_id, version_digest in zip(filed["sid"], filed["due_ms"], filed["delivery_id"],
-                                                       filed["digest"]):
+    for sid, due_ms, delivery_id, version_digest in zip(
+        filed["sid"], filed["due_ms"], filed["delivery_id"], filed["digest"]
+    ):
         index.put(sid, IndexEntry(int(due_ms), delivery_id, version_digest))
     return filed[ENTRY_COLUMNS]
 
@@ -1249,11 +1397,18 @@ def _per_distinct(function, exprs, zones) -> list:
     return out
 
 
-def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]], now_ms: int,
-                   anonymous: Optional[pd.DataFrame] = None, window_ms: int = 0, run: str = "",
-                   keyed: Optional[pd.DataFrame] = None, cron_adds: Optional[pd.DataFrame] = None,
-                   started_ms: Optional[int] = None,
-                   cron_min_interval_ms: int = DEFAULT_CRON_MIN_INTERVAL_MS) -> BatchResult:
+def apply_requests(
+    store: ShardStore,
+    requests: Iterable[tuple[bytes, Request]],
+    now_ms: int,
+    anonymous: pd.DataFrame | None = None,
+    window_ms: int = 0,
+    run: str = "",
+    keyed: pd.DataFrame | None = None,
+    cron_adds: pd.DataFrame | None = None,
+    started_ms: int | None = None,
+    cron_min_interval_ms: int = DEFAULT_CRON_MIN_INTERVAL_MS,
+) -> BatchResult:
     """One shard's requests of a micro-batch at batch time ``now_ms``.
 
     Emits the schedules due by ``now_ms`` once all of the batch's requests acted (they leave state), and
@@ -1296,8 +1451,9 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     if has_cron_adds:
         known = np.fromiter((bytes(sid) in entries for sid in cron_adds["sid"]), dtype=bool, count=len(cron_adds))
         for r in named_rows(cron_adds[known]):  # a cron has the id (active or paused): one by one
-            by_sid[bytes(r.sid)] = [Request(Action.CRON_ADD, schedule_of_entry(r), raw_headers=r.raw_headers,
-                                            activation=r.delivery_id)]
+            by_sid[bytes(r.sid)] = [
+                Request(Action.CRON_ADD, schedule_of_entry(r), raw_headers=r.raw_headers, activation=r.delivery_id)
+            ]
         fresh_crons = cron_adds[~known]
     cron_sids = {sid: of_sid for sid, of_sid in by_sid.items() if is_cron(sid)}
     for sid, of_sid in by_sid.items():
@@ -1361,8 +1517,11 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
             digests[i] = digest_of_entry(r)
             index.put(bytes(r.sid), IndexEntry(int(r.due_ms), r.delivery_id, digests[i]))
         bulk.append(fresh[ENTRY_COLUMNS].assign(digest=digests, sid=[bytes(s) for s in fresh["sid"]]))
-        bulk_topics.append(fresh["src_topic"].to_numpy() if "src_topic" in fresh else
-                           np.array([input_topic_of(s) for s in fresh["sid"]], dtype=object))
+        bulk_topics.append(
+            fresh["src_topic"].to_numpy()
+            if "src_topic" in fresh
+            else np.array([input_topic_of(s) for s in fresh["sid"]], dtype=object)
+        )
     if bulk:
         rows = pd.concat(bulk, ignore_index=True) if len(bulk) > 1 else bulk[0]
         rows = with_entry_columns(rows)
@@ -1396,8 +1555,15 @@ def apply_requests(store: ShardStore, requests: Iterable[tuple[bytes, Request]],
     return result
 
 
-def fire(store: ShardStore, timer_ms: int, now_ms: int, window_ms: int = 0, run: str = "",
-         started_ms: Optional[int] = None, counts: Optional[Counter] = None) -> Iterator[pd.DataFrame]:
+def fire(
+    store: ShardStore,
+    timer_ms: int,
+    now_ms: int,
+    window_ms: int = 0,
+    run: str = "",
+    started_ms: int | None = None,
+    counts: Counter | None = None,
+) -> Iterator[pd.DataFrame]:
     """A timer expired at batch time ``now_ms``: ripen each bucket it is the live timer of (see
     ``_Shard.ripen``), yielding what it emits (rows written later than their max lateness marked ``expired``), then
     the next firings of the crons whose firing left state. ``counts``: gets the firings skipped (``skipped``)."""
@@ -1405,7 +1571,7 @@ def fire(store: ShardStore, timer_ms: int, now_ms: int, window_ms: int = 0, run:
     if not buckets:
         return
     store.armed_remove(timer_ms)
-    shard: Optional[_Shard] = None
+    shard: _Shard | None = None
     for bucket in sorted(set(buckets)):
         info = store.bucket_get(bucket)
         if info is None or info.timer_ms != timer_ms:
@@ -1426,18 +1592,18 @@ def fire(store: ShardStore, timer_ms: int, now_ms: int, window_ms: int = 0, run:
 class MemoryShardStore:
     """``ShardStore`` over dicts (tests and tools). Timers are kept as a set of (ms, shard)."""
 
-    def __init__(self, shard: int = 0, timers: Optional[set] = None, cache: Optional[IndexCache] = None):
+    def __init__(self, shard: int = 0, timers: set | None = None, cache: IndexCache | None = None):
         self.shard = shard
         self.seq = 0
         self.cache = cache if cache is not None else IndexCache()  # the worker memory: tests swap it
-        self.token: Optional[IndexToken] = None
+        self.token: IndexToken | None = None
         self.deltas: dict[tuple[int, int], list] = {}
         self.buckets: dict[int, BucketInfo] = {}
         self.chunks: dict[tuple[int, int], pd.DataFrame] = {}
         self.strikes: dict[tuple[int, int], list] = {}
         self.armed: dict[int, list] = {}
         self.paused: dict[bytes, pd.DataFrame] = {}
-        self.levels: Optional[tuple[int, list, list]] = None
+        self.levels: tuple[int, list, list] | None = None
         self.timers = timers if timers is not None else set()
 
     def next_seq(self):
@@ -1471,6 +1637,7 @@ class MemoryShardStore:
     def index_entries(self) -> dict:
         """The index as a rebuild would see it (tests)."""
         from .index_cache import stored_index
+
         return stored_index(self)
 
     def bucket_get(self, bucket):

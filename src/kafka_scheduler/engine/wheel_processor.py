@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections import Counter
-from typing import Iterable, Iterator, Optional
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -19,20 +19,48 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import ArrayType, BinaryType, BooleanType, DataType, IntegerType, LongType, StringType, \
-    StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from ..dialects.common import KIND_REJECT, header
-from ..protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, \
-    SOURCE_TOPIC, request_of
-from .partitioning import partition_hash
+from ..protocol import (
+    CRON_FIRE_TIMESTAMP,
+    DELIVERY_ID,
+    REJECTION_REASON,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+    request_of,
+)
 from .batch_summary import BATCH_TIME, DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, SKIPPED_FIRINGS, outcome_key
-from .rejection_classes import reason_class
 from .index_cache import IndexCache, IndexEntry, IndexToken, cache_for
+from .partitioning import partition_hash
+from .rejection_classes import reason_class
 from .schedule import Action, Request, is_internal
-from .wheel import DEFAULT_CRON_MIN_INTERVAL_MS, ENTRY_COLUMNS, INDEX_COLUMNS, NULLABLE_INT_COLUMNS, BucketInfo, \
-    apply_requests, expired_mask, fire, header_pairs, missing, named_rows, schedule_of_entry, \
-    with_entry_columns
+from .wheel import (
+    DEFAULT_CRON_MIN_INTERVAL_MS,
+    ENTRY_COLUMNS,
+    INDEX_COLUMNS,
+    NULLABLE_INT_COLUMNS,
+    BucketInfo,
+    apply_requests,
+    expired_mask,
+    fire,
+    header_pairs,
+    missing,
+    named_rows,
+    schedule_of_entry,
+    with_entry_columns,
+)
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -40,32 +68,34 @@ HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructFie
 # Python as two lists of primitives, names and values, and a delivery's id as a column of its own: ``record_rows``
 # zips them into (key, value) structs in the JVM. As a list of structs they cost each row a dict per header built
 # by the processor and another by PySpark's conversion to Arrow, most of a herd's Python time (docs/measurements.md).
-OUTPUT_SCHEMA = StructType([
-    StructField("kind", StringType()),
-    StructField("topic", StringType()),  # destination topic; for outcome rows, the outcome name
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("header_names", ArrayType(StringType())),
-    StructField("header_values", ArrayType(BinaryType())),
-    StructField("delivery_id", StringType()),  # deliveries only: record_rows adds it as the last header
-    StructField("due_ms", LongType()),
-    StructField("n", LongType()),
-    # deliveries only: the explicit partition, or the partitioner hash of a partition key (the sink takes it
-    # modulo the destination's partition count); the write-back to send and whether to copy to history
-    StructField("partition", IntegerType()),
-    StructField("partition_hash", IntegerType()),
-    StructField("wb_topic", StringType()),
-    StructField("wb_partition", IntegerType()),
-    StructField("wb_key", BinaryType()),
-    StructField("wb_headers", HEADERS_TYPE),
-    StructField("history", BooleanType()),
-    # deliveries only: emitted ahead of its due time, for the driver's timed writer (see wheel.apply_requests)
-    StructField("prepared", BooleanType()),
-    # deliveries (and expired ones): later than due + this, the sink or the timed writer rejects it as expired
-    StructField("max_lateness_ms", LongType()),
-    # deliveries only: the schedule's id in the state, by which a CANCEL read early finds it (early_cancels.py)
-    StructField("sid", BinaryType()),
-])
+OUTPUT_SCHEMA = StructType(
+    [
+        StructField("kind", StringType()),
+        StructField("topic", StringType()),  # destination topic; for outcome rows, the outcome name
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("header_names", ArrayType(StringType())),
+        StructField("header_values", ArrayType(BinaryType())),
+        StructField("delivery_id", StringType()),  # deliveries only: record_rows adds it as the last header
+        StructField("due_ms", LongType()),
+        StructField("n", LongType()),
+        # deliveries only: the explicit partition, or the partitioner hash of a partition key (the sink takes it
+        # modulo the destination's partition count); the write-back to send and whether to copy to history
+        StructField("partition", IntegerType()),
+        StructField("partition_hash", IntegerType()),
+        StructField("wb_topic", StringType()),
+        StructField("wb_partition", IntegerType()),
+        StructField("wb_key", BinaryType()),
+        StructField("wb_headers", HEADERS_TYPE),
+        StructField("history", BooleanType()),
+        # deliveries only: emitted ahead of its due time, for the driver's timed writer (see wheel.apply_requests)
+        StructField("prepared", BooleanType()),
+        # deliveries (and expired ones): later than due + this, the sink or the timed writer rejects it as expired
+        StructField("max_lateness_ms", LongType()),
+        # deliveries only: the schedule's id in the state, by which a CANCEL read early finds it (early_cancels.py)
+        StructField("sid", BinaryType()),
+    ]
+)
 OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
 _HEADER_PARTS = ["header_names", "header_values", "delivery_id"]
 
@@ -74,12 +104,14 @@ def record_rows(output: DataFrame) -> DataFrame:
     """The processor's rows as the sink reads them: ``headers`` in place of the names, values and delivery id, the
     delivery's id the last header (after a cron firing's fire timestamp, as the processor emitted it before)."""
     pairs = F.arrays_zip("header_names", "header_values").cast(HEADERS_TYPE)
-    with_id = F.concat(F.coalesce(pairs, F.array().cast(HEADERS_TYPE)),
-                       F.array(header(DELIVERY_ID, F.encode("delivery_id", "UTF-8"))))
+    with_id = F.concat(
+        F.coalesce(pairs, F.array().cast(HEADERS_TYPE)), F.array(header(DELIVERY_ID, F.encode("delivery_id", "UTF-8")))
+    )
     headers = F.when(F.col("delivery_id").isNotNull(), with_id).otherwise(pairs).alias("headers")
     columns = [name for name in OUTPUT_COLUMNS if name not in _HEADER_PARTS]
     at = columns.index("value") + 1
     return output.select(*columns[:at], headers, *columns[at:])
+
 
 KIND_DELIVER = "deliver"
 KIND_EXPIRED = "expired"  # a delivery written later than its max lateness would allow: the sink rejects it
@@ -94,24 +126,50 @@ KIND_WITHDRAW = "withdraw"
 KIND_TICK = "tick"
 
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-CHUNK_SCHEMA = pa.schema([("due_ms", pa.int64()), ("topic", pa.string()), ("key", pa.binary()),
-                          ("value", pa.binary()), ("headers", _HEADER_TYPE), ("delivery_id", pa.string()),
-                          ("entry_bytes", pa.int64()), ("partition", pa.int32()), ("partition_key", pa.binary()),
-                          ("wb_topic", pa.string()), ("wb_partition", pa.int32()), ("wb_key", pa.binary()),
-                          ("wb_headers", _HEADER_TYPE), ("history", pa.bool_()), ("sid", pa.binary()),
-                          ("digest", pa.binary()), ("max_lateness_ms", pa.int64()), ("cron_expr", pa.string()),
-                          ("cron_tz", pa.string()), ("cron_policy", pa.string()), ("cron_start_ms", pa.int64()),
-                          ("cron_end_ms", pa.int64())])
+CHUNK_SCHEMA = pa.schema(
+    [
+        ("due_ms", pa.int64()),
+        ("topic", pa.string()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", _HEADER_TYPE),
+        ("delivery_id", pa.string()),
+        ("entry_bytes", pa.int64()),
+        ("partition", pa.int32()),
+        ("partition_key", pa.binary()),
+        ("wb_topic", pa.string()),
+        ("wb_partition", pa.int32()),
+        ("wb_key", pa.binary()),
+        ("wb_headers", _HEADER_TYPE),
+        ("history", pa.bool_()),
+        ("sid", pa.binary()),
+        ("digest", pa.binary()),
+        ("max_lateness_ms", pa.int64()),
+        ("cron_expr", pa.string()),
+        ("cron_tz", pa.string()),
+        ("cron_policy", pa.string()),
+        ("cron_start_ms", pa.int64()),
+        ("cron_end_ms", pa.int64()),
+    ]
+)
 # due_ms null: the id left the index; sid null: every id due from due_ms to through_ms left it
-DELTA_SCHEMA = pa.schema([("sid", pa.binary()), ("due_ms", pa.int64()), ("delivery_id", pa.string()),
-                          ("digest", pa.binary()), ("through_ms", pa.int64())])
+DELTA_SCHEMA = pa.schema(
+    [
+        ("sid", pa.binary()),
+        ("due_ms", pa.int64()),
+        ("delivery_id", pa.string()),
+        ("digest", pa.binary()),
+        ("through_ms", pa.int64()),
+    ]
+)
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 def shard_column(shards: int) -> Column:
     """The grouping key: a stable hash of the schedule id; rejections share one key of their own."""
     return F.when(F.col("kind") == KIND_REJECT, F.lit(REJECTIONS_SHARD)).otherwise(
-        F.pmod(F.xxhash64("sid"), F.lit(shards)).cast("int"))
+        F.pmod(F.xxhash64("sid"), F.lit(shards)).cast("int")
+    )
 
 
 def with_shards(requests, shards: int, ticks_topic: str):
@@ -119,10 +177,13 @@ def with_shards(requests, shards: int, ticks_topic: str):
     reports its armed timers), a wake-up tick to none (reading it was its whole purpose)."""
     is_tick = F.col("src_topic") == ticks_topic
     report = is_tick & (F.col("value") == F.lit(b"report"))
-    rows = requests.filter(~is_tick | report).withColumn("kind", F.when(is_tick, F.lit(KIND_TICK)).otherwise(
-        F.col("kind")))
-    return rows.withColumn("shard", F.explode(F.when(is_tick, F.sequence(F.lit(0), F.lit(shards - 1))).otherwise(
-        F.array(shard_column(shards)))))
+    rows = requests.filter(~is_tick | report).withColumn(
+        "kind", F.when(is_tick, F.lit(KIND_TICK)).otherwise(F.col("kind"))
+    )
+    return rows.withColumn(
+        "shard",
+        F.explode(F.when(is_tick, F.sequence(F.lit(0), F.lit(shards - 1))).otherwise(F.array(shard_column(shards)))),
+    )
 
 
 # The state step's input: the requests of each Arrow batch packed per shard into one Arrow IPC blob, by a vectorised
@@ -148,12 +209,18 @@ def pack_by_shard(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
         starts = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1]])
         ends = np.r_[starts[1:], len(shards)]
         yield pa.RecordBatch.from_arrays(
-            [pa.array(shards[starts], pa.int32()),
-             pa.array([_ipc(table.slice(start, end - start), _PACK_OPTIONS) for start, end in zip(starts, ends)],
-                      pa.binary())], names=["shard", "requests"])
+            [
+                pa.array(shards[starts], pa.int32()),
+                pa.array(
+                    [_ipc(table.slice(start, end - start), _PACK_OPTIONS) for start, end in zip(starts, ends)],
+                    pa.binary(),
+                ),
+            ],
+            names=["shard", "requests"],
+        )
 
 
-def unpacked(frames: Iterable[pd.DataFrame]) -> Optional[pd.DataFrame]:
+def unpacked(frames: Iterable[pd.DataFrame]) -> pd.DataFrame | None:
     """The requests of a handler call's packed rows, as one frame (None: none; a blob is never empty)."""
     tables = [_table(blob) for frame in frames for blob in frame["requests"]]
     return pa.concat_tables(tables).to_pandas() if tables else None
@@ -168,18 +235,36 @@ def _pandas_types(field: pa.Field) -> tuple[str, str]:
         return numpy_type.lower(), numpy_type
     if pa.types.is_integer(field.type) or pa.types.is_boolean(field.type):
         return str(field.type), str(field.type)
-    return ("unicode" if pa.types.is_string(field.type) else "bytes" if pa.types.is_binary(field.type)
-            else "list[object]"), "object"
+    return (
+        "unicode" if pa.types.is_string(field.type) else "bytes" if pa.types.is_binary(field.type) else "list[object]"
+    ), "object"
 
 
 # What ``Table.from_pandas`` wrote with every chunk (constant): reading a chunk back gives the same dtypes
 # (nullable ints as Int32/Int64, not float64) whichever way it was written.
-_CHUNK_SCHEMA_WITH_PANDAS = CHUNK_SCHEMA.with_metadata({b"pandas": json.dumps({
-    "index_columns": [], "column_indexes": [],
-    "columns": [{"name": f.name, "field_name": f.name, "pandas_type": _pandas_types(f)[0],
-                 "numpy_type": _pandas_types(f)[1], "metadata": None} for f in CHUNK_SCHEMA],
-    "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__},
-    "pandas_version": pd.__version__}).encode()})
+_CHUNK_SCHEMA_WITH_PANDAS = CHUNK_SCHEMA.with_metadata(
+    {
+        b"pandas": json.dumps(
+            {
+                "index_columns": [],
+                "column_indexes": [],
+                "columns": [
+                    {
+                        "name": f.name,
+                        "field_name": f.name,
+                        "pandas_type": _pandas_types(f)[0],
+                        "numpy_type": _pandas_types(f)[1],
+                        "metadata": None,
+                    }
+                    for f in CHUNK_SCHEMA
+                ],
+                "attributes": {},
+                "creator": {"library": "pyarrow", "version": pa.__version__},
+                "pandas_version": pd.__version__,
+            }
+        ).encode()
+    }
+)
 
 
 def to_blob(entries: pd.DataFrame) -> bytes:
@@ -272,23 +357,34 @@ def from_blob(blob) -> pd.DataFrame:
 def delta_blob(changes: list) -> bytes:
     """An index delta (``index_cache``): (sid, IndexEntry or None) changes, and (None, (first, last)) ranges."""
     entries = [None if sid is None else entry for sid, entry in changes]
-    return _ipc(pa.table([
-        pa.array([sid for sid, _ in changes], pa.binary()),
-        pa.array([entry[0] if sid is None else None if entry is None else entry.due_ms
-                  for sid, entry in changes], pa.int64()),
-        pa.array([None if e is None else e.delivery_id for e in entries], pa.string()),
-        pa.array([None if e is None else e.digest for e in entries], pa.binary()),
-        pa.array([entry[1] if sid is None else None for sid, entry in changes], pa.int64())], schema=DELTA_SCHEMA))
+    return _ipc(
+        pa.table(
+            [
+                pa.array([sid for sid, _ in changes], pa.binary()),
+                pa.array(
+                    [entry[0] if sid is None else None if entry is None else entry.due_ms for sid, entry in changes],
+                    pa.int64(),
+                ),
+                pa.array([None if e is None else e.delivery_id for e in entries], pa.string()),
+                pa.array([None if e is None else e.digest for e in entries], pa.binary()),
+                pa.array([entry[1] if sid is None else None for sid, entry in changes], pa.int64()),
+            ],
+            schema=DELTA_SCHEMA,
+        )
+    )
 
 
 def delta_of_blob(blob) -> list:
     columns = _table(blob).to_pydict()
     through = columns.get("through_ms") or [None] * len(columns["sid"])
-    return [(None, (due_ms, through_ms)) if sid is None
-            else (sid, None if due_ms is None else IndexEntry(due_ms, delivery_id, digest))
-            for sid, due_ms, delivery_id, digest, through_ms in zip(columns["sid"], columns["due_ms"],
-                                                                    columns["delivery_id"], columns["digest"],
-                                                                    through)]
+    return [
+        (None, (due_ms, through_ms))
+        if sid is None
+        else (sid, None if due_ms is None else IndexEntry(due_ms, delivery_id, digest))
+        for sid, due_ms, delivery_id, digest, through_ms in zip(
+            columns["sid"], columns["due_ms"], columns["delivery_id"], columns["digest"], through
+        )
+    ]
 
 
 def log_order(frame: pd.DataFrame) -> pd.DataFrame:
@@ -300,7 +396,8 @@ def log_order(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.sort_values(["src_topic", "src_partition", "src_offset"], kind="stable")
     running = frame.groupby(["src_topic", "src_partition"], sort=False)["src_ts_ms"].cummax()
     return frame.assign(_order=running).sort_values(
-        ["_order", "src_topic", "src_partition", "src_offset"], kind="stable")
+        ["_order", "src_topic", "src_partition", "src_offset"], kind="stable"
+    )
 
 
 def _pairs(cells) -> list:
@@ -308,17 +405,25 @@ def _pairs(cells) -> list:
 
 
 def _bucket_info(value) -> BucketInfo:
-    return BucketInfo(int(value[0]), int(value[1]), int(value[2]), _pairs(value[3]), _pairs(value[4]),
-                      _pairs(value[5]), value[6] or "", int(value[7]))
+    return BucketInfo(
+        int(value[0]),
+        int(value[1]),
+        int(value[2]),
+        _pairs(value[3]),
+        _pairs(value[4]),
+        _pairs(value[5]),
+        value[6] or "",
+        int(value[7]),
+    )
 
 
 class MapStateShardStore:
     """``ShardStore`` over the processor's state variables and the shard's timers."""
 
-    def __init__(self, processor: "WheelProcessor"):
+    def __init__(self, processor: WheelProcessor):
         self.p = processor
-        self.shard: Optional[int] = None
-        self.cache: Optional[IndexCache] = None
+        self.shard: int | None = None
+        self.cache: IndexCache | None = None
 
     def use_shard(self, shard: int) -> None:
         """The processor (and this store) serve every shard of a partition in turn."""
@@ -334,8 +439,9 @@ class MapStateShardStore:
         value = self.p.index_token.get()
         if value is None:
             return None
-        return IndexToken(int(value[0]), int(value[1]), [int(n) for n in value[2]], [int(n) for n in value[3]],
-                          int(value[4]))
+        return IndexToken(
+            int(value[0]), int(value[1]), [int(n) for n in value[2]], [int(n) for n in value[3]], int(value[4])
+        )
 
     def index_token_put(self, token):
         self.p.index_token.update((token.version, token.base, list(token.nonces), list(token.sizes), token.entries))
@@ -353,7 +459,7 @@ class MapStateShardStore:
         return [(int(key[0]), _bucket_info(value)) for key, value in self.p.buckets.iterator()]
 
     def bucket_keys(self):
-        return [int(key[0]) for key in self.p.buckets.keys()]
+        return [int(key[0]) for key in self.p.buckets]
 
     def chunk_index(self, bucket, n):
         value = self.p.chunks.getValue((bucket, n))
@@ -371,8 +477,19 @@ class MapStateShardStore:
         return None if value is None else _bucket_info(value)
 
     def bucket_put(self, bucket, info):
-        self.p.buckets.updateValue((bucket,), (info.created_seq, info.timer_ms, info.next_n, info.chunks,
-                                               info.strikes, info.fires, info.prep_run, info.prep_through))
+        self.p.buckets.updateValue(
+            (bucket,),
+            (
+                info.created_seq,
+                info.timer_ms,
+                info.next_n,
+                info.chunks,
+                info.strikes,
+                info.fires,
+                info.prep_run,
+                info.prep_through,
+            ),
+        )
 
     def bucket_remove(self, bucket):
         self.p.buckets.removeKey((bucket,))
@@ -426,8 +543,11 @@ class MapStateShardStore:
 
     def levels_get(self):
         value = self.p.levels.get()
-        return None if value is None else (int(value[0]), [int(k) for k in value[1] or ()],
-                                           [int(k) for k in value[2] or ()])
+        return (
+            None
+            if value is None
+            else (int(value[0]), [int(k) for k in value[1] or ()], [int(k) for k in value[2] or ()])
+        )
 
     def levels_put(self, fine_mark, coarse, listed):
         self.p.levels.update((fine_mark, list(coarse), list(listed)))
@@ -436,40 +556,60 @@ class MapStateShardStore:
 def _records(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.DataFrame:
     """``headers``: None, or (names, values) as ``header_lists`` gives them."""
     names, values = (None, None) if headers is None else headers
-    columns = {"kind": kind, "topic": topic, "key": key, "value": value, "header_names": names,
-               "header_values": values, "due_ms": due_ms, **extras}
+    columns = {
+        "kind": kind,
+        "topic": topic,
+        "key": key,
+        "value": value,
+        "header_names": names,
+        "header_values": values,
+        "due_ms": due_ms,
+        **extras,
+    }
     rows = len(topic)
     # A missing column is a list of None: a scalar None broadcast by pandas becomes NaN, which Spark cannot read
     # as an array or a string.
-    return pd.DataFrame({name: [None] * rows if columns.get(name) is None else columns[name]
-                         for name in OUTPUT_COLUMNS}, columns=OUTPUT_COLUMNS)
+    return pd.DataFrame(
+        {name: [None] * rows if columns.get(name) is None else columns[name] for name in OUTPUT_COLUMNS},
+        columns=OUTPUT_COLUMNS,
+    )
 
 
 def _outcomes(counts: Counter) -> pd.DataFrame:
     """Outcome rows; a key is an outcome name (or Outcome), or a tuple of it and its labels (metrics.outcome_key)."""
+
     def name(key) -> str:
         parts = key if isinstance(key, tuple) else (key,)
         return outcome_key(*(str(getattr(p, "value", p)) for p in parts))
 
     # Every cell given: a column pandas fills by itself holds NaN, which Spark cannot read as an array or a string.
-    return pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": name(k),
-                          "n": n} for k, n in counts.items() if n], columns=OUTPUT_COLUMNS)
+    return pd.DataFrame(
+        [
+            {**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": name(k), "n": n}
+            for k, n in counts.items()
+            if n
+        ],
+        columns=OUTPUT_COLUMNS,
+    )
 
 
 def rejection_counts(frame: pd.DataFrame) -> Counter:
     """(rejected, input topic, reason class) -> n of rejection rows (``src_topic``, ``headers``)."""
+
     def reason(headers):
         return next((v for k, v in header_pairs(headers) if k == REJECTION_REASON), None)
 
-    return Counter((OUTCOME_REJECTED, str(topic), reason_class(reason(headers)))
-                   for topic, headers in zip(frame["src_topic"], frame["headers"]))
+    return Counter(
+        (OUTCOME_REJECTED, str(topic), reason_class(reason(headers)))
+        for topic, headers in zip(frame["src_topic"], frame["headers"])
+    )
 
 
 def _header_dicts(cell) -> list:
     return [{"key": k, "value": v} for k, v in header_pairs(cell)]
 
 
-def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.DataFrame:
+def deliveries_frame(entries: pd.DataFrame, now_ms: int | None = None) -> pd.DataFrame:
     """Delivery rows; with ``now_ms``, those due after it are marked prepared (for the timed writer). A cron's firing
     carries ``x-scheduler-cron-fire-timestamp`` (its instant in Unix seconds, as Kaspr writes it); rows marked
     ``expired`` (wheel.mark_expired) are of kind ``expired``: the sink rejects them."""
@@ -477,18 +617,25 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.
     names, values = header_lists(entries["headers"])
     for row in np.flatnonzero(crons):
         names[row] = [*(names[row] if names[row] is not None else ()), CRON_FIRE_TIMESTAMP]
-        values[row] = [*(values[row] if values[row] is not None else ()),
-                       str(int(entries["due_ms"].iat[row]) // 1000).encode()]
+        values[row] = [
+            *(values[row] if values[row] is not None else ()),
+            str(int(entries["due_ms"].iat[row]) // 1000).encode(),
+        ]
     extras = {"delivery_id": entries["delivery_id"].to_numpy()}
     if "sid" in entries:
         extras["sid"] = entries["sid"].to_numpy()
-    if _present(entries, "wb_headers") or _present(entries, "partition_key") or _present(entries, "partition") \
-            or "history" in entries and flags(entries["history"]).any():
+    if (
+        _present(entries, "wb_headers")
+        or _present(entries, "partition_key")
+        or _present(entries, "partition")
+        or ("history" in entries and flags(entries["history"]).any())
+    ):
         # Only dialects other than native get here: the frames of native deliveries skip these columns.
         extras |= {
             "partition": _nullable_ints(entries["partition"], "Int32"),
-            "partition_hash": pd.array([None if missing(k) else partition_hash(bytes(k))
-                                        for k in entries["partition_key"]], dtype="Int32"),
+            "partition_hash": pd.array(
+                [None if missing(k) else partition_hash(bytes(k)) for k in entries["partition_key"]], dtype="Int32"
+            ),
             "wb_topic": entries["wb_topic"].to_numpy(),
             "wb_partition": _nullable_ints(entries["wb_partition"], "Int32"),
             "wb_key": entries["wb_key"].to_numpy(),
@@ -500,8 +647,15 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.
     if _present(entries, "max_lateness_ms"):
         extras["max_lateness_ms"] = _nullable_ints(entries["max_lateness_ms"], "Int64")
     expired = expired_mask(entries)
-    frame = _records(KIND_DELIVER, entries["topic"].to_numpy(), entries["key"].to_numpy(),
-                     entries["value"].to_numpy(), (names, values), entries["due_ms"].to_numpy(), **extras)
+    frame = _records(
+        KIND_DELIVER,
+        entries["topic"].to_numpy(),
+        entries["key"].to_numpy(),
+        entries["value"].to_numpy(),
+        (names, values),
+        entries["due_ms"].to_numpy(),
+        **extras,
+    )
     if expired.any():
         frame.loc[expired, "kind"] = KIND_EXPIRED
     return frame
@@ -510,21 +664,34 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: Optional[int] = None) -> pd.
 def rejections_frame(rejected: pd.DataFrame, rejections_topic: str) -> pd.DataFrame:
     """CRON_ADDs the rules refused (wheel.BatchResult.rejected) as rejection records, as the decoder writes them: the
     request's key, value and headers as read, the reason and the request's source."""
+
     def headers(raw, reason, delivery_id):
         topic, partition, offset = request_of(delivery_id)
-        return header_pairs(raw) + [(REJECTION_REASON, reason.encode()), (SOURCE_TOPIC, topic.encode()),
-                                    (SOURCE_PARTITION, partition.encode()), (SOURCE_OFFSET, offset.encode())]
+        return header_pairs(raw) + [
+            (REJECTION_REASON, reason.encode()),
+            (SOURCE_TOPIC, topic.encode()),
+            (SOURCE_PARTITION, partition.encode()),
+            (SOURCE_OFFSET, offset.encode()),
+        ]
 
-    return _records(KIND_REJECT, [rejections_topic] * len(rejected), rejected["key"].to_numpy(),
-                    rejected["value"].to_numpy(),
-                    header_lists([headers(*row) for row in zip(rejected["raw_headers"], rejected["reason"],
-                                                               rejected["delivery_id"])]), None)
+    return _records(
+        KIND_REJECT,
+        [rejections_topic] * len(rejected),
+        rejected["key"].to_numpy(),
+        rejected["value"].to_numpy(),
+        header_lists(
+            [headers(*row) for row in zip(rejected["raw_headers"], rejected["reason"], rejected["delivery_id"])]
+        ),
+        None,
+    )
 
 
 def _batch_time_row(now_ms: int) -> pd.DataFrame:
     """The processing time the state's rules ran at (BATCH_TIME): each handler call reports it."""
-    return pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": BATCH_TIME, "n": now_ms,
-                          "due_ms": now_ms}], columns=OUTPUT_COLUMNS)
+    return pd.DataFrame(
+        [{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": BATCH_TIME, "n": now_ms, "due_ms": now_ms}],
+        columns=OUTPUT_COLUMNS,
+    )
 
 
 def _timer_rows(instants: list) -> pd.DataFrame:
@@ -573,13 +740,15 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 # schema, value schema) for a map state, in DDL.
 STATE_VARIABLES = {
     "seq": ("seq", "seq long"),
-    "index_token": ("index_token",
-                    "version long, base long, nonces array<long>, sizes array<long>, entries long"),
+    "index_token": ("index_token", "version long, base long, nonces array<long>, sizes array<long>, entries long"),
     "deltas": ("index_deltas", "version long, part int", "data binary"),
-    "buckets": ("buckets", "bucket long",
-                "created_seq long, timer_ms long, next_n int, chunks array<struct<n:long,bytes:long>>, "
-                "strikes array<struct<n:long,count:long>>, fires array<struct<seq:long,rule_ms:long>>, "
-                "prep_run string, prep_through long"),
+    "buckets": (
+        "buckets",
+        "bucket long",
+        "created_seq long, timer_ms long, next_n int, chunks array<struct<n:long,bytes:long>>, "
+        "strikes array<struct<n:long,count:long>>, fires array<struct<seq:long,rule_ms:long>>, "
+        "prep_run string, prep_through long",
+    ),
     "chunks": ("chunks", "bucket long, n int", "data binary"),
     "strikes": ("strikes", "bucket long, n int", "delivery_ids array<string>"),
     "armed": ("armed", "timer_ms long", "buckets array<long>"),
@@ -604,9 +773,15 @@ class WheelProcessor(StatefulProcessor):
     firing due before was missed); ``rejections_topic``: where CRON_ADDs the rules refuse go; ``parsed_schemas``:
     ``parsed_state_schemas()``, made on the driver (without it, each task's init has the JVM parse each DDL)."""
 
-    def __init__(self, window_ms: int = 0, run: str = "", started_ms: Optional[int] = None,
-                 cron_min_interval_ms: int = DEFAULT_CRON_MIN_INTERVAL_MS, rejections_topic: str = "",
-                 parsed_schemas: Optional[dict] = None):
+    def __init__(
+        self,
+        window_ms: int = 0,
+        run: str = "",
+        started_ms: int | None = None,
+        cron_min_interval_ms: int = DEFAULT_CRON_MIN_INTERVAL_MS,
+        rejections_topic: str = "",
+        parsed_schemas: dict | None = None,
+    ):
         self.parsed_schemas = parsed_schemas or {}
         self.window_ms = window_ms
         self.run = run
@@ -618,8 +793,11 @@ class WheelProcessor(StatefulProcessor):
         self.handle = handle
         for attribute, (name, *schemas) in STATE_VARIABLES.items():
             schemas = [self.parsed_schemas.get(ddl, ddl) for ddl in schemas]
-            setattr(self, attribute, handle.getValueState(name, *schemas) if len(schemas) == 1
-                    else handle.getMapState(name, *schemas))
+            setattr(
+                self,
+                attribute,
+                handle.getValueState(name, *schemas) if len(schemas) == 1 else handle.getMapState(name, *schemas),
+            )
         self.store = MapStateShardStore(self)
         self.new_timers: list[int] = []
 
@@ -629,7 +807,7 @@ class WheelProcessor(StatefulProcessor):
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         yield from merged(self._timer_frames(key, timerValues, expiredTimerInfo))
 
-    def _input_frames(self, key, frame: Optional[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
+    def _input_frames(self, key, frame: pd.DataFrame | None, timerValues) -> Iterator[pd.DataFrame]:
         self.new_timers = []
         if frame is None:
             return
@@ -643,37 +821,67 @@ class WheelProcessor(StatefulProcessor):
                 yield _batch_time_row(timerValues.getCurrentProcessingTimeInMs())
                 return
         if int(key[0]) == REJECTIONS_SHARD:
-            yield _records(KIND_REJECT, frame["topic"].to_numpy(), frame["key"].to_numpy(),
-                           frame["value"].to_numpy(), header_lists(frame["headers"]), None)
+            yield _records(
+                KIND_REJECT,
+                frame["topic"].to_numpy(),
+                frame["key"].to_numpy(),
+                frame["value"].to_numpy(),
+                header_lists(frame["headers"]),
+                None,
+            )
             yield _outcomes(rejection_counts(frame))
             return
         shard = int(key[0])
         self.store.use_shard(shard)
         anonymous_mask = frame["sid"].map(is_internal).astype(bool)
         base_columns = [c for c in ENTRY_COLUMNS if c not in INDEX_COLUMNS]
-        anonymous = frame.loc[anonymous_mask, base_columns + ["src_topic"]].assign(sid=None, digest=None) \
-            .reset_index(drop=True)
+        anonymous = (
+            frame.loc[anonymous_mask, base_columns + ["src_topic"]].assign(sid=None, digest=None).reset_index(drop=True)
+        )
         client = frame[~anonymous_mask]
         # An ADD or REPLACE (or CRON_ADD) whose id no other request of the batch names needs no log order: filed
         # in bulk unless its id has a pending version (or cron).
         unique = ~client["sid"].duplicated(keep=False)
         alone = (unique & client["action"].isin([Action.ADD.value, Action.REPLACE.value])).to_numpy()
         cron_alone = (unique & (client["action"] == Action.CRON_ADD.value)).to_numpy()
-        keyed = client.loc[alone, base_columns + ["sid", "action", "src_topic"]].assign(digest=None) \
+        keyed = (
+            client.loc[alone, base_columns + ["sid", "action", "src_topic"]].assign(digest=None).reset_index(drop=True)
+        )
+        cron_adds = (
+            client.loc[cron_alone, base_columns + ["sid", "src_topic", "raw_headers"]]
+            .assign(digest=None)
             .reset_index(drop=True)
-        cron_adds = client.loc[cron_alone, base_columns + ["sid", "src_topic", "raw_headers"]].assign(digest=None) \
-            .reset_index(drop=True)
+        )
         requests = []
         for row in named_rows(log_order(client[~alone & ~cron_alone])):
             action = Action(row.action)
             schedule = schedule_of_entry(row) if action in (Action.ADD, Action.REPLACE, Action.CRON_ADD) else None
             completes = None if missing(row.completes) else row.completes
-            requests.append((bytes(row.sid), Request(action, schedule, completes,
-                                                     raw_headers=None if missing(row.raw_headers) else row.raw_headers,
-                                                     activation=row.delivery_id)))
+            requests.append(
+                (
+                    bytes(row.sid),
+                    Request(
+                        action,
+                        schedule,
+                        completes,
+                        raw_headers=None if missing(row.raw_headers) else row.raw_headers,
+                        activation=row.delivery_id,
+                    ),
+                )
+            )
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        result = apply_requests(self.store, requests, now_ms, anonymous, self.window_ms, self.run, keyed, cron_adds,
-                                started_ms=self.started_ms, cron_min_interval_ms=self.cron_min_interval_ms)
+        result = apply_requests(
+            self.store,
+            requests,
+            now_ms,
+            anonymous,
+            self.window_ms,
+            self.run,
+            keyed,
+            cron_adds,
+            started_ms=self.started_ms,
+            cron_min_interval_ms=self.cron_min_interval_ms,
+        )
         for emitted in result.emitted:
             if len(emitted):
                 yield deliveries_frame(emitted, now_ms)
@@ -683,8 +891,11 @@ class WheelProcessor(StatefulProcessor):
             yield _withdraw_rows(result.withdrawn)
         if self.new_timers:
             yield _timer_rows(self.new_timers)
-        yield _outcomes(result.by_topic + Counter({(DELIVERED_AT_ONCE, t): n for t, n in result.at_once.items()})
-                        + Counter({SKIPPED_FIRINGS: result.skipped}))
+        yield _outcomes(
+            result.by_topic
+            + Counter({(DELIVERED_AT_ONCE, t): n for t, n in result.at_once.items()})
+            + Counter({SKIPPED_FIRINGS: result.skipped})
+        )
         yield from self._reports(shard, now_ms)
 
     def _timer_frames(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
@@ -693,8 +904,15 @@ class WheelProcessor(StatefulProcessor):
         self.store.use_shard(shard)
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         counts = Counter()
-        for due in fire(self.store, expiredTimerInfo.getExpiryTimeInMs(), now_ms, self.window_ms, self.run,
-                        started_ms=self.started_ms, counts=counts):
+        for due in fire(
+            self.store,
+            expiredTimerInfo.getExpiryTimeInMs(),
+            now_ms,
+            self.window_ms,
+            self.run,
+            started_ms=self.started_ms,
+            counts=counts,
+        ):
             if len(due):
                 yield deliveries_frame(due, now_ms)
         if self.new_timers:
@@ -711,9 +929,18 @@ class WheelProcessor(StatefulProcessor):
         yield _batch_time_row(now_ms)
         version, entries = self.store.index_size()
         if entries >= 0:  # unknown until the next call that uses the index rebuilds it
-            yield pd.DataFrame([{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME,
-                                  "topic": f"{INDEX_ENTRIES_PREFIX}{shard}", "n": entries, "due_ms": version}],
-                                columns=OUTPUT_COLUMNS)
+            yield pd.DataFrame(
+                [
+                    {
+                        **dict.fromkeys(OUTPUT_COLUMNS),
+                        "kind": KIND_OUTCOME,
+                        "topic": f"{INDEX_ENTRIES_PREFIX}{shard}",
+                        "n": entries,
+                        "due_ms": version,
+                    }
+                ],
+                columns=OUTPUT_COLUMNS,
+            )
 
     def close(self) -> None:
         pass

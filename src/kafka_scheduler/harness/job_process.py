@@ -16,8 +16,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 from ..config import TICKS_SUFFIX
 from . import process_tree
@@ -36,8 +36,14 @@ class LogFollower(threading.Thread):
     """Tails a log file from an offset: every complete line with the wall time it was seen, handed to ``on_line``
     as it comes. Ends once the process has exited and the file holds nothing more."""
 
-    def __init__(self, path: Path, offset: int, process: subprocess.Popen, interval: float,
-                 on_line: Optional[Callable[[str], None]] = None):
+    def __init__(
+        self,
+        path: Path,
+        offset: int,
+        process: subprocess.Popen,
+        interval: float,
+        on_line: Callable[[str], None] | None = None,
+    ):
         super().__init__(daemon=True, name="job-log-follower")
         self.path, self.offset, self.process, self.interval, self.on_line = path, offset, process, interval, on_line
         self.lines: list[tuple[float, str]] = []
@@ -69,7 +75,7 @@ class LogFollower(threading.Thread):
         with self._lock:
             return list(self.lines)
 
-    def first(self, pattern: str) -> Optional[tuple[float, re.Match]]:
+    def first(self, pattern: str) -> tuple[float, re.Match] | None:
         """(wall time, match) of the first line matching ``pattern``, or None."""
         regex = re.compile(pattern)
         for seen, line in self.snapshot():
@@ -78,7 +84,7 @@ class LogFollower(threading.Thread):
                 return seen, match
         return None
 
-    def last(self, pattern: str) -> Optional[tuple[float, re.Match]]:
+    def last(self, pattern: str) -> tuple[float, re.Match] | None:
         regex = re.compile(pattern)
         for seen, line in reversed(self.snapshot()):
             match = regex.search(line)
@@ -91,38 +97,63 @@ class JobProcess:
     """``kafka-scheduler run`` (or ``subcommand``, e.g. submit) as a child process, its output appended to
     ``log_path`` (a restart appends to the same file; ``log()`` is what the current run logged)."""
 
-    def __init__(self, bootstrap: str, app_id: str, checkpoint_dir: Path, log_path: Path, extra_args: Sequence = (),
-                 launcher: Sequence[str] = DEFAULT_LAUNCHER, subcommand: str = "run",
-                 env: Optional[dict] = None, own_session: bool = False, follow_interval: float = 0.05,
-                 on_line: Optional[Callable[[str], None]] = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        app_id: str,
+        checkpoint_dir: Path,
+        log_path: Path,
+        extra_args: Sequence = (),
+        launcher: Sequence[str] = DEFAULT_LAUNCHER,
+        subcommand: str = "run",
+        env: dict | None = None,
+        own_session: bool = False,
+        follow_interval: float = 0.05,
+        on_line: Callable[[str], None] | None = None,
+    ):
         """``own_session``: in a session of its own, so a Ctrl-C to the caller's terminal does not reach it (the
         caller stops it). ``on_line``: called with each line the job logs, as it appears."""
         self.app_id = app_id
         self.bootstrap = bootstrap
         self.checkpoint_dir = Path(checkpoint_dir)
         self.log_path = Path(log_path)
-        self.command = [*launcher, subcommand, "--bootstrap-servers", bootstrap,
-                        "--app-id", app_id, "--checkpoint-dir", str(checkpoint_dir), *map(str, extra_args)]
+        self.command = [
+            *launcher,
+            subcommand,
+            "--bootstrap-servers",
+            bootstrap,
+            "--app-id",
+            app_id,
+            "--checkpoint-dir",
+            str(checkpoint_dir),
+            *map(str, extra_args),
+        ]
         self.env = env
         self.own_session = own_session
         self.follow_interval = follow_interval
         self.on_line = on_line
-        self.process: Optional[subprocess.Popen] = None
-        self.follower: Optional[LogFollower] = None
+        self.process: subprocess.Popen | None = None
+        self.follower: LogFollower | None = None
         self.started_at = 0.0  # wall time of the last start
         self._log_offset = 0
 
     # ------------------------------------------------------------ starting and stopping
 
-    def start(self, timeout: float = 180.0, wait: bool = True) -> "JobProcess":
+    def start(self, timeout: float = 180.0, wait: bool = True) -> JobProcess:
         """Start the process; with ``wait``, until it logs that its query runs."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.started_at = time.time()
         env = {**(os.environ if self.env is None else self.env), "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=env, start_new_session=self.own_session)
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=self.own_session,
+            )
         self.follower = LogFollower(self.log_path, self._log_offset, self.process, self.follow_interval, self.on_line)
         if wait:
             self.wait_for_line(RUNNING_LINE, timeout, f"scheduler {self.app_id} to start")
@@ -141,7 +172,9 @@ class JobProcess:
             code = self.process.wait()
             if kill_after:
                 return code
-            raise JobNotRunning(f"scheduler {self.app_id} did not stop within {timeout:.0f}s:\n{self.log()[-3000:]}")
+            raise JobNotRunning(
+                f"scheduler {self.app_id} did not stop within {timeout:.0f}s:\n{self.log()[-3000:]}"
+            ) from None
 
     def kill_tree(self, timeout: float = 60.0) -> int:
         """SIGKILL the job's whole process tree at once (driver, JVM, Python workers), as a machine crash would,
@@ -171,11 +204,11 @@ class JobProcess:
     def log_size(self) -> int:
         return self.log_path.stat().st_size if self.log_path.exists() else 0
 
-    def first(self, pattern: str) -> Optional[tuple[float, re.Match]]:
+    def first(self, pattern: str) -> tuple[float, re.Match] | None:
         """(wall time, match) of this run's first line matching ``pattern``, or None."""
         return self.follower.first(pattern) if self.follower else None
 
-    def last(self, pattern: str) -> Optional[tuple[float, re.Match]]:
+    def last(self, pattern: str) -> tuple[float, re.Match] | None:
         return self.follower.last(pattern) if self.follower else None
 
     def wait_for_line(self, text: str, timeout: float, what: str) -> None:
@@ -194,8 +227,10 @@ class JobProcess:
             return
         code = None if self.process is None else self.process.returncode
         log = self.log()
-        raise JobNotRunning(f"scheduler {self.app_id} is not running (exit code {code}); errors logged: "
-                            f"{logged_errors(log)[:3] or '-'}\n--- log tail:\n{log[-3000:]}")
+        raise JobNotRunning(
+            f"scheduler {self.app_id} is not running (exit code {code}); errors logged: "
+            f"{logged_errors(log)[:3] or '-'}\n--- log tail:\n{log[-3000:]}"
+        )
 
     def wake(self) -> None:
         """Make the job run a micro-batch soon: a wake-up tick, as its own driver writes them."""

@@ -44,9 +44,15 @@ def command_line(pid: int) -> str:
 
 
 def group_of(pid: int, root: int, command: str) -> str:
-    return ("jvm" if command.split(" ")[0].endswith("java") else
-            "python_driver" if pid == root else
-            "python_workers" if "python" in command else "other")
+    return (
+        "jvm"
+        if command.split(" ")[0].endswith("java")
+        else "python_driver"
+        if pid == root
+        else "python_workers"
+        if "python" in command
+        else "other"
+    )
 
 
 def command_lines(root: int) -> dict[int, str]:
@@ -77,8 +83,14 @@ def tree_rss(pid: int) -> dict[str, int]:
     for current in descendants(pid):
         try:
             command = command_line(current)
-            rss = next((int(line.split()[1]) * 1024 for line in Path(f"/proc/{current}/status").read_text().splitlines()
-                        if line.startswith("VmRSS:")), 0)
+            rss = next(
+                (
+                    int(line.split()[1]) * 1024
+                    for line in Path(f"/proc/{current}/status").read_text().splitlines()
+                    if line.startswith("VmRSS:")
+                ),
+                0,
+            )
         except (OSError, ValueError, IndexError):
             continue
         groups[group_of(current, pid, command)] += rss

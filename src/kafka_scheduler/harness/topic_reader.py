@@ -8,8 +8,8 @@ the crash suite its own delivery rows.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -21,17 +21,24 @@ class Record:
     topic: str
     partition: int
     offset: int
-    key: Optional[bytes]
-    value: Optional[bytes]
+    key: bytes | None
+    value: bytes | None
     headers: list
     timestamp_ms: int
 
     @classmethod
-    def of(cls, message) -> "Record":
-        return cls(message.topic(), message.partition(), message.offset(), message.key(), message.value(),
-                   list(message.headers() or []), message.timestamp()[1])
+    def of(cls, message) -> Record:
+        return cls(
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            message.key(),
+            message.value(),
+            list(message.headers() or []),
+            message.timestamp()[1],
+        )
 
-    def header(self, name: str) -> Optional[bytes]:
+    def header(self, name: str) -> bytes | None:
         values = [v for k, v in self.headers if k == name]
         assert len(values) == 1, f"expected one {name} header, got {self.headers}"
         return values[0]
@@ -45,13 +52,20 @@ class TopicReader:
 
     ``committed``: read as an exactly-once consumer does (isolation.level=read_committed)."""
 
-    def __init__(self, bootstrap: str, topics: Sequence[str], committed: bool = False, settings: Optional[dict] = None):
+    def __init__(self, bootstrap: str, topics: Sequence[str], committed: bool = False, settings: dict | None = None):
         self.bootstrap = bootstrap
         self.committed = committed
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}",
-                                  "enable.auto.commit": False, "log_level": 3, "fetch.max.bytes": 50_000_000,
-                                  "isolation.level": "read_committed" if committed else "read_uncommitted",
-                                  **(settings or {})})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"reader-{uuid.uuid4()}",
+                "enable.auto.commit": False,
+                "log_level": 3,
+                "fetch.max.bytes": 50_000_000,
+                "isolation.level": "read_committed" if committed else "read_uncommitted",
+                **(settings or {}),
+            }
+        )
         metadata = self.consumer.list_topics(timeout=10)
         self.partitions = [TopicPartition(t, p, 0) for t in topics for p in metadata.topics[t].partitions]
         self.consumer.assign(self.partitions)
@@ -70,22 +84,30 @@ class TopicReader:
     def positions(self) -> dict[tuple[str, int], int]:
         """Where reading stands per partition: the position, not the last record read (with read_committed it
         moves past transaction markers too)."""
-        return {(tp.topic, tp.partition): tp.offset for tp in self.consumer.position(self.partitions)
-                if tp.offset >= 0}
+        return {(tp.topic, tp.partition): tp.offset for tp in self.consumer.position(self.partitions) if tp.offset >= 0}
 
     def ends(self) -> dict[tuple[str, int], int]:
         """The current end (high watermark) of each partition."""
-        return {(tp.topic, tp.partition): self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-                for tp in self.partitions}
+        return {
+            (tp.topic, tp.partition): self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+            for tp in self.partitions
+        }
 
-    def caught_up(self, ends: Optional[dict] = None) -> bool:
+    def caught_up(self, ends: dict | None = None) -> bool:
         """Whether every partition has been read up to ``ends`` (default: its end now)."""
         positions = self.positions()
         return all(end == 0 or positions.get(tp, -1) >= end for tp, end in (ends or self.ends()).items())
 
-    def wait_for(self, predicate: Callable[[Record], bool], count: int = 1, timeout: float = 60.0,
-                 what: str = "records", guard: Optional[Callable[[], None]] = None) -> list[Record]:
+    def wait_for(
+        self,
+        predicate: Callable[[Record], bool],
+        count: int = 1,
+        timeout: float = 60.0,
+        what: str = "records",
+        guard: Callable[[], None] | None = None,
+    ) -> list[Record]:
         """The records matching ``predicate``, once there are ``count`` of them."""
+
         def matching():
             found = [r for r in self.poll() if predicate(r)]
             return found if len(found) >= count else None

@@ -4,12 +4,19 @@ crash suite wait for what the job does."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1,
-               guard: Optional[Callable[[], None]] = None, progress: Optional[Callable[[], str]] = None,
-               every: float = 10.0, say: Callable[[str], None] = print):
+def wait_until(
+    condition: Callable[[], object],
+    timeout: float,
+    what: str,
+    interval: float = 0.1,
+    guard: Callable[[], None] | None = None,
+    progress: Callable[[], str] | None = None,
+    every: float = 10.0,
+    say: Callable[[str], None] = print,
+):
     """Poll ``condition`` until it returns something truthy (returned); TimeoutError naming ``what`` at the deadline.
 
     ``guard`` (e.g. ``JobProcess.assert_running``) is called before each poll and may fail early; ``progress``

@@ -65,9 +65,15 @@ def artifacts(pom: Path = SPARK_KAFKA_POM) -> list[Artifact]:
     """The dependencies a pom names (groupId, artifactId, version), in its order."""
     namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
     root = ElementTree.parse(pom).getroot()
-    return [Artifact(*(dependency.findtext(f"m:{tag}", namespaces=namespace).strip()
-                       for tag in ("groupId", "artifactId", "version")))
-            for dependency in root.iterfind("m:dependencies/m:dependency", namespace)]
+    return [
+        Artifact(
+            *(
+                dependency.findtext(f"m:{tag}", namespaces=namespace).strip()
+                for tag in ("groupId", "artifactId", "version")
+            )
+        )
+        for dependency in root.iterfind("m:dependencies/m:dependency", namespace)
+    ]
 
 
 def pom_stamp(pom: Path = SPARK_KAFKA_POM) -> str:
@@ -80,9 +86,11 @@ def _download(url: str) -> bytes:
             return response.read()
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise MissingJars(f"cannot download {url}: {reason}; set KAFKA_SCHEDULER_MAVEN_REPOSITORY to a Maven "
-                          f"mirror, or KAFKA_SCHEDULER_JAR_CACHE to a folder whose spark-kafka/ holds the jars "
-                          f"of {SPARK_KAFKA_POM.name}") from None
+        raise MissingJars(
+            f"cannot download {url}: {reason}; set KAFKA_SCHEDULER_MAVEN_REPOSITORY to a Maven "
+            f"mirror, or KAFKA_SCHEDULER_JAR_CACHE to a folder whose spark-kafka/ holds the jars "
+            f"of {SPARK_KAFKA_POM.name}"
+        ) from None
 
 
 def fetch(folder: Path, pom: Path = SPARK_KAFKA_POM, repository: str | None = None) -> list[Path]:
@@ -125,7 +133,10 @@ def jar_paths(bundle: str) -> list[Path]:
     if not jars:
         if in_checkout():
             raise MissingJars(
-                f"no jars in {folder}; run `make setup` (or scripts/setup.sh) to fetch them from Maven Central")
-        raise MissingJars(f"no {bundle} jars in {folder}: the local broker comes with a checkout of the repository "
-                          f"(make setup); with a pip install, use your own Kafka (--bootstrap-servers)")
+                f"no jars in {folder}; run `make setup` (or scripts/setup.sh) to fetch them from Maven Central"
+            )
+        raise MissingJars(
+            f"no {bundle} jars in {folder}: the local broker comes with a checkout of the repository "
+            f"(make setup); with a pip install, use your own Kafka (--bootstrap-servers)"
+        )
     return jars

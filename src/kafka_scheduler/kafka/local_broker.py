@@ -16,7 +16,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from .jars import jar_paths
 
@@ -81,8 +80,9 @@ class SaslSslListener:
         users = " ".join(f"user_{name}={quoted(password)}" for name, password in self.users.items())
         return {
             "sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.sasl_ssl.plain.sasl.jaas.config":
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            ),
             "ssl.keystore.type": "PKCS12",
             "ssl.keystore.location": str(self.keystore),
             "ssl.keystore.password": self.keystore_password,
@@ -93,9 +93,18 @@ class SaslSslListener:
 class LocalBroker:
     """Formats (once) and runs a KRaft broker whose data lives in ``data_dir``."""
 
-    def __init__(self, port: int, data_dir: str | os.PathLike, controller_port: int | None = None,
-                 heap: str = "512m", auto_create_topics: bool = False, log_level: str = "WARN",
-                 authorizer: bool = False, own_session: bool = False, sasl_ssl: Optional[SaslSslListener] = None):
+    def __init__(
+        self,
+        port: int,
+        data_dir: str | os.PathLike,
+        controller_port: int | None = None,
+        heap: str = "512m",
+        auto_create_topics: bool = False,
+        log_level: str = "WARN",
+        authorizer: bool = False,
+        own_session: bool = False,
+        sasl_ssl: SaslSslListener | None = None,
+    ):
         self.port = port
         self.controller_port = controller_port or free_port()
         self.data_dir = Path(data_dir).resolve()
@@ -161,16 +170,20 @@ class LocalBroker:
         classpath = os.pathsep.join(str(p) for p in jar_paths("kafka-broker"))
         performance = os.environ.get(JVM_PERFORMANCE_OPTS_VARIABLE)
         return [
-            java, f"-Xmx{self.heap}", f"-Xms{self.heap}",
+            java,
+            f"-Xmx{self.heap}",
+            f"-Xms{self.heap}",
             *(performance.split() if performance is not None else DEFAULT_JVM_PERFORMANCE_OPTS),
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
-            "-cp", classpath, main_class, *args,
+            "-cp",
+            classpath,
+            main_class,
+            *args,
         ]
 
     def _prepare(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / "log4j2.properties").write_text(
-            _LOG4J2.format(log_file=self.log_file, level=self.log_level))
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log_file=self.log_file, level=self.log_level))
         config = self.data_dir / "server.properties"
         config.write_text(self._properties())
         id_file = self.data_dir / CLUSTER_ID_FILE
@@ -178,20 +191,26 @@ class LocalBroker:
             cluster_id = _kafka_cluster_id()
             result = subprocess.run(
                 self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={config}"),
-                capture_output=True, text=True)
+                capture_output=True,
+                text=True,
+            )
             if result.returncode != 0:
                 raise BrokerError(f"formatting {self.data_dir} failed:\n{result.stdout}{result.stderr}")
             id_file.write_text(cluster_id)
         return config
 
-    def start(self, timeout: float = 60.0) -> "LocalBroker":
+    def start(self, timeout: float = 60.0) -> LocalBroker:
         if port_open("127.0.0.1", self.port):
             raise BrokerError(f"port {self.port} on 127.0.0.1 is already in use")
         config = self._prepare()
-        out = open(self.data_dir / "broker.out", "ab")
-        self.process = subprocess.Popen(self._java("kafka.Kafka", str(config)), stdout=out,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=self.own_session)
+        out = open(self.data_dir / "broker.out", "ab")  # noqa: SIM115 - the broker writes to it while it runs
+        self.process = subprocess.Popen(
+            self._java("kafka.Kafka", str(config)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=self.own_session,
+        )
         out.close()
         self._wait_ready(timeout)
         return self
@@ -203,8 +222,10 @@ class LocalBroker:
         admin = None
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise BrokerError(f"broker exited with code {self.process.returncode}; see {self.log_file}"
-                                  f" and {self.data_dir / 'broker.out'}")
+                raise BrokerError(
+                    f"broker exited with code {self.process.returncode}; see {self.log_file}"
+                    f" and {self.data_dir / 'broker.out'}"
+                )
             if port_open("127.0.0.1", self.port):
                 # Created only once the port answers, so librdkafka logs no refused connects.
                 admin = admin or AdminClient({"bootstrap.servers": self.bootstrap_servers})
@@ -212,7 +233,7 @@ class LocalBroker:
                     metadata = admin.list_topics(timeout=2)
                     if metadata.brokers:
                         return
-                except Exception:  # noqa: BLE001 - not ready yet; retried until the deadline
+                except Exception:
                     pass
             time.sleep(0.2)
         self.stop()
@@ -229,7 +250,7 @@ class LocalBroker:
             self.process.kill()
             self.process.wait()
 
-    def restart(self, timeout: float = 60.0) -> "LocalBroker":
+    def restart(self, timeout: float = 60.0) -> LocalBroker:
         """Stop and start again on the same ports and data: what it had acknowledged is still there."""
         self.stop()
         return self.start(timeout)
@@ -240,7 +261,7 @@ class LocalBroker:
             self.process.kill()
             self.process.wait()
 
-    def __enter__(self) -> "LocalBroker":
+    def __enter__(self) -> LocalBroker:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -9,7 +9,6 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Optional
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, ConfigResource, NewTopic
@@ -30,9 +29,11 @@ class KafkaUnreachable(RuntimeError):
 
 
 # Errors a retry cannot mend: the broker answers but refuses these settings (what to check, by setting).
-REFUSALS = {KafkaError._AUTHENTICATION: "the broker refused the credentials: check sasl.mechanism, sasl.username/"
-                                        "sasl.password (or java.sasl.jaas.config)",
-            KafkaError._SSL: "the TLS handshake failed: check security.protocol and the ssl.* settings"}
+REFUSALS = {
+    KafkaError._AUTHENTICATION: "the broker refused the credentials: check sasl.mechanism, sasl.username/"
+    "sasl.password (or java.sasl.jaas.config)",
+    KafkaError._SSL: "the TLS handshake failed: check security.protocol and the ssl.* settings",
+}
 
 
 _CLIENT_STATE = re.compile(r" \(after \d+ms in state \w+\)")
@@ -43,14 +44,14 @@ def client_error_text(text: str) -> str:
     return _CLIENT_STATE.sub("", text)
 
 
-def _refusal(errors) -> Optional[str]:
+def _refusal(errors) -> str | None:
     for error in errors:
         if error.code() in REFUSALS:
             return f"{REFUSALS[error.code()]} ({client_error_text(error.str())})"
     return None
 
 
-def admin_client(bootstrap_servers: str, settings: Optional[dict] = None) -> AdminClient:
+def admin_client(bootstrap_servers: str, settings: dict | None = None) -> AdminClient:
     """``settings``: config.kafka_settings(config), the passed-through Kafka options (SASL, TLS, ...)."""
     return AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3, **(settings or {})})
 
@@ -66,7 +67,7 @@ def broker_addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
     return addresses
 
 
-def _no_connection(addresses: list[tuple[str, int]]) -> Optional[str]:
+def _no_connection(addresses: list[tuple[str, int]]) -> str | None:
     """Why none of ``addresses`` accepts a TCP connection, or None if one does. Probing first keeps librdkafka from
     logging a refused connect on every retry while the broker is away."""
     reasons = []
@@ -79,26 +80,32 @@ def _no_connection(addresses: list[tuple[str, int]]) -> Optional[str]:
     return ", ".join(dict.fromkeys(r.lower() for r in reasons)) or None
 
 
-def wait_for_broker(bootstrap_servers: str, timeout: Optional[float] = 30.0, stop: Optional[threading.Event] = None,
-                    note_every: float = BROKER_NOTE_EVERY_S, settings: Optional[dict] = None) -> Optional[AdminClient]:
+def wait_for_broker(
+    bootstrap_servers: str,
+    timeout: float | None = 30.0,
+    stop: threading.Event | None = None,
+    note_every: float = BROKER_NOTE_EVERY_S,
+    settings: dict | None = None,
+) -> AdminClient | None:
     """An admin client once a broker answers at ``bootstrap_servers``. While none does, logs one line at once and
     then one every ``note_every`` seconds. Raises KafkaUnreachable after ``timeout`` seconds (None: wait for good);
     returns None if ``stop`` is set while waiting. A broker that refuses the credentials or the TLS settings is
     not waited for: ConfigError, naming the settings to check."""
     addresses = broker_addresses(bootstrap_servers)
-    admin: Optional[AdminClient] = None
+    admin: AdminClient | None = None
     # What the client reports through its error callback (authentication, TLS, transport); bounded, since the
     # returned client keeps the callback for the job's life.
     errors: deque = deque(maxlen=32)
     started = time.monotonic()
-    noted_at: Optional[float] = None
+    noted_at: float | None = None
     reason = None
     while True:
         reason = _no_connection(addresses) if addresses else None
         if reason is None:
             # Quiet: librdkafka would print each failed reconnect; the wait says what is wrong, once.
-            admin = admin or admin_client(bootstrap_servers, {**(settings or {}), "error_cb": errors.append,
-                                                              **quiet_client_config()})
+            admin = admin or admin_client(
+                bootstrap_servers, {**(settings or {}), "error_cb": errors.append, **quiet_client_config()}
+            )
             try:
                 if admin.list_topics(timeout=5.0).brokers:
                     if noted_at is not None:
@@ -117,23 +124,29 @@ def wait_for_broker(bootstrap_servers: str, timeout: Optional[float] = 30.0, sto
             raise KafkaUnreachable(f"no Kafka broker answered at {bootstrap_servers} within {timeout:.0f}s ({reason})")
         if noted_at is None or time.monotonic() - noted_at >= note_every:
             noted_at = time.monotonic()
-            log.warning("broker: waiting for %s (%s)%s", bootstrap_servers, reason,
-                        f"; {waited:.0f}s so far" if waited >= 1 else "")
+            log.warning(
+                "broker: waiting for %s (%s)%s",
+                bootstrap_servers,
+                reason,
+                f"; {waited:.0f}s so far" if waited >= 1 else "",
+            )
         if stop is None:
             time.sleep(BROKER_RETRY_S)
         elif stop.wait(BROKER_RETRY_S):
             return None
 
 
-def ensure_topics(admin: AdminClient, names: list[str], partitions: int, timeout: float = 30.0,
-                  config: Optional[dict] = None) -> list[str]:
+def ensure_topics(
+    admin: AdminClient, names: list[str], partitions: int, timeout: float = 30.0, config: dict | None = None
+) -> list[str]:
     """Create the topics that do not exist yet (with topic ``config``); returns the names created."""
     existing = set(admin.list_topics(timeout=timeout).topics)
     wanted = [name for name in names if name not in existing]
     if not wanted:
         return []
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {}) for name in wanted],
-                                  operation_timeout=timeout)
+    futures = admin.create_topics(
+        [NewTopic(name, partitions, 1, config=config or {}) for name in wanted], operation_timeout=timeout
+    )
     created = []
     for name, future in futures.items():
         try:
@@ -154,9 +167,10 @@ def ensure_topics(admin: AdminClient, names: list[str], partitions: int, timeout
 @dataclass(frozen=True)
 class Destination:
     """What the sink needs to know of an existing destination topic before writing to it."""
+
     partitions: int
     writable: bool  # the broker says this client may write to it (always, on a broker without an authorizer)
-    max_message_bytes: Optional[int]  # the topic's max.message.bytes; None if the broker would not say
+    max_message_bytes: int | None  # the topic's max.message.bytes; None if the broker would not say
 
 
 class TopicDirectory:
@@ -166,7 +180,7 @@ class TopicDirectory:
     def __init__(self, admin: AdminClient, refresh_seconds: float = 30.0):
         self._admin = admin
         self._refresh_seconds = refresh_seconds
-        self._known: dict[str, Optional[Destination]] = {}  # None: does not exist (or may not even be described)
+        self._known: dict[str, Destination | None] = {}  # None: does not exist (or may not even be described)
         self._fetched_at: dict[str, float] = {}
 
     def describe(self, names: set[str]) -> dict[str, Destination]:
@@ -180,17 +194,21 @@ class TopicDirectory:
                 if not stale <= self._known.keys():
                     raise
                 # A broker away for a moment (a restart): what was known a little earlier still holds.
-                log.warning("destinations: looking up %s failed (%s); using what was known before",
-                            ", ".join(sorted(stale)), exc)
+                log.warning(
+                    "destinations: looking up %s failed (%s); using what was known before",
+                    ", ".join(sorted(stale)),
+                    exc,
+                )
         return {n: self._known[n] for n in names if self._known.get(n) is not None}
 
     def invalidate(self) -> None:
         self._fetched_at.clear()
 
     def _fetch(self, names: set[str]) -> None:
-        found: dict[str, Optional[Destination]] = {}
-        futures = self._admin.describe_topics(TopicCollection(sorted(names)), include_authorized_operations=True,
-                                              request_timeout=30)
+        found: dict[str, Destination | None] = {}
+        futures = self._admin.describe_topics(
+            TopicCollection(sorted(names)), include_authorized_operations=True, request_timeout=30
+        )
         for name, future in futures.items():
             try:
                 topic = future.result()
@@ -221,8 +239,7 @@ class TopicDirectory:
 
 def _max_message_bytes(admin: AdminClient, names: list[str]) -> dict[str, int]:
     """Each topic's max.message.bytes; topics whose configuration the broker will not describe are left out."""
-    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n) for n in names],
-                                     request_timeout=30)
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n) for n in names], request_timeout=30)
     limits = {}
     for resource, future in futures.items():
         try:

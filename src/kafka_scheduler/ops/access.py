@@ -28,8 +28,8 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional
 from urllib.parse import urlsplit
 
 from ..config import ConfigError
@@ -48,12 +48,13 @@ FAILED_LOG_EVERY_S = 60.0
 class Request:
     """What a route needs of an HTTP request: the method, the TCP peer's address, the headers (names in lower
     case) and the body."""
+
     method: str = "GET"
     client: str = "127.0.0.1"
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
 
-    def header(self, name: str) -> Optional[str]:
+    def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
 
 
@@ -76,7 +77,7 @@ def host_name(host_header: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-def _local_host(host_header: Optional[str]) -> bool:
+def _local_host(host_header: str | None) -> bool:
     """A Host a loopback client may use without a token: localhost or an address (DNS rebinding needs a name)."""
     if host_header is None:
         return True
@@ -103,8 +104,10 @@ def read_token_file(path: str) -> str:
     except UnicodeDecodeError:
         raise ConfigError(f"--admin-token-file {path}: the token is not UTF-8 text") from None
     if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
-        raise ConfigError(f"--admin-token-file {path}: the token must be at least {MIN_TOKEN_CHARS} characters "
-                          f"without spaces (e.g. openssl rand -hex 32 > {path})")
+        raise ConfigError(
+            f"--admin-token-file {path}: the token must be at least {MIN_TOKEN_CHARS} characters "
+            f"without spaces (e.g. openssl rand -hex 32 > {path})"
+        )
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         log.warning("admin token: %s can be read by other users than its owner (chmod 600 it)", path)
     return token
@@ -120,16 +123,17 @@ class Denied:
 class AdminAccess:
     """The rules above. ``token`` None: protected routes for loopback only."""
 
-    def __init__(self, token: Optional[str] = None, clock: Callable[[], float] = time.time):
+    def __init__(self, token: str | None = None, clock: Callable[[], float] = time.time):
         self.token = token
         self.clock = clock
-        self._key = hmac.new(token.encode(), b"kafka-scheduler session cookie", hashlib.sha256).digest() \
-            if token else None
+        self._key = (
+            hmac.new(token.encode(), b"kafka-scheduler session cookie", hashlib.sha256).digest() if token else None
+        )
         self._last_failure_log = 0.0
         self._failures_unlogged = 0
 
     @classmethod
-    def from_file(cls, path: Optional[str]) -> "AdminAccess":
+    def from_file(cls, path: str | None) -> AdminAccess:
         return cls(read_token_file(path) if path else None)
 
     @property
@@ -138,7 +142,7 @@ class AdminAccess:
 
     # ------------------------------------------------------------ credentials
 
-    def _bearer(self, request: Request) -> Optional[bool]:
+    def _bearer(self, request: Request) -> bool | None:
         """True: the right token; False: another one; None: no Bearer at all, or no token configured (then an
         Authorization header means nothing here)."""
         value = request.header("authorization")
@@ -168,7 +172,7 @@ class AdminAccess:
             return False
         return hmac.compare_digest(signature.encode(), self._signature(int(expires)).encode())
 
-    def who(self, request: Request) -> Optional[str]:
+    def who(self, request: Request) -> str | None:
         """How ``request`` may see payloads and act: "token", "session" or "loopback"; None if it may not."""
         bearer = self._bearer(request)
         if bearer:
@@ -181,21 +185,30 @@ class AdminAccess:
 
     # ------------------------------------------------------------ the checks
 
-    def check_protected(self, request: Request) -> Optional[Denied]:
+    def check_protected(self, request: Request) -> Denied | None:
         """None if ``request`` may see payloads and act; else the answer."""
         if self.who(request) is not None:
             return None
         if self._bearer(request) is False:
             self._failed(request, "a wrong token")
         if self.token is None:
-            why = ("its Host header is not a loopback name or address" if is_loopback(request.client)
-                   else "it does not come from loopback")
-            return Denied(403, f"schedules and actions are served to loopback only (this request: {why}); start "
-                               f"the job with --admin-token-file to allow them from elsewhere with the token")
-        return Denied(401, "this needs the admin token: Authorization: Bearer <token>, or log in on the page",
-                      (("WWW-Authenticate", 'Bearer realm="kafka-scheduler"'),))
+            why = (
+                "its Host header is not a loopback name or address"
+                if is_loopback(request.client)
+                else "it does not come from loopback"
+            )
+            return Denied(
+                403,
+                f"schedules and actions are served to loopback only (this request: {why}); start "
+                f"the job with --admin-token-file to allow them from elsewhere with the token",
+            )
+        return Denied(
+            401,
+            "this needs the admin token: Authorization: Bearer <token>, or log in on the page",
+            (("WWW-Authenticate", 'Bearer realm="kafka-scheduler"'),),
+        )
 
-    def check_post(self, request: Request) -> Optional[Denied]:
+    def check_post(self, request: Request) -> Denied | None:
         """A state-changing POST: JSON, not cross-site, and either the Bearer token or the custom header."""
         if not (request.header("content-type") or "").lower().startswith("application/json"):
             return Denied(415, "send JSON: Content-Type: application/json")
@@ -216,31 +229,39 @@ class AdminAccess:
     def login(self, request: Request, token: object) -> tuple[int, dict, tuple]:
         """``POST /login`` with {"token": ...}: the session cookie, or 401."""
         if self.token is None:
-            return 404, {"error": "no admin token is configured (--admin-token-file): schedules and actions are "
-                                  "served to loopback only"}, ()
+            return (
+                404,
+                {
+                    "error": "no admin token is configured (--admin-token-file): schedules and actions are "
+                    "served to loopback only"
+                },
+                (),
+            )
         if not isinstance(token, str) or not hmac.compare_digest(token.strip().encode(), self.token.encode()):
             self._failed(request, "a wrong token at login")
             return 401, {"error": "wrong token"}, ()
-        cookie = (f"{SESSION_COOKIE}={self.session_cookie()}; Max-Age={SESSION_S}; Path=/; HttpOnly; "
-                  f"SameSite=Strict")
+        cookie = f"{SESSION_COOKIE}={self.session_cookie()}; Max-Age={SESSION_S}; Path=/; HttpOnly; SameSite=Strict"
         return 200, {"ok": True, "expires_in_s": SESSION_S}, (("Set-Cookie", cookie),)
 
     @staticmethod
     def logout() -> tuple[int, dict, tuple]:
-        return 200, {"ok": True}, (("Set-Cookie", f"{SESSION_COOKIE}=; Max-Age=0; Path=/; HttpOnly; "
-                                                  f"SameSite=Strict"),)
+        return 200, {"ok": True}, (("Set-Cookie", f"{SESSION_COOKIE}=; Max-Age=0; Path=/; HttpOnly; SameSite=Strict"),)
 
     def _failed(self, request: Request, what: str) -> None:
         """Logged at most once a minute, with the peer address and how many since: never the value tried."""
         now = self.clock()
         self._failures_unlogged += 1
         if now - self._last_failure_log >= FAILED_LOG_EVERY_S:
-            log.warning("status page: %s from %s (%d refused since the last such line)", what, request.client,
-                        self._failures_unlogged)
+            log.warning(
+                "status page: %s from %s (%d refused since the last such line)",
+                what,
+                request.client,
+                self._failures_unlogged,
+            )
             self._last_failure_log, self._failures_unlogged = now, 0
 
 
-def _cookie(header: Optional[str], name: str) -> Optional[str]:
+def _cookie(header: str | None, name: str) -> str | None:
     for part in (header or "").split(";"):
         key, sep, value = part.strip().partition("=")
         if sep and key == name:

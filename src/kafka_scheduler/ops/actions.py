@@ -18,8 +18,8 @@ import logging
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from ..protocol import ACTION, CRON_ACTIONS, REQUEST_ID
 
@@ -44,8 +44,13 @@ class Written:
     offset: int
 
     def to_json(self) -> dict:
-        return {"action": self.action, "id": self.request_id, "topic": self.topic, "partition": self.partition,
-                "offset": self.offset}
+        return {
+            "action": self.action,
+            "id": self.request_id,
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+        }
 
 
 def request_record(action: str, request_id: str) -> tuple[None, None, list[tuple[str, bytes]]]:
@@ -63,9 +68,15 @@ class RequestWriter:
     ruled on. ``inputs``: topic -> dialect of the job's inputs; ``committed()``: the next offset to read per topic and
     partition as of the last committed batch."""
 
-    def __init__(self, settings: dict, inputs: dict[str, str], committed: Callable[[], dict],
-                 producer_factory: Optional[Callable[[dict], object]] = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        settings: dict,
+        inputs: dict[str, str],
+        committed: Callable[[], dict],
+        producer_factory: Callable[[dict], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.settings, self.inputs, self.committed = settings, inputs, committed
         self._factory = producer_factory
         self.clock, self.sleep = clock, sleep
@@ -88,10 +99,15 @@ class RequestWriter:
             input_topic = native[0]
         if input_topic not in native:
             dialect = self.inputs.get(input_topic) if isinstance(input_topic, str) else None
-            raise ActionError(f"input_topic {input_topic!r}: " + (
-                f"a {dialect} input; the page writes native requests only (cancel it in its own dialect: "
-                f"kafka-scheduler cancel --dialect {dialect})" if dialect else
-                f"not an input of this job (its native inputs: {', '.join(native) or 'none'})"))
+            raise ActionError(
+                f"input_topic {input_topic!r}: "
+                + (
+                    f"a {dialect} input; the page writes native requests only (cancel it in its own dialect: "
+                    f"kafka-scheduler cancel --dialect {dialect})"
+                    if dialect
+                    else f"not an input of this job (its native inputs: {', '.join(native) or 'none'})"
+                )
+            )
         return action, request_id, input_topic
 
     def _producer_for(self):
@@ -101,8 +117,9 @@ class RequestWriter:
             else:
                 from confluent_kafka import Producer
 
-                self._producer = Producer({**self.settings, "enable.idempotence": True, "acks": "all",
-                                           "linger.ms": 0, "log_level": 0})
+                self._producer = Producer(
+                    {**self.settings, "enable.idempotence": True, "acks": "all", "linger.ms": 0, "log_level": 0}
+                )
         return self._producer
 
     def _partition_count(self, producer, topic: str) -> int:

@@ -26,7 +26,6 @@ import socket
 import threading
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -39,12 +38,25 @@ from .status_page import StatusPage, page_html
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 65_536
-PAGES = ["/", "/metrics", "/api/status", "/api/upcoming", "/api/access", "/api/schedules", "POST /api/actions",
-         "POST /login", "POST /logout"]
+PAGES = [
+    "/",
+    "/metrics",
+    "/api/status",
+    "/api/upcoming",
+    "/api/access",
+    "/api/schedules",
+    "POST /api/actions",
+    "POST /login",
+    "POST /logout",
+]
 LOCAL_GET = Request()
 # Every answer: no sniffing, no framing (the page has buttons), no referrer, nothing cached.
-COMMON_HEADERS = (("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
-                  ("Referrer-Policy", "no-referrer"), ("Cache-Control", "no-store"))
+COMMON_HEADERS = (
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+)
 
 Response = tuple[int, str, bytes, tuple]  # status, content type, body, extra headers
 
@@ -54,17 +66,19 @@ def page_csp() -> str:
     """The page's Content-Security-Policy: its one inline script (by hash) and inline style, requests to itself."""
     html = page_html().decode()
     scripts = re.findall(r"<script>(.*?)</script>", html, re.S)
-    hashes = " ".join("'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
-                      for s in scripts)
-    return (f"default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; img-src 'self' data:; "
-            "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'" for s in scripts
+    )
+    return (
+        f"default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    )
 
 
 class Routes:
     """What each path answers to a request (access.Request): status, content type, body and extra headers."""
 
-    def __init__(self, metrics: SchedulerMetrics, page: Optional[StatusPage] = None,
-                 access: Optional[AdminAccess] = None):
+    def __init__(self, metrics: SchedulerMetrics, page: StatusPage | None = None, access: AdminAccess | None = None):
         self.metrics = metrics
         self.page = page or StatusPage(metrics)
         self.access = access or AdminAccess(None)
@@ -79,8 +93,11 @@ class Routes:
         if request.method == "POST":
             return self._post(path, request)
         if request.method not in ("GET", "HEAD"):
-            return _json(405, {"error": f"{request.method} is not served: GET, or POST for actions"},
-                         (("Allow", "GET, HEAD, POST"),))
+            return _json(
+                405,
+                {"error": f"{request.method} is not served: GET, or POST for actions"},
+                (("Allow", "GET, HEAD, POST"),),
+            )
         if path == "/metrics":
             self.page.scraped()
             return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry), ()
@@ -106,8 +123,12 @@ class Routes:
 
     def _post(self, path: str, request: Request) -> Response:
         if path not in ("/api/actions", "/login", "/logout"):
-            return _json(405 if path in ("/", "/metrics", "/api/status", "/api/upcoming", "/api/access",
-                                         "/api/schedules") else 404, {"error": f"no POST to {path}", "pages": PAGES})
+            return _json(
+                405
+                if path in ("/", "/metrics", "/api/status", "/api/upcoming", "/api/access", "/api/schedules")
+                else 404,
+                {"error": f"no POST to {path}", "pages": PAGES},
+            )
         denied = self.access.check_post(request)
         if denied:
             return _denied(denied)
@@ -170,25 +191,25 @@ class _Handler(BaseHTTPRequestHandler):
         if not head:
             self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's names
+    def do_GET(self) -> None:
         self._serve("GET")
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._serve("HEAD")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._serve("POST")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self._serve("PUT")
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         self._serve("DELETE")
 
-    def do_OPTIONS(self) -> None:  # noqa: N802 - no CORS preflight is ever granted
+    def do_OPTIONS(self) -> None:
         self._serve("OPTIONS")
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args) -> None:
         log.debug("status page: " + format, *args)
 
 
@@ -209,7 +230,7 @@ def start_server(routes: Routes, host: str, port: int) -> ThreadingHTTPServer:
     return server
 
 
-def serve(metrics: SchedulerMetrics, host: str, port: int, page=None, access: Optional[AdminAccess] = None):
+def serve(metrics: SchedulerMetrics, host: str, port: int, page=None, access: AdminAccess | None = None):
     """Start the HTTP server of /metrics and the status page (``page``: a status_page.StatusPage; without one, a page
     of the metrics alone; ``access``: who may see schedules and act, loopback only without one); returns the server
     (``shutdown()`` stops it). A port in use is a ConfigError."""
@@ -217,12 +238,23 @@ def serve(metrics: SchedulerMetrics, host: str, port: int, page=None, access: Op
         server = start_server(Routes(metrics, page, access), host, port)
     except OSError as exc:
         what = "already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
-        raise ConfigError(f"--metrics-port {port}: cannot serve metrics on {host}:{port} ({what}); choose another "
-                          f"port, or 0 to turn the metrics off") from None
-    log.info("metrics: http://%s:%d/metrics; status page: http://%s:%d/", host, server.server_port,
-             _browsable(host), server.server_port)
-    log.info("admin access: schedules and actions for %s", "loopback and the admin token (--admin-token-file)"
-             if access is not None and access.configured else "loopback only (no --admin-token-file)")
+        raise ConfigError(
+            f"--metrics-port {port}: cannot serve metrics on {host}:{port} ({what}); choose another "
+            f"port, or 0 to turn the metrics off"
+        ) from None
+    log.info(
+        "metrics: http://%s:%d/metrics; status page: http://%s:%d/",
+        host,
+        server.server_port,
+        _browsable(host),
+        server.server_port,
+    )
+    log.info(
+        "admin access: schedules and actions for %s",
+        "loopback and the admin token (--admin-token-file)"
+        if access is not None and access.configured
+        else "loopback only (no --admin-token-file)",
+    )
     return server
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from .metrics import SchedulerMetrics
 
@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 LAG_EVERY_S = 5.0
 
 
-def end_offsets(progress: Optional[dict], topics) -> dict:
+def end_offsets(progress: dict | None, topics) -> dict:
     """{(topic, partition): offset} the last batch read to, from a query's lastProgress."""
     found: dict = {}
     for source in (progress or {}).get("sources") or ():
@@ -32,13 +32,14 @@ class LagWatcher:
     """Every ``every`` seconds: the input topics' latest offsets (one admin look-up) against the end offsets of
     the query's last batch."""
 
-    def __init__(self, metrics: SchedulerMetrics, admin, progress: Callable[[], Optional[dict]], topics,
-                 every: float = LAG_EVERY_S):
+    def __init__(
+        self, metrics: SchedulerMetrics, admin, progress: Callable[[], dict | None], topics, every: float = LAG_EVERY_S
+    ):
         self.metrics, self.admin, self.progress, self.topics, self.every = metrics, admin, progress, set(topics), every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lag-watcher", daemon=True)
 
-    def start(self) -> "LagWatcher":
+    def start(self) -> LagWatcher:
         self._thread.start()
         return self
 
@@ -55,8 +56,9 @@ class LagWatcher:
                 ends = end_offsets(self.progress(), self.topics)
                 if not ends:
                     continue
-                futures = self.admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in ends},
-                                                  request_timeout=self.every)
+                futures = self.admin.list_offsets(
+                    {TopicPartition(t, p): OffsetSpec.latest() for t, p in ends}, request_timeout=self.every
+                )
                 latest = {(tp.topic, tp.partition): future.result(self.every).offset for tp, future in futures.items()}
                 self.metrics.record_lag(ends, latest)
             except Exception as exc:  # a broker away for a while: the next round tries again

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
-from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pandas as pd
 
-from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
 from ..engine import cron as crons
 from ..engine.wheel_processor import from_blob
+from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -35,10 +35,10 @@ DAY_MS = 24 * HOUR_MS
 @dataclass
 class Filters:
     ids: tuple[str, ...] = ()  # request ids (the text after the input topic); any of them
-    destination: Optional[str] = None
-    input_topic: Optional[str] = None
-    due_from_ms: Optional[int] = None
-    due_until_ms: Optional[int] = None  # exclusive
+    destination: str | None = None
+    input_topic: str | None = None
+    due_from_ms: int | None = None
+    due_until_ms: int | None = None  # exclusive
 
     def keep(self, frame: pd.DataFrame) -> pd.DataFrame:
         mask = pd.Series(True, index=frame.index)
@@ -58,8 +58,9 @@ class Filters:
 @dataclass
 class Inspection:
     """What ``inspect`` found: counts of the matching schedules, and the first ``limit`` of them in full."""
+
     as_of_ms: int
-    batch: Optional[int]
+    batch: int | None
     matching: int = 0
     overdue: int = 0  # due before as_of_ms: written or about to be, until a batch retires them
     per_hour: Counter = field(default_factory=Counter)  # start of hour (ms) -> deliveries due in it (a cron's
@@ -68,23 +69,31 @@ class Inspection:
     crons: int = 0  # of the matching schedules, running crons (one pending firing each)
     paused: list = field(default_factory=list)  # matching paused crons (the first ``limit``), as schedule_view
     paused_count: int = 0
-    firings_estimated_from_ms: Optional[int] = None  # per-day counts of dense crons estimated from then on
+    firings_estimated_from_ms: int | None = None  # per-day counts of dense crons estimated from then on
 
     def to_json(self) -> dict:
-        return {"as_of": _iso(self.as_of_ms), "batch": self.batch, "matching": self.matching,
-                "due_not_retired": self.overdue, "crons": self.crons, "paused_crons": self.paused_count,
-                "per_hour": {_iso(h): n for h, n in sorted(self.per_hour.items())},
-                "per_day": {_iso(d)[:10]: n for d, n in sorted(self.per_day.items())},
-                "firings_estimated_from": None if self.firings_estimated_from_ms is None
-                else _iso(self.firings_estimated_from_ms)[:10],
-                "schedules": self.schedules, "paused": self.paused}
+        return {
+            "as_of": _iso(self.as_of_ms),
+            "batch": self.batch,
+            "matching": self.matching,
+            "due_not_retired": self.overdue,
+            "crons": self.crons,
+            "paused_crons": self.paused_count,
+            "per_hour": {_iso(h): n for h, n in sorted(self.per_hour.items())},
+            "per_day": {_iso(d)[:10]: n for d, n in sorted(self.per_day.items())},
+            "firings_estimated_from": None
+            if self.firings_estimated_from_ms is None
+            else _iso(self.firings_estimated_from_ms)[:10],
+            "schedules": self.schedules,
+            "paused": self.paused,
+        }
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _text(data) -> Optional[str]:
+def _text(data) -> str | None:
     if data is None:
         return None
     data = bytes(data)
@@ -94,7 +103,7 @@ def _text(data) -> Optional[str]:
         return "0x" + data.hex()
 
 
-def _request_id(sid) -> Optional[str]:
+def _request_id(sid) -> str | None:
     """The request id of a client schedule id (b"id:<topic>/<id>", or a cron's b"cron:<topic>/<id>"); None for
     schedules sent without one."""
     if sid is None or (isinstance(sid, float) and pd.isna(sid)):
@@ -102,7 +111,7 @@ def _request_id(sid) -> Optional[str]:
     sid = bytes(sid)
     for prefix in (CLIENT_SID_PREFIX, CRON_SID_PREFIX):
         if sid.startswith(prefix):
-            return _text(sid[len(prefix):].split(b"/", 1)[1])
+            return _text(sid[len(prefix) :].split(b"/", 1)[1])
     return None
 
 
@@ -112,11 +121,20 @@ def _input_topic(delivery_id: str) -> str:
 
 def schedule_view(row) -> dict:
     """One schedule in full, as JSON-ready values."""
-    headers = [{"key": h["key"], "value": _text(h["value"])} for h in (row["headers"] if row["headers"] is not None
-                                                                       else [])]
-    view = {"id": row["id"], "due": _iso(int(row["due_ms"])), "due_ms": int(row["due_ms"]), "destination": row["topic"],
-            "input_topic": row["input_topic"], "delivery_id": row["delivery_id"], "key": _text(row["key"]),
-            "value": _text(row["value"]), "headers": headers}
+    headers = [
+        {"key": h["key"], "value": _text(h["value"])} for h in (row["headers"] if row["headers"] is not None else [])
+    ]
+    view = {
+        "id": row["id"],
+        "due": _iso(int(row["due_ms"])),
+        "due_ms": int(row["due_ms"]),
+        "destination": row["topic"],
+        "input_topic": row["input_topic"],
+        "delivery_id": row["delivery_id"],
+        "key": _text(row["key"]),
+        "value": _text(row["value"]),
+        "headers": headers,
+    }
     if not pd.isna(row["partition"]):
         view["partition"] = int(row["partition"])
     lateness = row.get("max_lateness_ms")
@@ -132,8 +150,14 @@ def cron_view(row) -> dict:
     expr = row.get("cron_expr")
     if _optional(expr) is None:
         return {"kind": "one-shot"}
-    view = {"kind": "cron", "cron": {"expr": expr, "timezone": _optional(row.get("cron_tz")) or "UTC",
-                                     "missed_fire_policy": _optional(row.get("cron_policy")) or "replay"}}
+    view = {
+        "kind": "cron",
+        "cron": {
+            "expr": expr,
+            "timezone": _optional(row.get("cron_tz")) or "UTC",
+            "missed_fire_policy": _optional(row.get("cron_policy")) or "replay",
+        },
+    }
     for name in ("start", "end"):
         bound = _optional(row.get(f"cron_{name}_ms"))
         if bound is not None:
@@ -149,7 +173,7 @@ def _optional(value):
     return value
 
 
-def state_variable(spark, checkpoint_dir: str, name: str, batch: Optional[int] = None):
+def state_variable(spark, checkpoint_dir: str, name: str, batch: int | None = None):
     """One state variable of the job's checkpoint (as of ``batch``; None: the newest committed), as a DataFrame."""
     reader = spark.read.format("statestore").option("stateVarName", name)
     if batch is not None:
@@ -162,13 +186,21 @@ def _chunks_and_strikes(spark, checkpoint_dir: str):
     (shard, bucket, struck)."""
     from pyspark.sql import functions as F
 
-    struck = state_variable(spark, checkpoint_dir, "strikes").select(
-        F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
-        F.col("user_map_value.delivery_ids").alias("ids")) \
-        .groupBy("shard", "bucket").agg(F.flatten(F.collect_list("ids")).alias("struck"))
+    struck = (
+        state_variable(spark, checkpoint_dir, "strikes")
+        .select(
+            F.col("key.shard").alias("shard"),
+            F.col("user_map_key.bucket").alias("bucket"),
+            F.col("user_map_value.delivery_ids").alias("ids"),
+        )
+        .groupBy("shard", "bucket")
+        .agg(F.flatten(F.collect_list("ids")).alias("struck"))
+    )
     chunks = state_variable(spark, checkpoint_dir, "chunks").select(
-        F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
-        F.col("user_map_value.data").alias("data"))
+        F.col("key.shard").alias("shard"),
+        F.col("user_map_key.bucket").alias("bucket"),
+        F.col("user_map_value.data").alias("data"),
+    )
     return chunks, struck
 
 
@@ -190,8 +222,9 @@ def pending_frames(spark, checkpoint_dir: str, named: bool = True) -> Iterator[p
         if not len(frame):
             continue
         if named:
-            frame = frame.assign(id=[_request_id(s) for s in frame["sid"]],
-                                 input_topic=[_input_topic(d) for d in frame["delivery_id"]])
+            frame = frame.assign(
+                id=[_request_id(s) for s in frame["sid"]], input_topic=[_input_topic(d) for d in frame["delivery_id"]]
+            )
         yield frame
 
 
@@ -204,8 +237,12 @@ def fold_pending(spark, checkpoint_dir: str, fold: Callable[[Iterator[pd.DataFra
 
     chunks, struck = _chunks_and_strikes(spark, checkpoint_dir)
     # Broadcast: the strikes are few beside the chunks, which then are not shuffled.
-    rows = chunks.join(F.broadcast(struck), ["shard", "bucket"], "left").select("data", "struck") \
-        .mapInPandas(partial(_fold_partition, fold), "result string").collect()
+    rows = (
+        chunks.join(F.broadcast(struck), ["shard", "bucket"], "left")
+        .select("data", "struck")
+        .mapInPandas(partial(_fold_partition, fold), "result string")
+        .collect()
+    )
     return [row["result"] for row in rows]
 
 
@@ -227,12 +264,18 @@ def paused_frames(spark, checkpoint_dir: str) -> Iterator[pd.DataFrame]:
     from pyspark.sql.utils import AnalysisException
 
     try:
-        rows = state_variable(spark, checkpoint_dir, "paused").select(F.col("user_map_value.data").alias("data")) \
+        rows = (
+            state_variable(spark, checkpoint_dir, "paused")
+            .select(F.col("user_map_value.data").alias("data"))
             .toLocalIterator()
+        )
         for row in rows:
             frame = from_blob(row["data"])
-            yield frame.assign(id=[_request_id(s) for s in frame["sid"]],
-                               input_topic=[_input_topic(d) for d in frame["delivery_id"]], paused=True)
+            yield frame.assign(
+                id=[_request_id(s) for s in frame["sid"]],
+                input_topic=[_input_topic(d) for d in frame["delivery_id"]],
+                paused=True,
+            )
     except AnalysisException:  # a checkpoint written before paused crons existed
         return
 
@@ -252,10 +295,10 @@ class FiringCounter:
         self.as_of_ms, self.hours_until_ms, self.days_until_ms = as_of_ms, hours_until_ms, days_until_ms
         self.per_hour: Counter = Counter()
         self.per_day: Counter = Counter()
-        self.estimated_from_ms: Optional[int] = None
+        self.estimated_from_ms: int | None = None
         self._sequences: dict = {}  # (expr, zone) -> (from_ms, firings as int64, capped)
 
-    def _sequence(self, expr: str, tz: Optional[str], from_ms: int):
+    def _sequence(self, expr: str, tz: str | None, from_ms: int):
         known = self._sequences.get((expr, tz))
         if known is not None and known[0] <= from_ms:
             return known
@@ -277,13 +320,18 @@ class FiringCounter:
         if not len(running):
             return
         ends = pd.to_numeric(running["cron_end_ms"], errors="coerce").fillna(float(2**62)).astype("int64")
-        keys = pd.DataFrame({"expr": running["cron_expr"], "tz": running["cron_tz"].where(running["cron_tz"].notna(),
-                                                                                        None),
-                             "due": running["due_ms"].astype("int64"), "end": ends})
+        keys = pd.DataFrame(
+            {
+                "expr": running["cron_expr"],
+                "tz": running["cron_tz"].where(running["cron_tz"].notna(), None),
+                "due": running["due_ms"].astype("int64"),
+                "end": ends,
+            }
+        )
         for (expr, tz, due, end), group in keys.groupby(["expr", "tz", "due", "end"], dropna=False, sort=False):
             tz = None if tz is None or (isinstance(tz, float) and pd.isna(tz)) else tz
             _, firings, capped = self._sequence(expr, tz, int(due))
-            after = firings[np.searchsorted(firings, int(due), side="right"):]
+            after = firings[np.searchsorted(firings, int(due), side="right") :]
             after = after[after <= int(end)]
             n = len(group)
             hours = after[after < self.hours_until_ms]
@@ -301,15 +349,18 @@ class FiringCounter:
                 end_day = min(int(end), self.days_until_ms - 1) // DAY_MS * DAY_MS
                 for day in range(partial + DAY_MS, end_day + 1, DAY_MS):
                     self.per_day[day] += per_day * n
-                self.estimated_from_ms = partial if self.estimated_from_ms is None else min(self.estimated_from_ms,
-                                                                                            partial)
+                self.estimated_from_ms = (
+                    partial if self.estimated_from_ms is None else min(self.estimated_from_ms, partial)
+                )
 
 
-def inspect_checkpoint(spark, checkpoint_dir: str, filters: Filters, as_of_ms: int, batch: Optional[int],
-                       limit: int = 20) -> Inspection:
+def inspect_checkpoint(
+    spark, checkpoint_dir: str, filters: Filters, as_of_ms: int, batch: int | None, limit: int = 20
+) -> Inspection:
     found = Inspection(as_of_ms, batch)
-    firings = FiringCounter(as_of_ms, as_of_ms // HOUR_MS * HOUR_MS + 48 * HOUR_MS,
-                            as_of_ms // DAY_MS * DAY_MS + 30 * DAY_MS)
+    firings = FiringCounter(
+        as_of_ms, as_of_ms // HOUR_MS * HOUR_MS + 48 * HOUR_MS, as_of_ms // DAY_MS * DAY_MS + 30 * DAY_MS
+    )
     shown: list[pd.DataFrame] = []
     for frame in pending_frames(spark, checkpoint_dir):
         frame = filters.keep(frame)
@@ -334,7 +385,7 @@ def inspect_checkpoint(spark, checkpoint_dir: str, filters: Filters, as_of_ms: i
     for frame in paused_frames(spark, checkpoint_dir):
         frame = filters.keep(frame)
         found.paused_count += len(frame)
-        found.paused += [schedule_view(row) for _, row in frame.iterrows()][:max(0, limit - len(found.paused))]
+        found.paused += [schedule_view(row) for _, row in frame.iterrows()][: max(0, limit - len(found.paused))]
     return found
 
 
@@ -344,9 +395,15 @@ def _earliest(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
 
 def render_table(found: Inspection, filters: Filters) -> str:
     """The inspection as text: totals, counts per hour (next 48 hours) and per day (next 30 days), schedules."""
-    lines = [f"pending schedules in the checkpoint as of batch {found.batch} (read {_iso(found.as_of_ms)}): "
-             f"{found.matching:,} matching" + (f", {found.overdue:,} of them due already (delivered or about to be, "
-                                              "until a batch retires them)" if found.overdue else "")]
+    lines = [
+        f"pending schedules in the checkpoint as of batch {found.batch} (read {_iso(found.as_of_ms)}): "
+        f"{found.matching:,} matching"
+        + (
+            f", {found.overdue:,} of them due already (delivered or about to be, until a batch retires them)"
+            if found.overdue
+            else ""
+        )
+    ]
     start_hour = found.as_of_ms // HOUR_MS * HOUR_MS
     hours = [(h, n) for h, n in sorted(found.per_hour.items()) if start_hour <= h < start_hour + 48 * HOUR_MS]
     if hours:
@@ -361,18 +418,25 @@ def render_table(found: Inspection, filters: Filters) -> str:
     if later:
         lines.append(f"  later       {later:>10,}")
     if found.crons or found.paused_count:
-        lines += ["", f"recurring: {found.crons:,} running crons (each counted above at every firing in the next 30 "
-                      f"days), {found.paused_count:,} paused"]
+        lines += [
+            "",
+            f"recurring: {found.crons:,} running crons (each counted above at every firing in the next 30 "
+            f"days), {found.paused_count:,} paused",
+        ]
         if found.firings_estimated_from_ms is not None:
-            lines.append(f"  (firings per day estimated from {_iso(found.firings_estimated_from_ms)[:10]} on: more "
-                         f"than {FIRINGS_COUNTED:,} firings of one expression)")
+            lines.append(
+                f"  (firings per day estimated from {_iso(found.firings_estimated_from_ms)[:10]} on: more "
+                f"than {FIRINGS_COUNTED:,} firings of one expression)"
+            )
     if found.schedules:
         whole = len(filters.ids) > 0 and len(found.schedules) <= len(filters.ids)
         lines += ["", "schedules" + ("" if whole else f" (the {len(found.schedules)} due first)") + ":"]
         for view in found.schedules:
-            lines.append(f"  {view['due']}  id {view['id'] if view['id'] is not None else '(none)'}  -> "
-                         f"{view['destination']}  (from {view['input_topic']}, delivery id {view['delivery_id']})"
-                         + _cron_text(view))
+            lines.append(
+                f"  {view['due']}  id {view['id'] if view['id'] is not None else '(none)'}  -> "
+                f"{view['destination']}  (from {view['input_topic']}, delivery id {view['delivery_id']})"
+                + _cron_text(view)
+            )
             if whole:
                 lines.append(f"      key {view['key']!r}  value {view['value']!r}")
                 for header in view["headers"]:
@@ -382,8 +446,9 @@ def render_table(found: Inspection, filters: Filters) -> str:
     if found.paused:
         lines += ["", "paused crons:"]
         for view in found.paused:
-            lines.append(f"  id {view['id']}  -> {view['destination']}{_cron_text(view)}; a replay resumes at "
-                         f"{view['due']}")
+            lines.append(
+                f"  id {view['id']}  -> {view['destination']}{_cron_text(view)}; a replay resumes at {view['due']}"
+            )
     return "\n".join(lines)
 
 

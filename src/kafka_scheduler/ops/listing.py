@@ -22,7 +22,8 @@ and only the ``limit`` + 1 first schedules are kept, so a page holds a few chunk
 on the due time narrow the buckets read; the others (destination, id prefix, kind) are applied to each chunk.
 
 **Kinds.** A schedule id (``sid``) of ``cron:`` names a recurring schedule: its row is the cron's next firing, and its
-``cron_*`` columns (the cron's definition, written by the cron engine) are shown under ``cron`` as ``inspect`` shows them. Anything else is a
+``cron_*`` columns (the cron's definition, written by the cron engine) are shown under ``cron`` as ``inspect`` shows
+them. Anything else is a
 one-shot (with a request id, ``id:``, or without, ``offset:``). A paused cron has no pending firing: it is kept in a
 state variable of its own (few rows), listed apart (``paused``) on the first page of a listing without due-time
 filters, with the page's Resume and Cancel.
@@ -34,8 +35,10 @@ import base64
 import hashlib
 import json
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Iterator, Optional, Protocol
+from datetime import UTC
+from typing import Protocol
 
 import pandas as pd
 
@@ -58,11 +61,11 @@ class BadPageToken(ValueError):
 
 @dataclass(frozen=True)
 class ListFilters:
-    due_after_ms: Optional[int] = None  # due at or after
-    due_before_ms: Optional[int] = None  # due before
-    destination: Optional[str] = None
-    id_prefix: Optional[str] = None
-    kind: Optional[str] = None  # "one-shot" or "cron"
+    due_after_ms: int | None = None  # due at or after
+    due_before_ms: int | None = None  # due before
+    destination: str | None = None
+    id_prefix: str | None = None
+    kind: str | None = None  # "one-shot" or "cron"
 
     def __post_init__(self):
         if self.kind is not None and self.kind not in KINDS:
@@ -78,9 +81,10 @@ class ListFilters:
 @dataclass(frozen=True)
 class Cursor:
     """Where the next page starts: after (due_ms, delivery_id); read from ``batch``, for filters ``filters``."""
+
     due_ms: int
     delivery_id: str
-    batch: Optional[int]
+    batch: int | None
     filters: str
 
 
@@ -100,33 +104,38 @@ def decode_token(token: str, filters: ListFilters) -> Cursor:
     if not isinstance(data, dict) or data.get("v") != TOKEN_VERSION:
         raise BadPageToken("not a page token of this listing (or one of another version)")
     due, delivery_id, batch, fingerprint = data.get("d"), data.get("i"), data.get("b"), data.get("f")
-    if not (isinstance(due, int) and not isinstance(due, bool) and isinstance(delivery_id, str)
-            and (batch is None or (isinstance(batch, int) and not isinstance(batch, bool)))
-            and isinstance(fingerprint, str)):
+    if not (
+        isinstance(due, int)
+        and not isinstance(due, bool)
+        and isinstance(delivery_id, str)
+        and (batch is None or (isinstance(batch, int) and not isinstance(batch, bool)))
+        and isinstance(fingerprint, str)
+    ):
         raise BadPageToken("not a page token of this listing (damaged)")
     if fingerprint != filters.fingerprint():
-        raise BadPageToken("the page token was made for other filters: repeat the first page's filters, or start "
-                           "again without a token")
+        raise BadPageToken(
+            "the page token was made for other filters: repeat the first page's filters, or start again without a token"
+        )
     return Cursor(due, delivery_id, batch, fingerprint)
 
 
 # ---------------------------------------------------------------- schedule ids
 
 
-def sid_parts(sid) -> tuple[str, Optional[str], Optional[bytes]]:
+def sid_parts(sid) -> tuple[str, str | None, bytes | None]:
     """(kind, input topic, request id bytes) of a schedule id; (one-shot, topic or None, None) without a request id."""
     if sid is None or (isinstance(sid, float) and pd.isna(sid)):
         return "one-shot", None, None
     sid = bytes(sid)
     for prefix, kind in ((CLIENT_SID_PREFIX, "one-shot"), (CRON_SID_PREFIX, "cron")):
         if sid.startswith(prefix):
-            topic, _, request_id = sid[len(prefix):].partition(b"/")
+            topic, _, request_id = sid[len(prefix) :].partition(b"/")
             return kind, topic.decode("utf-8", "replace"), request_id
     rest = sid.split(b":", 1)[-1]
     return "one-shot", rest.split(b"/", 1)[0].decode("utf-8", "replace"), None
 
 
-def _is_text(data: Optional[bytes]) -> bool:
+def _is_text(data: bytes | None) -> bool:
     try:
         return data is not None and bool(data) and data.decode("utf-8") is not None
     except UnicodeDecodeError:
@@ -134,11 +143,18 @@ def _is_text(data: Optional[bytes]) -> bool:
 
 
 def _kinds(frame: pd.DataFrame) -> pd.Series:
-    return pd.Series(["cron" if s is not None and not (isinstance(s, float)) and bytes(s).startswith(CRON_SID_PREFIX)
-                      else "one-shot" for s in frame["sid"]], index=frame.index)
+    return pd.Series(
+        [
+            "cron"
+            if s is not None and not (isinstance(s, float)) and bytes(s).startswith(CRON_SID_PREFIX)
+            else "one-shot"
+            for s in frame["sid"]
+        ],
+        index=frame.index,
+    )
 
 
-def keep(frame: pd.DataFrame, filters: ListFilters, after: Optional[Cursor]) -> pd.DataFrame:
+def keep(frame: pd.DataFrame, filters: ListFilters, after: Cursor | None) -> pd.DataFrame:
     """The rows of a chunk frame (wheel_processor.CHUNK_SCHEMA) that match ``filters`` and come after ``after``."""
     mask = pd.Series(True, index=frame.index)
     due = frame["due_ms"].astype("int64")
@@ -202,26 +218,28 @@ def _span_sql(column: str) -> tuple[str, str]:
     offset = f"({column} - {COARSE_BASE})"
     width = f"CAST(pow({LEVEL_FANOUT}, pmod({offset}, {LEVEL_SLOTS})) AS BIGINT)"
     index = f"({offset} div {LEVEL_SLOTS})"
-    return (f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE {index} * {width} END",
-            f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE ({index} + 1) * {width} - 1 END")
+    return (
+        f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE {index} * {width} END",
+        f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE ({index} + 1) * {width} - 1 END",
+    )
 
 
 class BucketSource(Protocol):
     """The wheel's state of one committed batch, read by ranges of seconds (both ends included; None: open): the
     buckets whose span (``bucket_span_s``) meets the range."""
 
-    def buckets(self, low: int, high: Optional[int], count: int) -> tuple[list[int], bool]:
+    def buckets(self, low: int, high: int | None, count: int) -> tuple[list[int], bool]:
         """The first distinct buckets holding chunks due in [low, high], as the last second of each, ascending: at
         most ``count``, found among the first ``count`` * CHUNKS_PER_BUCKET chunks (so perhaps fewer); and whether
         that is all the range holds."""
 
-    def strikes(self, low: int, high: Optional[int]) -> dict[tuple[int, int], set]:
+    def strikes(self, low: int, high: int | None) -> dict[tuple[int, int], set]:
         """(shard, bucket) -> delivery ids struck out of the bucket's chunks."""
 
     def paused(self) -> Iterator[pd.DataFrame]:
         """Frames of paused crons (the chunk columns; ``due_ms`` is where a replay would resume)."""
 
-    def chunks(self, low: int, high: Optional[int]) -> Iterator[tuple[int, int, pd.DataFrame]]:
+    def chunks(self, low: int, high: int | None) -> Iterator[tuple[int, int, pd.DataFrame]]:
         """(shard, bucket, frame of the chunk) for each chunk in the range, one at a time."""
 
 
@@ -236,7 +254,7 @@ class StateSource:
     """BucketSource over Spark's state data source, pinned to ``batch`` (None: the newest committed batch); only
     ``shard``'s state if given."""
 
-    def __init__(self, spark, checkpoint_dir: str, batch: Optional[int], shard: Optional[int] = None):
+    def __init__(self, spark, checkpoint_dir: str, batch: int | None, shard: int | None = None):
         self.spark, self.checkpoint_dir, self.batch, self.shard = spark, checkpoint_dir, batch, shard
 
     def _state(self, name: str):
@@ -245,7 +263,7 @@ class StateSource:
         frame = state_variable(self.spark, self.checkpoint_dir, name, self.batch)
         return frame if self.shard is None else frame.where(F.col("key.shard") == self.shard)
 
-    def _in_range(self, frame, low: int, high: Optional[int]):
+    def _in_range(self, frame, low: int, high: int | None):
         from pyspark.sql import functions as F
 
         first, last = (F.expr(e) for e in _span_sql("user_map_key.bucket"))
@@ -256,8 +274,12 @@ class StateSource:
 
         # The first chunks' buckets, one Spark job without a shuffle (a top-N per task), not a distinct and a sort.
         wanted = count * CHUNKS_PER_BUCKET
-        rows = self._in_range(self._state("chunks"), low, high).select(F.expr(_span_sql("user_map_key.bucket")[1])
-                                                                       .alias("last")).orderBy("last").limit(wanted)
+        rows = (
+            self._in_range(self._state("chunks"), low, high)
+            .select(F.expr(_span_sql("user_map_key.bucket")[1]).alias("last"))
+            .orderBy("last")
+            .limit(wanted)
+        )
         rows = rows.collect()
         return sorted({row["last"] for row in rows})[:count], len(rows) < wanted
 
@@ -266,8 +288,10 @@ class StateSource:
 
         struck: dict[tuple[int, int], set] = {}
         rows = self._in_range(self._state("strikes"), low, high).select(
-            F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
-            F.col("user_map_value.delivery_ids").alias("ids"))
+            F.col("key.shard").alias("shard"),
+            F.col("user_map_key.bucket").alias("bucket"),
+            F.col("user_map_value.delivery_ids").alias("ids"),
+        )
         for row in rows.toLocalIterator():
             struck.setdefault((row["shard"], row["bucket"]), set()).update(row["ids"] or ())
         return struck
@@ -291,8 +315,10 @@ class StateSource:
         from ..engine.wheel_processor import from_blob
 
         rows = self._in_range(self._state("chunks"), low, high).select(
-            F.col("key.shard").alias("shard"), F.col("user_map_key.bucket").alias("bucket"),
-            F.col("user_map_value.data").alias("data"))
+            F.col("key.shard").alias("shard"),
+            F.col("user_map_key.bucket").alias("bucket"),
+            F.col("user_map_value.data").alias("data"),
+        )
         for row in rows.toLocalIterator():
             yield row["shard"], row["bucket"], from_blob(row["data"])
 
@@ -300,34 +326,48 @@ class StateSource:
 @dataclass
 class Listing:
     as_of_ms: int
-    batch: Optional[int]
+    batch: int | None
     filters: ListFilters
     limit: int
     schedules: list = field(default_factory=list)
     paused: list = field(default_factory=list)  # paused crons matching the filters (first page only)
-    next_token: Optional[str] = None
-    continued_from_batch: Optional[int] = None  # the batch of the page before (from the token)
+    next_token: str | None = None
+    continued_from_batch: int | None = None  # the batch of the page before (from the token)
     buckets_read: int = 0
     phases_s: dict = field(default_factory=dict)  # seconds spent finding buckets, reading strikes, reading chunks
 
     def to_json(self) -> dict:
-        return {"as_of": _iso(self.as_of_ms), "batch": self.batch, "filters": self.filters.to_json(),
-                "limit": self.limit, "schedules": self.schedules, "paused": self.paused, "next_page_token": self.next_token,
-                "continued_from_batch": self.continued_from_batch,
-                "state_moved_on": self.continued_from_batch is not None and self.batch is not None
-                and self.batch != self.continued_from_batch}
+        return {
+            "as_of": _iso(self.as_of_ms),
+            "batch": self.batch,
+            "filters": self.filters.to_json(),
+            "limit": self.limit,
+            "schedules": self.schedules,
+            "paused": self.paused,
+            "next_page_token": self.next_token,
+            "continued_from_batch": self.continued_from_batch,
+            "state_moved_on": self.continued_from_batch is not None
+            and self.batch is not None
+            and self.batch != self.continued_from_batch,
+        }
 
 
-def list_schedules(source: BucketSource, filters: ListFilters, limit: int, cursor: Optional[Cursor], as_of_ms: int,
-                   batch: Optional[int], view: Optional[Callable] = None,
-                   rounds: Iterable[Optional[int]] = ROUNDS) -> Listing:
+def list_schedules(
+    source: BucketSource,
+    filters: ListFilters,
+    limit: int,
+    cursor: Cursor | None,
+    as_of_ms: int,
+    batch: int | None,
+    view: Callable | None = None,
+    rounds: Iterable[int | None] = ROUNDS,
+) -> Listing:
     """One page: the first ``limit`` schedules matching ``filters`` after ``cursor``, and the token of the next page
     if there is more."""
     view = view or (lambda row: schedule_view(row, as_of_ms))
     listing = Listing(as_of_ms, batch, filters, limit, continued_from_batch=cursor.batch if cursor else None)
-    low_ms = max([m for m in (filters.due_after_ms, cursor.due_ms if cursor else None) if m is not None],
-                 default=None)
-    low = low_ms // BUCKET_MS if low_ms is not None else -(2 ** 62)
+    low_ms = max([m for m in (filters.due_after_ms, cursor.due_ms if cursor else None) if m is not None], default=None)
+    low = low_ms // BUCKET_MS if low_ms is not None else -(2**62)
     high = (filters.due_before_ms - 1) // BUCKET_MS if filters.due_before_ms is not None else None
     first = FirstRows(limit + 1)  # one more than shown: is there a next page?
     for count in rounds:
@@ -350,15 +390,22 @@ def list_schedules(source: BucketSource, filters: ListFilters, limit: int, curso
             if gone:
                 frame = frame[~frame["delivery_id"].isin(gone)]
             first.add(keep(frame, filters, cursor))
-        for phase, seconds in (("buckets", found_s - started), ("strikes", struck_s - found_s),
-                               ("chunks", time.monotonic() - struck_s)):
+        for phase, seconds in (
+            ("buckets", found_s - started),
+            ("strikes", struck_s - found_s),
+            ("chunks", time.monotonic() - struck_s),
+        ):
             listing.phases_s[phase] = listing.phases_s.get(phase, 0.0) + seconds
         # Every bucket after ``upper`` is due later than every row of the buckets read: a full page is final.
         if first.full or last_round or upper is None:
             break
         low = upper + 1
-    if cursor is None and filters.due_after_ms is None and filters.due_before_ms is None \
-            and filters.kind in (None, "cron"):
+    if (
+        cursor is None
+        and filters.due_after_ms is None
+        and filters.due_before_ms is None
+        and filters.kind in (None, "cron")
+    ):
         paused = FirstRows(MAX_LIMIT)
         for frame in source.paused():
             paused.add(keep(frame, filters, None))
@@ -368,8 +415,9 @@ def list_schedules(source: BucketSource, filters: ListFilters, limit: int, curso
     listing.schedules = [view(row) for _, row in shown.iterrows()]
     if len(rows) > limit:
         last = shown.iloc[-1]
-        listing.next_token = encode_token(Cursor(int(last["due_ms"]), str(last["delivery_id"]), batch,
-                                                 filters.fingerprint()))
+        listing.next_token = encode_token(
+            Cursor(int(last["due_ms"]), str(last["delivery_id"]), batch, filters.fingerprint())
+        )
     return listing
 
 
@@ -378,12 +426,22 @@ def schedule_view(row, as_of_ms: int, native_inputs: Iterable[str] = ()) -> dict
     the page's actions (native requests it can write for it: ``native_inputs`` are the job's native input topics)."""
     kind, topic, request_id = sid_parts(row.get("sid"))
     input_topic = topic or request_of(str(row["delivery_id"]))[0]
-    headers = [{"key": h["key"], "value": _text(h["value"])} for h in (row["headers"] if row["headers"] is not None
-                                                                       else [])]
-    view = {"kind": kind, "id": _text(request_id), "due": _iso(int(row["due_ms"])), "due_ms": int(row["due_ms"]),
-            "due_already": int(row["due_ms"]) < as_of_ms, "destination": row["topic"], "input_topic": input_topic,
-            "delivery_id": row["delivery_id"], "key": _text(row["key"]), "value": _text(row["value"]),
-            "headers": headers}
+    headers = [
+        {"key": h["key"], "value": _text(h["value"])} for h in (row["headers"] if row["headers"] is not None else [])
+    ]
+    view = {
+        "kind": kind,
+        "id": _text(request_id),
+        "due": _iso(int(row["due_ms"])),
+        "due_ms": int(row["due_ms"]),
+        "due_already": int(row["due_ms"]) < as_of_ms,
+        "destination": row["topic"],
+        "input_topic": input_topic,
+        "delivery_id": row["delivery_id"],
+        "key": _text(row["key"]),
+        "value": _text(row["value"]),
+        "headers": headers,
+    }
     partition = row.get("partition")
     if partition is not None and not pd.isna(partition):
         view["partition"] = int(partition)
@@ -422,24 +480,34 @@ def _plain(value):
 
 def render_table(listing: Listing) -> str:
     """The page as text: one line per schedule, then how to get the next page."""
-    lines = [f"pending schedules as of batch {listing.batch} (read {_iso(listing.as_of_ms)}), by due time: "
-             f"{len(listing.schedules)} shown" + (f"; the state moved on since batch {listing.continued_from_batch}"
-                                                  if listing.to_json()["state_moved_on"] else "")]
+    lines = [
+        f"pending schedules as of batch {listing.batch} (read {_iso(listing.as_of_ms)}), by due time: "
+        f"{len(listing.schedules)} shown"
+        + (
+            f"; the state moved on since batch {listing.continued_from_batch}"
+            if listing.to_json()["state_moved_on"]
+            else ""
+        )
+    ]
     if listing.schedules:
         lines.append(f"  {'due (UTC)':<24}  {'kind':<8}  {'id':<24}  {'destination':<20}  value")
     for s in listing.schedules:
         value = s["value"] if s["value"] is None or len(s["value"]) <= 40 else s["value"][:37] + "..."
         ident = s["id"] if s["id"] is not None else "(none)"
-        lines.append(f"  {s['due']:<24}  {s['kind']:<8}  {ident:<24}  {s['destination']:<20}  {value!r}"
-                     + ("  (due already)" if s["due_already"] else ""))
+        lines.append(
+            f"  {s['due']:<24}  {s['kind']:<8}  {ident:<24}  {s['destination']:<20}  {value!r}"
+            + ("  (due already)" if s["due_already"] else "")
+        )
         if "cron" in s:
             lines.append("      cron " + ", ".join(f"{k}={v}" for k, v in s["cron"].items() if v is not None))
     if listing.paused:
         lines.append(f"paused crons: {len(listing.paused)}")
     for s in listing.paused:
         ident = s["id"] if s["id"] is not None else "(none)"
-        lines.append(f"  {'paused (from ' + s['due'] + ')':<24}  {s['kind']:<8}  {ident:<24}  {s['destination']:<20}  "
-                     f"{s['value']!r}")
+        lines.append(
+            f"  {'paused (from ' + s['due'] + ')':<24}  {s['kind']:<8}  {ident:<24}  {s['destination']:<20}  "
+            f"{s['value']!r}"
+        )
         if "cron" in s:
             lines.append("      cron " + ", ".join(f"{k}={v}" for k, v in s["cron"].items() if v is not None))
     lines.append(f"next page: --page-token {listing.next_token}" if listing.next_token else "no more schedules")
@@ -453,7 +521,7 @@ LIST_PARAMETERS = ("due_after", "due_before", "destination", "id_prefix", "kind"
 
 def parse_instant(text: str, name: str) -> int:
     """An ISO-8601 instant with a zone, in Unix milliseconds; ValueError naming ``name`` otherwise."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
         moment = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
@@ -461,7 +529,7 @@ def parse_instant(text: str, name: str) -> int:
         raise ValueError(f"{name} {text!r}: expected an ISO-8601 instant, e.g. 2026-12-24T18:00:00Z") from None
     if moment.tzinfo is None:
         raise ValueError(f"{name} {text!r}: give a time zone (Z or +01:00)")
-    return int(moment.astimezone(timezone.utc).timestamp() * 1000)
+    return int(moment.astimezone(UTC).timestamp() * 1000)
 
 
 def parse_limit(text: str, name: str = "limit") -> int:
@@ -474,10 +542,10 @@ def parse_limit(text: str, name: str = "limit") -> int:
     return limit
 
 
-def list_query(values: dict) -> tuple[ListFilters, int, Optional[Cursor]]:
+def list_query(values: dict) -> tuple[ListFilters, int, Cursor | None]:
     """Filters, limit and cursor from ``values`` (LIST_PARAMETERS -> text or None); ValueError (BadPageToken for
     the token) says what is wrong, naming the parameter as the route does (the CLI's flags are these with dashes)."""
-    unknown = sorted(set(k for k, v in values.items() if v is not None) - set(LIST_PARAMETERS))
+    unknown = sorted({k for k, v in values.items() if v is not None} - set(LIST_PARAMETERS))
     if unknown:
         raise ValueError(f"unknown parameter {unknown[0]!r}: use {', '.join(LIST_PARAMETERS)} (or id for a look-up)")
     kind = values.get("kind")
@@ -486,7 +554,10 @@ def list_query(values: dict) -> tuple[ListFilters, int, Optional[Cursor]]:
     filters = ListFilters(
         due_after_ms=parse_instant(values["due_after"], "due_after") if values.get("due_after") else None,
         due_before_ms=parse_instant(values["due_before"], "due_before") if values.get("due_before") else None,
-        destination=values.get("destination") or None, id_prefix=values.get("id_prefix") or None, kind=kind or None)
+        destination=values.get("destination") or None,
+        id_prefix=values.get("id_prefix") or None,
+        kind=kind or None,
+    )
     limit = parse_limit(values["limit"]) if values.get("limit") not in (None, "") else DEFAULT_LIMIT
     token = values.get("page_token")
     cursor = decode_token(token, filters) if token else None
@@ -509,8 +580,8 @@ def find_paused(source: BucketSource, sid: bytes) -> pd.DataFrame:
 def find_sid(source: BucketSource, sid: bytes) -> pd.DataFrame:
     """The pending rows of one schedule id (a source narrowed to its shard reads a fraction of the state)."""
     found = FirstRows(1_000)
-    struck = source.strikes(-(2 ** 62), None)
-    for shard, bucket, frame in source.chunks(-(2 ** 62), None):
+    struck = source.strikes(-(2**62), None)
+    for shard, bucket, frame in source.chunks(-(2**62), None):
         gone = struck.get((shard, bucket))
         if gone:
             frame = frame[~frame["delivery_id"].isin(gone)]

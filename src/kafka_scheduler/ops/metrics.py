@@ -12,14 +12,14 @@ import logging
 import threading
 import time
 from collections import Counter as Tally
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..engine.batch_summary import BatchSummary
-from .recent import LatenessWindow, RecentRejections
 from ..engine.rejection_classes import EXPIRED, REFUSED_BY_DESTINATION
 from ..engine.wheel_processor import OUTCOME_REJECTED
+from .recent import LatenessWindow, RecentRejections
 
 log = logging.getLogger(__name__)
 
@@ -32,78 +32,137 @@ BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 class SchedulerMetrics:
     """Every metric the job exports. ``dialects``: input topic -> dialect, for the ``dialect`` label."""
 
-    def __init__(self, dialects: dict[str, str], registry: Optional[CollectorRegistry] = None):
+    def __init__(self, dialects: dict[str, str], registry: CollectorRegistry | None = None):
         self.dialects = dict(dialects)
         self.registry = registry = registry if registry is not None else CollectorRegistry()
         by_input = ["input_topic", "dialect"]
-        self.requests = Counter(PREFIX + "requests", "Requests read, by outcome: scheduled, replaced, replace_noop, "
-                                "cancelled, cancel_noop, completed, complete_noop, and for crons cron_added, "
-                                "cron_replaced, cron_replace_noop, cron_paused, cron_pause_noop, cron_resumed, "
-                                "cron_resume_noop, cron_cancelled, cron_cancel_noop (rejected ones: "
-                                "kafka_scheduler_rejected_total)", ["outcome", *by_input], registry=registry)
-        self.rejected = Counter(PREFIX + "rejected", "Requests rejected (sent to the rejections topic), by reason "
-                                "class", [*by_input, "reason_class"], registry=registry)
-        self.delivered = Counter(PREFIX + "delivered", "Deliveries written to their destination topics",
-                                 registry=registry)
-        self.delivered_at_once = Counter(PREFIX + "delivered_at_once", "Schedules already due when their request "
-                                         "was read, delivered by the batch that read it", by_input, registry=registry)
-        self.written_back = Counter(PREFIX + "written_back", "Write-backs emitted to source topics (Karafka, ETF1, "
-                                    "Sky inputs) with their deliveries", registry=registry)
-        self.dead_lettered = Counter(PREFIX + "dead_lettered", "Deliveries their destination refused (topic or "
-                                     "partition missing, not authorized, too large), sent to the rejections topic",
-                                     registry=registry)
-        self.expired = Counter(PREFIX + "expired", "Deliveries (one-shots and cron firings) that would have gone out "
-                               "later than their due time plus their x-scheduler-max-lateness, sent to the rejections "
-                               "topic as expired instead", registry=registry)
-        self.skipped_firings = Counter(PREFIX + "skipped_firings", "Firings of crons with the skip policy that were "
-                                       "due while the job was down, not delivered", registry=registry)
-        self.pending = Gauge(PREFIX + "pending_schedules", "Pending schedules with a request id (the id index, "
-                             "summed over shards, after every batch; schedules without id are not counted: see "
-                             "kafka_scheduler_counted_pending_schedules)", registry=registry)
+        self.requests = Counter(
+            PREFIX + "requests",
+            "Requests read, by outcome: scheduled, replaced, replace_noop, "
+            "cancelled, cancel_noop, completed, complete_noop, and for crons cron_added, "
+            "cron_replaced, cron_replace_noop, cron_paused, cron_pause_noop, cron_resumed, "
+            "cron_resume_noop, cron_cancelled, cron_cancel_noop (rejected ones: "
+            "kafka_scheduler_rejected_total)",
+            ["outcome", *by_input],
+            registry=registry,
+        )
+        self.rejected = Counter(
+            PREFIX + "rejected",
+            "Requests rejected (sent to the rejections topic), by reason class",
+            [*by_input, "reason_class"],
+            registry=registry,
+        )
+        self.delivered = Counter(
+            PREFIX + "delivered", "Deliveries written to their destination topics", registry=registry
+        )
+        self.delivered_at_once = Counter(
+            PREFIX + "delivered_at_once",
+            "Schedules already due when their request was read, delivered by the batch that read it",
+            by_input,
+            registry=registry,
+        )
+        self.written_back = Counter(
+            PREFIX + "written_back",
+            "Write-backs emitted to source topics (Karafka, ETF1, Sky inputs) with their deliveries",
+            registry=registry,
+        )
+        self.dead_lettered = Counter(
+            PREFIX + "dead_lettered",
+            "Deliveries their destination refused (topic or "
+            "partition missing, not authorized, too large), sent to the rejections topic",
+            registry=registry,
+        )
+        self.expired = Counter(
+            PREFIX + "expired",
+            "Deliveries (one-shots and cron firings) that would have gone out "
+            "later than their due time plus their x-scheduler-max-lateness, sent to the rejections "
+            "topic as expired instead",
+            registry=registry,
+        )
+        self.skipped_firings = Counter(
+            PREFIX + "skipped_firings",
+            "Firings of crons with the skip policy that were due while the job was down, not delivered",
+            registry=registry,
+        )
+        self.pending = Gauge(
+            PREFIX + "pending_schedules",
+            "Pending schedules with a request id (the id index, "
+            "summed over shards, after every batch; schedules without id are not counted: see "
+            "kafka_scheduler_counted_pending_schedules)",
+            registry=registry,
+        )
         # Counted from the checkpoint by a state read that a scrape (or the status page) starts when the last is
         # stale (status_page.UpcomingCache): NaN until the first read.
-        self.counted_pending = Gauge(PREFIX + "counted_pending_schedules", "All pending schedules not yet due (with "
-                                     "or without id), counted from the checkpoint's last committed batch at "
-                                     "kafka_scheduler_counted_timestamp_seconds", registry=registry)
-        self.earliest_due = Gauge(PREFIX + "earliest_pending_due_timestamp_seconds", "The earliest due time of the "
-                                  "pending schedules not yet due, from the same count (0: none)", registry=registry)
-        self.counted_at = Gauge(PREFIX + "counted_timestamp_seconds", "When the pending schedules were last counted "
-                                "from the checkpoint (a scrape starts a recount once the count is older than 30 s, "
-                                "or 20 times the last count's duration)", registry=registry)
+        self.counted_pending = Gauge(
+            PREFIX + "counted_pending_schedules",
+            "All pending schedules not yet due (with "
+            "or without id), counted from the checkpoint's last committed batch at "
+            "kafka_scheduler_counted_timestamp_seconds",
+            registry=registry,
+        )
+        self.earliest_due = Gauge(
+            PREFIX + "earliest_pending_due_timestamp_seconds",
+            "The earliest due time of the pending schedules not yet due, from the same count (0: none)",
+            registry=registry,
+        )
+        self.counted_at = Gauge(
+            PREFIX + "counted_timestamp_seconds",
+            "When the pending schedules were last counted "
+            "from the checkpoint (a scrape starts a recount once the count is older than 30 s, "
+            "or 20 times the last count's duration)",
+            registry=registry,
+        )
         self.follow_state_counts(lambda: None)
-        self.next_wakeup = Gauge(PREFIX + "next_wakeup_timestamp_seconds", "When the job next acts on pending "
-                                 "schedules (the earliest armed timer, up to --lookahead plus a preparation lead "
-                                 "before the earliest due time); 0: none armed", registry=registry)
-        self.lateness = Histogram(PREFIX + "delivery_lateness_seconds", "How long after its due time each delivery "
-                                  "was written", buckets=LATENESS_BUCKETS, registry=registry)
-        self.batch_duration = Histogram(PREFIX + "batch_duration_seconds", "Micro-batch time in the sink: state "
-                                        "step, summary and Kafka write", buckets=BATCH_BUCKETS, registry=registry)
+        self.next_wakeup = Gauge(
+            PREFIX + "next_wakeup_timestamp_seconds",
+            "When the job next acts on pending "
+            "schedules (the earliest armed timer, up to --lookahead plus a preparation lead "
+            "before the earliest due time); 0: none armed",
+            registry=registry,
+        )
+        self.lateness = Histogram(
+            PREFIX + "delivery_lateness_seconds",
+            "How long after its due time each delivery was written",
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        self.batch_duration = Histogram(
+            PREFIX + "batch_duration_seconds",
+            "Micro-batch time in the sink: state step, summary and Kafka write",
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
         self.batches = Counter(PREFIX + "batches", "Micro-batches completed", registry=registry)
-        self.last_batch = Gauge(PREFIX + "last_batch_timestamp_seconds", "When the last micro-batch completed",
-                                registry=registry)
-        self.input_lag = Gauge(PREFIX + "input_lag_records", "Records in an input topic partition the job has not "
-                               "read yet (latest offset minus the end offset of the last batch)",
-                               ["topic", "partition"], registry=registry)
+        self.last_batch = Gauge(
+            PREFIX + "last_batch_timestamp_seconds", "When the last micro-batch completed", registry=registry
+        )
+        self.input_lag = Gauge(
+            PREFIX + "input_lag_records",
+            "Records in an input topic partition the job has not "
+            "read yet (latest offset minus the end offset of the last batch)",
+            ["topic", "partition"],
+            registry=registry,
+        )
         self._lock = threading.Lock()
         self._index_entries: dict[int, int] = {}
         self.recent_lateness = LatenessWindow()
         self.recent_rejections = RecentRejections()
 
-    def value(self, name: str, labels: Optional[dict] = None) -> Optional[float]:
+    def value(self, name: str, labels: dict | None = None) -> float | None:
         """A sample's current value (``name`` as exposed, e.g. ``kafka_scheduler_delivered_total``)."""
         return self.registry.get_sample_value(name, labels or {})
 
     def dialect_of(self, topic: str) -> str:
         return self.dialects.get(topic, "")
 
-    def follow_state_counts(self, counted: Callable[[], Optional[tuple]]) -> None:
+    def follow_state_counts(self, counted: Callable[[], tuple | None]) -> None:
         """``counted()``: (schedules not yet due, earliest due in ms or None, as of in s) or None, read at scrape."""
         nan = float("nan")
         self.counted_pending.set_function(lambda: nan if (c := counted()) is None else c[0])
         self.earliest_due.set_function(lambda: nan if (c := counted()) is None else (c[1] or 0) / 1000)
         self.counted_at.set_function(lambda: nan if (c := counted()) is None else c[2])
 
-    def follow_next_wakeup(self, next_ms: Callable[[], Optional[int]]) -> None:
+    def follow_next_wakeup(self, next_ms: Callable[[], int | None]) -> None:
         """Read at each scrape: the driver's next wake-up instant (ms) moves between batches too."""
         self.next_wakeup.set_function(lambda: (next_ms() or 0) / 1000)
 
@@ -130,8 +189,10 @@ class SchedulerMetrics:
             # largest lateness, the only figure the batch has.
             self.delivered.inc(summary.written_by_batch)
             if summary.earliest_due_ms is not None:
-                self._observe_lateness(max(0, summary.written_at_ms - summary.earliest_due_ms) / 1000,
-                                       min(summary.written_by_batch, 10_000))
+                self._observe_lateness(
+                    max(0, summary.written_at_ms - summary.earliest_due_ms) / 1000,
+                    min(summary.written_by_batch, 10_000),
+                )
         with self._lock:
             self._index_entries.update(summary.index_entries)
             if self._index_entries:

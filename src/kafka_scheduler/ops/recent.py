@@ -11,7 +11,6 @@ import math
 import threading
 import time
 from collections import Counter, deque
-from typing import Optional
 
 SLOT_S = 60
 WINDOW_S = 3600
@@ -29,7 +28,7 @@ def _key(seconds: float) -> int:
 
 
 def _value(key: int) -> float:
-    return 0.0 if key == 0 else FLOOR_S * STEP ** key
+    return 0.0 if key == 0 else FLOOR_S * STEP**key
 
 
 class LatenessWindow:
@@ -40,7 +39,7 @@ class LatenessWindow:
         self._slots: dict[int, tuple[Counter, list]] = {}  # slot start (s) -> (key -> n, [max])
         self._lock = threading.Lock()
 
-    def add(self, seconds: float, n: int = 1, now: Optional[float] = None) -> None:
+    def add(self, seconds: float, n: int = 1, now: float | None = None) -> None:
         if n <= 0:
             return
         now = time.time() if now is None else now
@@ -53,19 +52,22 @@ class LatenessWindow:
             for old in [s for s in self._slots if s <= now - self.window_s - self.slot_s]:
                 del self._slots[old]
 
-    def stats(self, now: Optional[float] = None, span_s: Optional[float] = None) -> dict:
+    def stats(self, now: float | None = None, span_s: float | None = None) -> dict:
         """count, p50_s, p99_s, max_s over the last ``span_s`` (default: the window), by whole slots."""
         now = time.time() if now is None else now
         since = now - (span_s or self.window_s)
         with self._lock:
-            kept = [(slot, Counter(counts), top[0]) for slot, (counts, top) in self._slots.items()
-                    if slot + self.slot_s > since]
+            kept = [
+                (slot, Counter(counts), top[0])
+                for slot, (counts, top) in self._slots.items()
+                if slot + self.slot_s > since
+            ]
         total: Counter = Counter()
         for _, counts, _ in kept:
             total.update(counts)
         return summarize(total, max((top for _, _, top in kept), default=None))
 
-    def per_slot(self, now: Optional[float] = None) -> list[dict]:
+    def per_slot(self, now: float | None = None) -> list[dict]:
         """One entry per slot of the window, oldest first, empty slots included (for a sparkline)."""
         now = time.time() if now is None else now
         current = int(now // self.slot_s * self.slot_s)
@@ -78,12 +80,16 @@ class LatenessWindow:
         return found
 
 
-def summarize(counts: Counter, top: Optional[float]) -> dict:
+def summarize(counts: Counter, top: float | None) -> dict:
     n = sum(counts.values())
     if not n:
         return {"count": 0, "p50_s": None, "p99_s": None, "max_s": None}
-    return {"count": n, "p50_s": min(_percentile(counts, n, 0.50), top), "p99_s": min(_percentile(counts, n, 0.99), top),
-            "max_s": top}
+    return {
+        "count": n,
+        "p50_s": min(_percentile(counts, n, 0.50), top),
+        "p99_s": min(_percentile(counts, n, 0.99), top),
+        "max_s": top,
+    }
 
 
 def _percentile(counts: Counter, n: int, q: float) -> float:
@@ -104,10 +110,17 @@ class RecentRejections:
         self._entries: deque = deque(maxlen=kept)
         self._lock = threading.Lock()
 
-    def add(self, at_s: float, input_topic: Optional[str], dialect: str, reason_class: str, count: int) -> None:
+    def add(self, at_s: float, input_topic: str | None, dialect: str, reason_class: str, count: int) -> None:
         with self._lock:
-            self._entries.append({"at": at_s, "input_topic": input_topic, "dialect": dialect,
-                                  "reason_class": reason_class, "count": count})
+            self._entries.append(
+                {
+                    "at": at_s,
+                    "input_topic": input_topic,
+                    "dialect": dialect,
+                    "reason_class": reason_class,
+                    "count": count,
+                }
+            )
 
     def entries(self) -> list[dict]:
         with self._lock:

@@ -16,12 +16,11 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache, partial
 from importlib import resources
-from typing import Callable, Iterable, Optional
-
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +56,10 @@ def page_html() -> bytes:
     return resources.files(__package__).joinpath("status_page.html").read_bytes()
 
 
-def iso(seconds: Optional[float]) -> Optional[str]:
+def iso(seconds: float | None) -> str | None:
     if seconds is None:
         return None
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # ---------------------------------------------------------------- /api/status (pure)
@@ -87,37 +86,60 @@ def by_label(samples: Samples, name: str, label: str) -> dict:
     return {k: v for k, v in sorted(found.items()) if v}
 
 
-def health(now_s: float, started_s: float, last_batch_s: Optional[float], batches: float,
-           next_wakeup_s: Optional[float], lag_total: float, recent_p99_s: Optional[float]) -> dict:
+def health(
+    now_s: float,
+    started_s: float,
+    last_batch_s: float | None,
+    batches: float,
+    next_wakeup_s: float | None,
+    lag_total: float,
+    recent_p99_s: float | None,
+) -> dict:
     """ok, late, stalled or starting, and why (one sentence)."""
     quiet_s = now_s - (last_batch_s or started_s)
     wake_overdue_s = now_s - next_wakeup_s if next_wakeup_s and (last_batch_s or 0) < next_wakeup_s else 0
     if lag_total > 0 and quiet_s > STALL_AFTER_S:
-        return {"verdict": "stalled", "reason": f"{lag_total:,.0f} input records waiting and no batch for "
-                                                f"{quiet_s:,.0f} s"}
+        return {
+            "verdict": "stalled",
+            "reason": f"{lag_total:,.0f} input records waiting and no batch for {quiet_s:,.0f} s",
+        }
     if wake_overdue_s > STALL_AFTER_S:
-        return {"verdict": "stalled", "reason": f"a wake-up was due {wake_overdue_s:,.0f} s ago and no batch ran "
-                                                "since"}
+        return {"verdict": "stalled", "reason": f"a wake-up was due {wake_overdue_s:,.0f} s ago and no batch ran since"}
     if not batches:
         return {"verdict": "starting", "reason": "no batch completed yet"}
     if recent_p99_s is not None and recent_p99_s > LATE_P99_S:
-        return {"verdict": "late", "reason": f"deliveries of the last {RECENT_S / 60:.0f} minutes: p99 "
-                                             f"{recent_p99_s:.1f} s late"}
+        return {
+            "verdict": "late",
+            "reason": f"deliveries of the last {RECENT_S / 60:.0f} minutes: p99 {recent_p99_s:.1f} s late",
+        }
     if lag_total > LATE_LAG_RECORDS:
         return {"verdict": "late", "reason": f"{lag_total:,.0f} input records not read yet"}
     return {"verdict": "ok", "reason": "deliveries on time, input read"}
 
 
-def status_json(samples: Samples, now_s: float, started_s: float, app_id: str, lateness_hour: dict,
-                lateness_recent: dict, lateness_minutes: list[dict], rejections: list[dict]) -> dict:
+def status_json(
+    samples: Samples,
+    now_s: float,
+    started_s: float,
+    app_id: str,
+    lateness_hour: dict,
+    lateness_recent: dict,
+    lateness_minutes: list[dict],
+    rejections: list[dict],
+) -> dict:
     """What /api/status answers, from one snapshot of the registry and the rings (recent.py)."""
     m = "kafka_scheduler_"
     last_batch = total(samples, m + "last_batch_timestamp_seconds") or None
     next_wakeup = total(samples, m + "next_wakeup_timestamp_seconds") or None
     batches = total(samples, m + "batches_total")
-    lag = sorted(({"topic": dict(pairs)["topic"], "partition": int(dict(pairs)["partition"]), "records": int(v)}
-                  for (n, pairs), v in samples.items() if n == m + "input_lag_records"),
-                 key=lambda e: (e["topic"], e["partition"]))
+    lag = sorted(
+        (
+            {"topic": dict(pairs)["topic"], "partition": int(dict(pairs)["partition"]), "records": int(v)}
+            for (n, pairs), v in samples.items()
+            if n == m + "input_lag_records"
+        ),
+        key=lambda e: (e["topic"], e["partition"]),
+    )
     lag_total = sum(e["records"] for e in lag)
     return {
         "app_id": app_id,
@@ -125,23 +147,43 @@ def status_json(samples: Samples, now_s: float, started_s: float, app_id: str, l
         "uptime_s": round(now_s - started_s, 1),
         "pending": int(total(samples, m + "pending_schedules")),
         "next_wakeup": {"at": iso(next_wakeup), "in_s": round(next_wakeup - now_s, 3) if next_wakeup else None},
-        "delivered": {"total": int(total(samples, m + "delivered_total")),
-                      "at_once": int(total(samples, m + "delivered_at_once_total")),
-                      "written_back": int(total(samples, m + "written_back_total")),
-                      "dead_lettered": int(total(samples, m + "dead_lettered_total"))},
+        "delivered": {
+            "total": int(total(samples, m + "delivered_total")),
+            "at_once": int(total(samples, m + "delivered_at_once_total")),
+            "written_back": int(total(samples, m + "written_back_total")),
+            "dead_lettered": int(total(samples, m + "dead_lettered_total")),
+        },
         "requests": {k: int(v) for k, v in by_label(samples, m + "requests_total", "outcome").items()},
-        "rejected": {"total": int(total(samples, m + "rejected_total")),
-                     "by_class": {k: int(v) for k, v in by_label(samples, m + "rejected_total", "reason_class").items()}},
-        "lateness": {"window_s": 3600, **_rounded(lateness_hour), "last_5_min": _rounded(lateness_recent),
-                     "per_minute": [{"start": iso(e["start"]), **_rounded(e)} for e in lateness_minutes],
-                     "since_start_count": int(total(samples, m + "delivery_lateness_seconds_count"))},
-        "rejections": [{"at": iso(e["at"]), "input_topic": e["input_topic"], "dialect": e["dialect"],
-                        "reason_class": e["reason_class"], "count": e["count"],
-                        "about": REASON_CLASSES.get(e["reason_class"], REASON_CLASSES["other"])} for e in rejections],
-        "health": {**health(now_s, started_s, last_batch, batches, next_wakeup, lag_total, lateness_recent["p99_s"]),
-                   "last_batch": iso(last_batch),
-                   "last_batch_age_s": round(now_s - last_batch, 1) if last_batch else None,
-                   "batches": int(batches), "input_lag": lag, "input_lag_total": lag_total},
+        "rejected": {
+            "total": int(total(samples, m + "rejected_total")),
+            "by_class": {k: int(v) for k, v in by_label(samples, m + "rejected_total", "reason_class").items()},
+        },
+        "lateness": {
+            "window_s": 3600,
+            **_rounded(lateness_hour),
+            "last_5_min": _rounded(lateness_recent),
+            "per_minute": [{"start": iso(e["start"]), **_rounded(e)} for e in lateness_minutes],
+            "since_start_count": int(total(samples, m + "delivery_lateness_seconds_count")),
+        },
+        "rejections": [
+            {
+                "at": iso(e["at"]),
+                "input_topic": e["input_topic"],
+                "dialect": e["dialect"],
+                "reason_class": e["reason_class"],
+                "count": e["count"],
+                "about": REASON_CLASSES.get(e["reason_class"], REASON_CLASSES["other"]),
+            }
+            for e in rejections
+        ],
+        "health": {
+            **health(now_s, started_s, last_batch, batches, next_wakeup, lag_total, lateness_recent["p99_s"]),
+            "last_batch": iso(last_batch),
+            "last_batch_age_s": round(now_s - last_batch, 1) if last_batch else None,
+            "batches": int(batches),
+            "input_lag": lag,
+            "input_lag_total": lag_total,
+        },
     }
 
 
@@ -158,9 +200,9 @@ class PendingCounts:
     overdue: int = 0  # due before as_of: being delivered, or delivered and not yet retired by a batch
     per_hour: Counter = field(default_factory=Counter)  # start of hour (ms) -> schedules due in it
     per_day: Counter = field(default_factory=Counter)
-    earliest_due_ms: Optional[int] = None  # of those not yet due at as_of
+    earliest_due_ms: int | None = None  # of those not yet due at as_of
     crons: int = 0  # running crons among them (the chart counts each of their firings in its hour)
-    firings_estimated_from_ms: Optional[int] = None  # per-day firing counts of dense crons estimated from then on
+    firings_estimated_from_ms: int | None = None  # per-day firing counts of dense crons estimated from then on
 
     @property
     def not_due(self) -> int:
@@ -173,8 +215,11 @@ def count_pending(frames: Iterable, as_of_ms: int) -> PendingCounts:
     from .inspection import FiringCounter
 
     counts = PendingCounts()
-    firings = FiringCounter(as_of_ms, as_of_ms // HOUR_MS * HOUR_MS + HOURS_SHOWN * HOUR_MS,
-                            as_of_ms // DAY_MS * DAY_MS + DAYS_SHOWN * DAY_MS)
+    firings = FiringCounter(
+        as_of_ms,
+        as_of_ms // HOUR_MS * HOUR_MS + HOURS_SHOWN * HOUR_MS,
+        as_of_ms // DAY_MS * DAY_MS + DAYS_SHOWN * DAY_MS,
+    )
     for frame in frames:
         if "cron_expr" in frame:
             counts.crons += int(frame["cron_expr"].notna().sum())
@@ -196,9 +241,17 @@ def count_pending(frames: Iterable, as_of_ms: int) -> PendingCounts:
 
 def counts_json(counts: PendingCounts) -> str:
     """A partition's counts, as its executor task returns them (``_count_state``)."""
-    return json.dumps({"total": counts.total, "overdue": counts.overdue, "per_hour": list(counts.per_hour.items()),
-                       "per_day": list(counts.per_day.items()), "earliest_due_ms": counts.earliest_due_ms,
-                       "crons": counts.crons, "firings_estimated_from_ms": counts.firings_estimated_from_ms})
+    return json.dumps(
+        {
+            "total": counts.total,
+            "overdue": counts.overdue,
+            "per_hour": list(counts.per_hour.items()),
+            "per_day": list(counts.per_day.items()),
+            "earliest_due_ms": counts.earliest_due_ms,
+            "crons": counts.crons,
+            "firings_estimated_from_ms": counts.firings_estimated_from_ms,
+        }
+    )
 
 
 def merged_counts(parts: Iterable[str]) -> PendingCounts:
@@ -220,23 +273,36 @@ def _count_partition(as_of_ms: int, frames: Iterable) -> str:
     return counts_json(count_pending(frames, as_of_ms))
 
 
-def upcoming_json(counts: PendingCounts, as_of_ms: int, batch: Optional[int]) -> dict:
+def upcoming_json(counts: PendingCounts, as_of_ms: int, batch: int | None) -> dict:
     """48 hourly and 30 daily buckets from the current hour and day (UTC), zeros included, and what lies beyond."""
     first_hour = as_of_ms // HOUR_MS * HOUR_MS
     first_day = as_of_ms // DAY_MS * DAY_MS
-    hours = [{"start": iso(h / 1000), "count": counts.per_hour.get(h, 0)}
-             for h in range(first_hour, first_hour + HOURS_SHOWN * HOUR_MS, HOUR_MS)]
-    days = [{"date": iso(d / 1000)[:10], "count": counts.per_day.get(d, 0)}
-            for d in range(first_day, first_day + DAYS_SHOWN * DAY_MS, DAY_MS)]
-    return {"as_of": iso(as_of_ms / 1000), "as_of_ms": as_of_ms, "batch": batch, "total": counts.total,
-            "due_not_retired": counts.overdue, "earliest_due": iso(counts.earliest_due_ms / 1000)
-            if counts.earliest_due_ms is not None else None, "earliest_due_ms": counts.earliest_due_ms,
-            "hours": hours, "days": days, "crons": counts.crons,
-            "firings_estimated_from": None if counts.firings_estimated_from_ms is None
-            else iso(counts.firings_estimated_from_ms / 1000)[:10],
-            "before_hours": sum(n for h, n in counts.per_hour.items() if h < first_hour),
-            "after_hours": sum(n for h, n in counts.per_hour.items() if h >= first_hour + HOURS_SHOWN * HOUR_MS),
-            "after_days": sum(n for d, n in counts.per_day.items() if d >= first_day + DAYS_SHOWN * DAY_MS)}
+    hours = [
+        {"start": iso(h / 1000), "count": counts.per_hour.get(h, 0)}
+        for h in range(first_hour, first_hour + HOURS_SHOWN * HOUR_MS, HOUR_MS)
+    ]
+    days = [
+        {"date": iso(d / 1000)[:10], "count": counts.per_day.get(d, 0)}
+        for d in range(first_day, first_day + DAYS_SHOWN * DAY_MS, DAY_MS)
+    ]
+    return {
+        "as_of": iso(as_of_ms / 1000),
+        "as_of_ms": as_of_ms,
+        "batch": batch,
+        "total": counts.total,
+        "due_not_retired": counts.overdue,
+        "earliest_due": iso(counts.earliest_due_ms / 1000) if counts.earliest_due_ms is not None else None,
+        "earliest_due_ms": counts.earliest_due_ms,
+        "hours": hours,
+        "days": days,
+        "crons": counts.crons,
+        "firings_estimated_from": None
+        if counts.firings_estimated_from_ms is None
+        else iso(counts.firings_estimated_from_ms / 1000)[:10],
+        "before_hours": sum(n for h, n in counts.per_hour.items() if h < first_hour),
+        "after_hours": sum(n for h, n in counts.per_hour.items() if h >= first_hour + HOURS_SHOWN * HOUR_MS),
+        "after_days": sum(n for d, n in counts.per_day.items() if d >= first_day + DAYS_SHOWN * DAY_MS),
+    }
 
 
 # ---------------------------------------------------------------- the state store, read on request
@@ -248,7 +314,7 @@ class StateReader:
     def __init__(self):
         self._lock = threading.Lock()  # one state read at a time: each is a Spark job on the job's cores
         self._spark = None
-        self._checkpoint_dir: Optional[str] = None
+        self._checkpoint_dir: str | None = None
 
     def attach(self, spark, checkpoint_dir: str) -> None:
         self._spark, self._checkpoint_dir = spark, checkpoint_dir
@@ -301,18 +367,23 @@ class UpcomingCache:
     """The last /api/upcoming answer; a request finding it older than ``max_age_s`` starts one recount in the
     background and gets the last answer meanwhile."""
 
-    def __init__(self, reader: StateReader, max_age_s: float = UPCOMING_MAX_AGE_S,
-                 clock: Callable[[], float] = time.time, count: Optional[Callable] = None):
+    def __init__(
+        self,
+        reader: StateReader,
+        max_age_s: float = UPCOMING_MAX_AGE_S,
+        clock: Callable[[], float] = time.time,
+        count: Callable | None = None,
+    ):
         self.reader, self.max_age_s, self.clock = reader, max_age_s, clock
         self.count = count or _count_state  # (spark, checkpoint_dir, as_of_ms) -> PendingCounts
         self._lock = threading.Lock()
-        self._result: Optional[dict] = None
-        self._computed_at: Optional[float] = None
-        self._error: Optional[str] = None
-        self._worker: Optional[threading.Thread] = None
+        self._result: dict | None = None
+        self._computed_at: float | None = None
+        self._error: str | None = None
+        self._worker: threading.Thread | None = None
         self._read_s = 0.0  # how long the last read took
 
-    def counted(self) -> Optional[tuple[int, Optional[int], float]]:
+    def counted(self) -> tuple[int, int | None, float] | None:
         """(schedules not yet due, the earliest due time in ms or None, as of in s) of the last read, or None."""
         with self._lock:
             result = self._result
@@ -333,20 +404,34 @@ class UpcomingCache:
             result, computed_at, error = self._result, self._computed_at, self._error
         if result is None:
             state = "error" if error and not computing else "computing" if self.reader.ready else "waiting"
-            return {"state": state, "computing": computing, "error": error,
-                    "reason": {"computing": "reading the state store (the first read takes a few seconds)",
-                               "waiting": "the job's Spark session is starting",
-                               "error": "the last read failed; the next request tries again"}[state]}
-        return {"state": "ready", **result, "age_s": round(now - computed_at, 1), "computing": computing,
-                "error": error}
+            return {
+                "state": state,
+                "computing": computing,
+                "error": error,
+                "reason": {
+                    "computing": "reading the state store (the first read takes a few seconds)",
+                    "waiting": "the job's Spark session is starting",
+                    "error": "the last read failed; the next request tries again",
+                }[state],
+            }
+        return {
+            "state": "ready",
+            **result,
+            "age_s": round(now - computed_at, 1),
+            "computing": computing,
+            "error": error,
+        }
 
     def _compute(self) -> None:
         started = time.monotonic()
         try:
             as_of_ms = int(self.clock() * 1000)
-            result = self.reader.run(lambda spark, checkpoint_dir, batch: upcoming_json(
-                self.count(spark, checkpoint_dir, as_of_ms), as_of_ms, batch),
-                empty=lambda: upcoming_json(PendingCounts(), as_of_ms, None))
+            result = self.reader.run(
+                lambda spark, checkpoint_dir, batch: upcoming_json(
+                    self.count(spark, checkpoint_dir, as_of_ms), as_of_ms, batch
+                ),
+                empty=lambda: upcoming_json(PendingCounts(), as_of_ms, None),
+            )
             if result is None:
                 return
             read_s = time.monotonic() - started
@@ -367,17 +452,18 @@ class UpcomingCache:
 class StatusPage:
     """The routes; ``attach_state`` once the job's Spark session is up (before that, the state routes say so)."""
 
-    def __init__(self, metrics, app_id: str = "", started_s: Optional[float] = None,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self, metrics, app_id: str = "", started_s: float | None = None, clock: Callable[[], float] = time.time
+    ):
         self.metrics, self.app_id, self.clock = metrics, app_id, clock
         self.started_s = started_s if started_s is not None else clock()
         self.state = StateReader()
         self.upcoming = UpcomingCache(self.state, clock=clock)
         self.actions = None  # actions.RequestWriter, once the broker answers (attach_actions)
-        self.shards: Optional[int] = None
+        self.shards: int | None = None
         metrics.follow_state_counts(self.upcoming.counted)
 
-    def attach_state(self, spark, checkpoint_dir: str, shards: Optional[int] = None) -> None:
+    def attach_state(self, spark, checkpoint_dir: str, shards: int | None = None) -> None:
         self.shards = shards
         self.state.attach(spark, checkpoint_dir)
 
@@ -390,9 +476,16 @@ class StatusPage:
     def status(self) -> dict:
         now = self.clock()
         rings = self.metrics.recent_lateness
-        return status_json(snapshot(self.metrics.registry), now, self.started_s, self.app_id,
-                           rings.stats(now), rings.stats(now, RECENT_S), rings.per_slot(now),
-                           self.metrics.recent_rejections.entries())
+        return status_json(
+            snapshot(self.metrics.registry),
+            now,
+            self.started_s,
+            self.app_id,
+            rings.stats(now),
+            rings.stats(now, RECENT_S),
+            rings.per_slot(now),
+            self.metrics.recent_rejections.entries(),
+        )
 
     def scraped(self) -> None:
         """A scrape keeps the counted gauges current: a recount starts when the last count is stale."""
@@ -406,9 +499,12 @@ class StatusPage:
             return 400, {"error": "missing id: ask /api/schedules?id=<request id> (repeat id for several)"}
         as_of_ms = int(self.clock() * 1000)
         try:
-            found = self.state.run(lambda spark, checkpoint_dir, batch: inspect_checkpoint(
-                spark, checkpoint_dir, Filters(ids=tuple(ids)), as_of_ms, batch, SCHEDULES_LIMIT),
-                empty=lambda: Inspection(as_of_ms, None))
+            found = self.state.run(
+                lambda spark, checkpoint_dir, batch: inspect_checkpoint(
+                    spark, checkpoint_dir, Filters(ids=tuple(ids)), as_of_ms, batch, SCHEDULES_LIMIT
+                ),
+                empty=lambda: Inspection(as_of_ms, None),
+            )
         except TimeoutError as exc:
             return 503, {"error": f"{exc}; try again"}
         if found is None:
@@ -438,11 +534,20 @@ class StatusPage:
         as_of_ms = int(self.clock() * 1000)
         native = self._native_inputs()
         try:
-            found = self.state.run(lambda spark, checkpoint_dir, batch: list_schedules(
-                StateSource(spark, checkpoint_dir, batch), filters, limit, cursor, as_of_ms, batch,
-                view=lambda row: schedule_view(row, as_of_ms, native)),
-                empty=lambda: Listing(as_of_ms, None, filters, limit,
-                                      continued_from_batch=cursor.batch if cursor else None))
+            found = self.state.run(
+                lambda spark, checkpoint_dir, batch: list_schedules(
+                    StateSource(spark, checkpoint_dir, batch),
+                    filters,
+                    limit,
+                    cursor,
+                    as_of_ms,
+                    batch,
+                    view=lambda row: schedule_view(row, as_of_ms, native),
+                ),
+                empty=lambda: Listing(
+                    as_of_ms, None, filters, limit, continued_from_batch=cursor.batch if cursor else None
+                ),
+            )
         except TimeoutError as exc:
             return 503, {"error": f"{exc}; try again"}
         if found is None:
@@ -452,31 +557,46 @@ class StatusPage:
     def act(self, body: dict, client: str) -> tuple[int, dict]:
         """``POST /api/actions``: write the native request, wait for the batch that reads it, read the schedule again
         and say what became of it."""
-        from .actions import ACTION_KIND, ActionError, WAIT_S
+        from .actions import ACTION_KIND, WAIT_S, ActionError
 
         if self.actions is None:
             return 503, {"error": "the job is not connected to Kafka yet; try again"}
         try:
-            action, request_id, topic = self.actions.check(body.get("action"), body.get("id"),
-                                                           body.get("input_topic"))
+            action, request_id, topic = self.actions.check(body.get("action"), body.get("id"), body.get("input_topic"))
         except ActionError as exc:
             return 400, {"error": str(exc)}
         try:
             written = self.actions.write(action, request_id, topic)
         except Exception as exc:  # the broker away, the topic gone: nothing was written
             return 503, {"error": f"{action} not written: {exc}"}
-        log.info("status page: %s id=%s written to %s partition %d offset %d, for %s", action, request_id, topic,
-                 written.partition, written.offset, client)
+        log.info(
+            "status page: %s id=%s written to %s partition %d offset %d, for %s",
+            action,
+            request_id,
+            topic,
+            written.partition,
+            written.offset,
+            client,
+        )
         answer = {"request": written.to_json()}
         if not self.actions.wait_ruled(written, WAIT_S):
-            return 202, {**answer, "outcome": "written", "message": (
-                f"{action} written ({topic} partition {written.partition}, offset {written.offset}); the job has not "
-                f"committed a batch past it within {WAIT_S:.0f} s: it acts when the job reads it (list again later)")}
+            return 202, {
+                **answer,
+                "outcome": "written",
+                "message": (
+                    f"{action} written ({topic} partition {written.partition}, offset {written.offset}); "
+                    f"the job has not committed a batch past it within {WAIT_S:.0f} s: it acts when the job reads it "
+                    "(list again later)"
+                ),
+            }
         try:
             batch, rows, paused = self._versions(ACTION_KIND[action], topic, request_id)
         except TimeoutError as exc:
-            return 202, {**answer, "outcome": "ruled", "message": f"{action} ruled on; reading the state again "
-                                                                  f"failed: {exc}"}
+            return 202, {
+                **answer,
+                "outcome": "ruled",
+                "message": f"{action} ruled on; reading the state again failed: {exc}",
+            }
         shown = body.get("delivery_id")
         if action == "CRON_PAUSE" and paused:
             outcome, message = "paused", f"cron {request_id} paused as of batch {batch}"
@@ -485,20 +605,33 @@ class StatusPage:
         elif action == "CRON_RESUME" and paused:
             outcome, message = "still_paused", f"cron {request_id} is still paused as of batch {batch}"
         elif not rows and not paused:
-            outcome, message = "not_pending", f"id {request_id} has no pending {ACTION_KIND[action]} any more " \
-                                              f"(as of batch {batch})"
+            outcome, message = (
+                "not_pending",
+                f"id {request_id} has no pending {ACTION_KIND[action]} any more (as of batch {batch})",
+            )
         elif action in ("CANCEL", "CRON_CANCEL"):
             newer = shown is not None and all(r["delivery_id"] != shown for r in rows)
-            outcome, message = ("replaced", f"id {request_id}: a newer version is pending (a later request replaced "
-                                            f"the one shown)") if newer else \
-                ("still_pending", f"id {request_id} is still pending as of batch {batch}: the request did not take "
-                                  f"it back (delivered first, or replaced since)")
+            outcome, message = (
+                ("replaced", f"id {request_id}: a newer version is pending (a later request replaced the one shown)")
+                if newer
+                else (
+                    "still_pending",
+                    f"id {request_id} is still pending as of batch {batch}: the request did not take "
+                    f"it back (delivered first, or replaced since)",
+                )
+            )
         else:
             outcome, message = "ruled", f"{action} ruled on as of batch {batch}"
-        return 200, {**answer, "outcome": outcome, "message": message, "batch": batch, "schedules": rows,
-                     "paused": paused}
+        return 200, {
+            **answer,
+            "outcome": outcome,
+            "message": message,
+            "batch": batch,
+            "schedules": rows,
+            "paused": paused,
+        }
 
-    def _versions(self, kind: str, topic: str, request_id: str) -> tuple[Optional[int], list, list]:
+    def _versions(self, kind: str, topic: str, request_id: str) -> tuple[int | None, list, list]:
         """The pending rows of the schedule (one-shot or cron) ``request_id`` of ``topic``, read from its shard, and
         the cron's row if it is paused."""
         from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, schedule_sid
@@ -515,8 +648,11 @@ class StatusPage:
             source = StateSource(spark, checkpoint_dir, batch, shard)
             frame = find_sid(source, sid)
             paused = find_paused(source, sid) if kind == "cron" else pd.DataFrame()
-            return batch, [schedule_view(row, as_of_ms, native) for _, row in frame.iterrows()], \
-                [schedule_view(as_paused(row), as_of_ms, native) for _, row in paused.iterrows()]
+            return (
+                batch,
+                [schedule_view(row, as_of_ms, native) for _, row in frame.iterrows()],
+                [schedule_view(as_paused(row), as_of_ms, native) for _, row in paused.iterrows()],
+            )
 
         found = self.state.run(read, empty=lambda: (None, [], []))
         if found is None:
