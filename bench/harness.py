@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from kafka_scheduler.client.encoders import encode, format_instant
-from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
+from kafka_scheduler.engine.spark.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.harness.job_process import JobProcess
 from kafka_scheduler.harness.topic_reader import TopicReader
 from kafka_scheduler.harness.waiting import wait_until as harness_wait_until
@@ -217,7 +217,7 @@ class LiveState:
 
     def __init__(self, checkpoint: Path):
         from kafka_scheduler.config import Config
-        from kafka_scheduler.engine.session import build_session
+        from kafka_scheduler.engine.spark.session import build_session
 
         self.checkpoint = checkpoint
         self.spark = build_session(

@@ -25,7 +25,7 @@ from collections import Counter
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
+from kafka_scheduler.engine.spark.checkpoint import committed_offsets, last_committed_batch
 
 from .harness import Environment, log, wait_until
 

@@ -36,8 +36,10 @@ def main() -> None:
     from pyspark.sql.types import StructField, StructType
 
     from bench.harness import write_result
-    from kafka_scheduler.engine import wheel, wheel_processor
-    from kafka_scheduler.engine.schedule import Schedule
+    from kafka_scheduler.engine.contract import OUTPUT_SCHEMA
+    from kafka_scheduler.engine.processor import blobs, output
+    from kafka_scheduler.engine.rules import wheel
+    from kafka_scheduler.engine.rules.schedule import Schedule
 
     now = 1_900_000_000_000
     schedules = [
@@ -45,8 +47,8 @@ def main() -> None:
         for i in range(args.rows)
     ]
     entries = wheel.entries_frame(schedules, [(None, None)] * args.rows)
-    blob = wheel_processor.to_blob(entries)
-    output_type = StructType([StructField("_0", wheel_processor.OUTPUT_SCHEMA)])
+    blob = blobs.to_blob(entries)
+    output_type = StructType([StructField("_0", OUTPUT_SCHEMA)])
 
     def to_arrow(frame):
         return PandasToArrowConversion.convert(
@@ -60,10 +62,10 @@ def main() -> None:
         )
 
     steps = {
-        "from_blob": lambda _: wheel_processor.from_blob(blob),
-        "deliveries_frame": lambda read: wheel_processor.deliveries_frame(read, now - 1),
+        "from_blob": lambda _: blobs.from_blob(blob),
+        "deliveries_frame": lambda read: output.deliveries_frame(read, now - 1),
         "to_arrow": to_arrow,
-        "to_blob": lambda _: wheel_processor.to_blob(entries),
+        "to_blob": lambda _: blobs.to_blob(entries),
     }
     best = dict.fromkeys(steps, float("inf"))
     for _ in range(ROUNDS):

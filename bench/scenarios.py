@@ -84,7 +84,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from kafka_scheduler.engine.checkpoint import last_committed_batch
+from kafka_scheduler.engine.spark.checkpoint import last_committed_batch
 from kafka_scheduler.harness.process_tree import jvm_running, tree_cpu
 from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.protocol import DIALECT_NAMES

@@ -28,7 +28,7 @@ from confluent_kafka.admin import NewTopic
 
 from bench.harness import git_commit, machine
 from kafka_scheduler.client.encoders import DIALECTS, effective_due, encode
-from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
+from kafka_scheduler.engine.spark.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.harness.job_process import JobProcess
 from kafka_scheduler.harness.topic_reader import TopicReader
 from kafka_scheduler.harness.waiting import wait_until

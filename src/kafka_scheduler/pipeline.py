@@ -20,8 +20,13 @@ import uuid
 from confluent_kafka import TopicPartition
 
 from .config import Config, ConfigError, kafka_settings, masked
-from .engine.batch_summary import BatchSummary, Totals
-from .engine.checkpoint import (
+from .engine.driver.batch_summary import BatchSummary, Totals
+from .engine.driver.early_cancels import CancelWatcher
+from .engine.driver.exactly_once import TransactionalSender, herd_member, transactional_id
+from .engine.driver.record_sink import RecordSink
+from .engine.driver.timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
+from .engine.rules.wheel import BUCKET_MS
+from .engine.spark.checkpoint import (
     LocalFiles,
     checkpoint_files,
     committed_offsets,
@@ -31,14 +36,9 @@ from .engine.checkpoint import (
     settle_state_settings,
     start_new_generation,
 )
-from .engine.early_cancels import CancelWatcher
-from .engine.exactly_once import TransactionalSender, herd_member, transactional_id
-from .engine.query import build_stream, reads_all_first
-from .engine.record_sink import RecordSink
-from .engine.session import build_session, under_spark_submit
-from .engine.timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
-from .engine.warm_workers import warm_python_workers
-from .engine.wheel import BUCKET_MS
+from .engine.spark.query import build_stream, reads_all_first
+from .engine.spark.session import build_session, under_spark_submit
+from .engine.spark.warm_workers import warm_python_workers
 from .kafka.topics import TopicDirectory, ensure_topics, wait_for_broker
 from .ops.access import AdminAccess
 from .ops.actions import RequestWriter

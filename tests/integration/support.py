@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_scheduler.client.encoders import format_instant
-from kafka_scheduler.engine.checkpoint import last_committed_batch
+from kafka_scheduler.engine.spark.checkpoint import last_committed_batch
 from kafka_scheduler.harness.job_process import JobProcess
 from kafka_scheduler.harness.topic_reader import Record, TopicReader  # noqa: F401 (the tests' names)
 from kafka_scheduler.harness.waiting import wait_until

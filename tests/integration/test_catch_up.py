@@ -10,7 +10,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
+from kafka_scheduler.engine.spark.checkpoint import committed_offsets, last_committed_batch
 
 from .support import wait_until
 from .test_dialects import WAIT, epoch_in, karafka

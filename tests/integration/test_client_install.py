@@ -27,7 +27,7 @@ from kafka_scheduler.protocol import ACTION, DELIVER_AT, DELIVER_TO, REQUEST_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DATA = (
-    "kafka_scheduler/engine/log4j2.properties",
+    "kafka_scheduler/engine/spark/log4j2.properties",
     "kafka_scheduler/ops/status_page.html",
     "kafka_scheduler/kafka/spark-kafka.pom.xml",
 )

@@ -11,7 +11,7 @@ import subprocess
 import time
 from collections import Counter
 
-from kafka_scheduler.engine.checkpoint import last_committed_batch
+from kafka_scheduler.engine.spark.checkpoint import last_committed_batch
 
 from .support import outcome_counts, wait_until
 from .test_dialects import WAIT, avro, epoch_in, etf1, karafka

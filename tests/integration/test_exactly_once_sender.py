@@ -9,8 +9,8 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
 
-from kafka_scheduler.engine.exactly_once import FencedError, TransactionalSender
-from kafka_scheduler.engine.timed_writer import Held, TimedWriter, producer_config
+from kafka_scheduler.engine.driver.exactly_once import FencedError, TransactionalSender
+from kafka_scheduler.engine.driver.timed_writer import Held, TimedWriter, producer_config
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 from .support import wait_until

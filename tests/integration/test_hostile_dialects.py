@@ -19,7 +19,7 @@ from collections import Counter
 
 from confluent_kafka import Consumer, TopicPartition
 
-from kafka_scheduler.engine.checkpoint import committed_offsets
+from kafka_scheduler.engine.spark.checkpoint import committed_offsets
 
 from .. import hostile_records as hr
 from .support import outcome_counts, wait_until

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 from kafka_scheduler.client.scheduler_client import format_instant
-from kafka_scheduler.engine.checkpoint import committed_offsets
+from kafka_scheduler.engine.spark.checkpoint import committed_offsets
 
 from .support import at, ms_of, native, wait_until
 

@@ -66,9 +66,9 @@ def test_add_with_id_is_delivered_at_its_due_time_never_before(kafka, requests_t
 
 
 def test_the_first_batch_uses_the_warm_python_workers(kafka, scheduler, requests_topic):
-    """The workers warmed while the query started (engine/warm_workers.py) are the ones the batches use: one Python
-    daemon in the job (its workers are its forks). A second daemon means the batches' workers are keyed apart from
-    the warm-up's and were started cold (seen: an environment variable only the state step's runner set)."""
+    """The workers warmed while the query started (engine/spark/warm_workers.py) are the ones the batches use: one
+    Python daemon in the job (its workers are its forks). A second daemon means the batches' workers are keyed apart
+    from the warm-up's and were started cold (seen: an environment variable only the state step's runner set)."""
     topic = kafka.topic("warm")
     reader = kafka.reader(topic)
     send(kafka, requests_topic, key=b"warm", headers=native(topic, at(0), "warm"))
@@ -389,7 +389,7 @@ def test_the_scheduler_creates_its_topics_for_records_as_large_as_it_writes(kafk
     """A stock broker's default (1 MiB) would refuse a rejection or history copy of a request the job accepts."""
     from confluent_kafka.admin import ConfigResource, ConfigSource
 
-    from kafka_scheduler.engine.timed_writer import PRODUCER_MAX_BYTES
+    from kafka_scheduler.engine.driver.timed_writer import PRODUCER_MAX_BYTES
     from kafka_scheduler.kafka.topics import admin_client
 
     names = [f"{scheduler.app_id}-schedule-{suffix}" for suffix in ("requests", "rejections", "history")]

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from kafka_scheduler.engine.checkpoint import committed_offsets, last_committed_batch
+from kafka_scheduler.engine.spark.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.harness import process_tree
 from kafka_scheduler.harness.job_process import logged_errors
 
@@ -120,7 +120,7 @@ def test_a_jvm_that_ends_under_the_job_stops_it_with_one_line_and_loses_nothing(
     kafka.produce(requests, key=b"k", value=b"v", headers=native(topic, due, "pending"), partition=0)
     scheduler.mark()
     [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
-    # The job's JVM runs with two malloc arenas (engine/session.py) unless the environment says otherwise.
+    # The job's JVM runs with two malloc arenas (engine/spark/session.py) unless the environment says otherwise.
     arenas = os.environ.get("MALLOC_ARENA_MAX", "2").encode()
     assert b"MALLOC_ARENA_MAX=" + arenas in Path(f"/proc/{jvm}/environ").read_bytes().split(b"\0")
     mark = scheduler.log_size()

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from kafka_scheduler.engine.checkpoint import committed_offsets
+from kafka_scheduler.engine.spark.checkpoint import committed_offsets
 
 from .support import Kafka, at, ms_of, native, wait_until
 

@@ -46,7 +46,7 @@ def warm(scheduler_factory):
 def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_delivery(kafka, warm):
     """Withdrawn by the batch that reads a REPLACE or CANCEL; and a CANCEL wins even when no batch can run before the
     due time: with Spark's JVM stopped (SIGSTOP), the driver's timed writer still writes the others at their instant,
-    and the CANCEL, read as it arrives (engine/early_cancels.py), withdraws its delivery."""
+    and the CANCEL, read as it arrives (engine/driver/early_cancels.py), withdraws its delivery."""
     # Held 60 s: the cancel must be read after the preparation and before the due time, whatever the batches' pace
     # (a full suite on 2 cores once took 10 s from preparation to holding, and 10 s more to read the cancel).
     scheduler = warm("withdraw", lookahead="60s")

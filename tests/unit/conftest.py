@@ -16,7 +16,7 @@ def spark():
     from pyspark.sql import SparkSession
 
     from kafka_scheduler.dialects.sky_avro import java_options
-    from kafka_scheduler.engine.session import CODEGEN_CACHE_ENTRIES, HUGE_METHOD_LIMIT
+    from kafka_scheduler.engine.spark.session import CODEGEN_CACHE_ENTRIES, HUGE_METHOD_LIMIT
     from kafka_scheduler.kafka.jars import jar_paths
 
     already_running = SparkSession.getActiveSession() is not None

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_scheduler.config import Config
-from kafka_scheduler.engine.batch_summary import BatchSummary
+from kafka_scheduler.engine.driver.batch_summary import BatchSummary
 from tests.integration.support import batch_lines, outcome_counts, parse_batch_line
 
 OUTCOMES = ("scheduled", "replaced", "replace_noop", "cancelled", "cancel_noop", "rejected")
@@ -121,7 +121,7 @@ class FakeWriter:
 
 
 def capturing_sink(writer=None):
-    from kafka_scheduler.engine.record_sink import RecordSink
+    from kafka_scheduler.engine.driver.record_sink import RecordSink
 
     class CapturingSink(RecordSink):
         """Records what each Kafka write would send, and when, instead of writing."""
@@ -203,7 +203,7 @@ def test_sink_without_a_writer_writes_once(spark):
 
 
 def test_index_size_reports_are_not_requests_and_keep_the_last_value_per_shard():
-    from kafka_scheduler.engine.batch_summary import Totals
+    from kafka_scheduler.engine.driver.batch_summary import Totals
 
     totals = Totals()
     first = BatchSummary(1)

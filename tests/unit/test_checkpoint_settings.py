@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kafka_scheduler.config import ConfigError, add_arguments, resolve
-from kafka_scheduler.engine.checkpoint import (
+from kafka_scheduler.engine.spark.checkpoint import (
     STATE_FILE,
     STATE_FORMAT,
     HadoopFiles,
@@ -336,7 +336,7 @@ def test_invalid_inputs_are_refused_with_one_clear_message(tmp_path, argv, messa
 
 
 def test_from_beginning_keeps_the_old_checkpoint_aside(tmp_path):
-    from kafka_scheduler.engine.checkpoint import start_new_generation
+    from kafka_scheduler.engine.spark.checkpoint import start_new_generation
 
     checkpoint = tmp_path / "ckpt"
     first_run(checkpoint)

@@ -247,7 +247,7 @@ def test_how_an_option_was_given_changes_neither_equality_nor_describe():
 
 
 def test_a_jvm_of_the_job_out_of_heap_exits_instead_of_hanging():
-    from kafka_scheduler.engine.session import spark_settings
+    from kafka_scheduler.engine.spark.session import spark_settings
 
     settings = spark_settings(resolve(parse(), environ={}))
     for side in ("driver", "executor"):
@@ -255,7 +255,7 @@ def test_a_jvm_of_the_job_out_of_heap_exits_instead_of_hanging():
 
 
 def test_the_state_stores_share_one_bounded_memory_budget():
-    from kafka_scheduler.engine.session import ROCKSDB_MEMORY_MB, spark_settings
+    from kafka_scheduler.engine.spark.session import ROCKSDB_MEMORY_MB, spark_settings
 
     settings = spark_settings(resolve(parse(), environ={}))
     assert settings["spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage"] == "true"
@@ -266,7 +266,7 @@ def test_the_state_stores_share_one_bounded_memory_budget():
 def test_the_decode_runs_compiled_and_the_state_step_skips_the_arrow_size_check():
     """Two settings that made ingest 1.5x faster (docs/measurements.md): without them the decode's generated method
     is too big for the JIT, and Spark sizes each Arrow batch again after every row it sends to the state step."""
-    from kafka_scheduler.engine.session import spark_settings
+    from kafka_scheduler.engine.spark.session import spark_settings
 
     settings = spark_settings(resolve(parse(), environ={}))
     assert int(settings["spark.sql.codegen.hugeMethodLimit"]) <= 8000  # HotSpot's HugeMethodLimit
@@ -276,13 +276,13 @@ def test_the_decode_runs_compiled_and_the_state_step_skips_the_arrow_size_check(
 def test_spark_keeps_every_class_a_job_generates():
     """A job's query and sink generate more classes than Spark's default cache of 100 holds: with it, every batch
     compiled ~23 of them again (docs/measurements.md, "The batch cycle on a slow day")."""
-    from kafka_scheduler.engine.session import spark_settings
+    from kafka_scheduler.engine.spark.session import spark_settings
 
     assert int(spark_settings(resolve(parse(), environ={}))["spark.sql.codegen.cache.maxEntries"]) >= 500
 
 
 def test_the_state_retention_settings_reach_spark():
-    from kafka_scheduler.engine.session import spark_settings
+    from kafka_scheduler.engine.spark.session import spark_settings
 
     assert spark_settings(resolve(parse(), environ={}))["spark.sql.streaming.minBatchesToRetain"] == "20"
     assert spark_settings(resolve(parse(), environ={}))["spark.sql.streaming.stateStore.minDeltasForSnapshot"] == "10"

@@ -84,7 +84,7 @@ def test_kafka_options_merge_key_by_key_in_precedence_order(toml_file):
 
 
 def test_a_file_value_counts_as_an_explicit_choice_for_the_checkpoint(toml_file):
-    from kafka_scheduler.engine.checkpoint import _shown
+    from kafka_scheduler.engine.spark.checkpoint import _shown
 
     path = toml_file("shards = 6\n")
     config = resolve(parse("--config", path), environ={})

@@ -1,4 +1,4 @@
-"""Cron firings (engine/cron.py) against an independent reference: plain zoneinfo arithmetic that walks the local
+"""Cron firings (engine/rules/cron.py) against an independent reference: plain zoneinfo arithmetic that walks the local
 wall clock day by day, matches each local time against the expression with a small matcher of its own, and applies
 the daylight-saving rules (a local time that does not exist is skipped; one that exists twice fires once, at its
 first occurrence). No croniter in the reference."""
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine import cron
+from kafka_scheduler.engine.rules import cron
 
 # Zones with every kind of transition: an hour at 02:00 (Paris, New York), at midnight (Sao Paulo's DST years:
 # local midnight does not exist), 30 minutes (Lord Howe), two hours (Troll), a 45-minute offset (Chatham),

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow as pa
 
-from kafka_scheduler.engine import wheel, wheel_processor
-from kafka_scheduler.engine.schedule import Cron, Schedule
+from kafka_scheduler.engine.processor import blobs, output
+from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.schedule import Cron, Schedule
 from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP
 
 
@@ -32,7 +33,7 @@ def headers(rows, row: int) -> list:
 
 def test_a_firing_is_delivered_with_kaspr_fire_timestamp_and_its_own_delivery_id():
     frame = wheel.entries_frame([firing(), Schedule(1_767_225_605_500, "out", None, b"x", (), "requests-0-3")])
-    rows = wheel_processor.deliveries_frame(frame, now_ms=1_767_225_600_000)
+    rows = output.deliveries_frame(frame, now_ms=1_767_225_600_000)
     assert list(rows["kind"]) == ["deliver", "deliver"]
     assert headers(rows, 0) == [("h", b"1"), (CRON_FIRE_TIMESTAMP, b"1767225605")]
     assert headers(rows, 1) == []  # a one-shot: no fire timestamp
@@ -45,7 +46,7 @@ def test_rows_marked_expired_are_emitted_as_expired_with_their_max_lateness():
     frame = wheel.mark_expired(
         wheel.entries_frame([firing(10_000, lateness=500), firing(10_000, lateness=5000)]), now_ms=11_000
     )
-    rows = wheel_processor.deliveries_frame(frame, now_ms=11_000)
+    rows = output.deliveries_frame(frame, now_ms=11_000)
     assert list(rows["kind"]) == ["expired", "deliver"]
     assert list(rows["max_lateness_ms"]) == [500, 5000]
 
@@ -63,7 +64,7 @@ def test_a_cron_add_the_rules_refuse_is_rejected_as_the_decoder_would():
         ],
         columns=["key", "value", "raw_headers", "delivery_id", "reason"],
     )
-    rows = wheel_processor.rejections_frame(rejected, "app-schedule-rejections")
+    rows = output.rejections_frame(rejected, "app-schedule-rejections")
     assert list(rows["kind"]) == ["reject"] and list(rows["topic"]) == ["app-schedule-rejections"]
     assert headers(rows, 0) == [
         ("x-scheduler-action", b"CRON_ADD"),
@@ -81,11 +82,11 @@ def test_chunks_keep_cron_columns_and_chunks_written_before_them_read_as_one_sho
         [firing(lateness=600_000), Schedule(5, "out", None, None, (), "t-0-1")],
         [(b"cron:requests/a", b"d" * 16), (None, None)],
     )
-    back = wheel_processor.from_blob(wheel_processor.to_blob(frame))
+    back = blobs.from_blob(blobs.to_blob(frame))
     assert wheel.schedules_of(back) == wheel.schedules_of(frame)
     # A chunk of the format before issue 19: no expiry or cron columns.
-    old_schema = pa.schema([f for f in wheel_processor.CHUNK_SCHEMA if f.name in wheel.ENTRY_COLUMNS[:16]])
-    old = wheel_processor._ipc(
+    old_schema = pa.schema([f for f in blobs.CHUNK_SCHEMA if f.name in wheel.ENTRY_COLUMNS[:16]])
+    old = blobs.ipc_bytes(
         pa.Table.from_pandas(
             frame.iloc[1:][[f.name for f in old_schema]].assign(
                 partition=pd.array([None], dtype="Int32"), wb_partition=pd.array([None], dtype="Int32")
@@ -94,6 +95,6 @@ def test_chunks_keep_cron_columns_and_chunks_written_before_them_read_as_one_sho
             preserve_index=False,
         )
     )
-    read = wheel_processor.from_blob(old)
+    read = blobs.from_blob(old)
     assert list(read.columns) == wheel.ENTRY_COLUMNS
     assert wheel.schedules_of(read) == [Schedule(5, "out", None, None, (), "t-0-1")]

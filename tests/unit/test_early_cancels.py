@@ -1,6 +1,6 @@
-"""CANCELs read as they arrive (engine/early_cancels.py): which records are valid native CANCELs (the same verdict as
-the native decoder's, over hostile records), and what the timed writer drops for one: every version of its id made
-before it in its partition, held now or handed over later by a batch that had not read it, and nothing else."""
+"""CANCELs read as they arrive (engine/driver/early_cancels.py): which records are valid native CANCELs (the same
+verdict as the native decoder's, over hostile records), and what the timed writer drops for one: every version of its
+id made before it in its partition, held now or handed over later by a batch that had not read it, and nothing else."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from kafka_scheduler import dialects
-from kafka_scheduler.engine.early_cancels import EarlyCancels, native_cancel_sid, superseded_by
-from kafka_scheduler.engine.timed_writer import TimedWriter
+from kafka_scheduler.engine.driver.early_cancels import EarlyCancels, native_cancel_sid, superseded_by
+from kafka_scheduler.engine.driver.timed_writer import TimedWriter
 from kafka_scheduler.protocol import request_of
 
 from .. import hostile_records as hr

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine import wheel
-from kafka_scheduler.engine.schedule import Cron, Schedule, WriteBack
-from kafka_scheduler.engine.wheel_processor import from_blob, to_blob
+from kafka_scheduler.engine.processor.blobs import from_blob, to_blob
+from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.schedule import Cron, Schedule, WriteBack
 
 # Times and lengths up to 2**53 ms (the year 287,396): pandas holds an int column with a gap as float64, exact
 # that far.

@@ -7,7 +7,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine.exactly_once import LedgerKeyed, _herd_items
+from kafka_scheduler.engine.driver.exactly_once import LedgerKeyed, _herd_items
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kafka_scheduler.engine.herd_writer import HOLD_SLICE_MS, HerdWriter, slice_end_ms, slice_start_ms
+from kafka_scheduler.engine.driver.herd_writer import HOLD_SLICE_MS, HerdWriter, slice_end_ms, slice_start_ms
 
 
 class Recorder:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine import wheel
+from kafka_scheduler.engine.rules import wheel
 from kafka_scheduler.ops import listing
 from kafka_scheduler.ops.listing import (
     BUCKET_MS,
@@ -470,7 +470,7 @@ def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel(
 
 def test_the_spans_of_bucket_keys_in_spark_sql_are_the_wheels(spark):
     """The page's bucket ranges are computed by Spark from the state's keys (StateSource): one-second keys and the
-    coarse keys of every level give the spans engine/wheel.py gives them."""
+    coarse keys of every level give the spans engine/rules/wheel.py gives them."""
     keys = [T0 // BUCKET_MS, T0 // BUCKET_MS + 1, 0, -5] + [
         int(wheel.key_at(level, T0 + offset))
         for level in range(1, wheel.COARSE_LEVELS + 1)

@@ -12,8 +12,8 @@ import pytest
 
 from kafka_scheduler import dialects
 from kafka_scheduler.dialects.common import NORMALIZED_COLUMNS, DecodeSettings
-from kafka_scheduler.engine.schedule import Schedule
-from kafka_scheduler.engine.wheel import entry_bytes
+from kafka_scheduler.engine.rules.schedule import Schedule
+from kafka_scheduler.engine.rules.wheel import entry_bytes
 from kafka_scheduler.protocol import REJECTIONS_SID
 
 KAFKA_SCHEMA = (
@@ -563,7 +563,7 @@ def test_cron_add_is_decoded_with_its_definition_and_its_headers_as_read(decoded
     assert [(hd["key"], blob(hd["value"])) for hd in row["raw_headers"]] == headers  # for a rejection by the rules
     assert row["delivery_id"] == f"{REQUESTS}-2-{CRON_FULL}"
     # The size estimate counts the expression and the zone, as the Spark-free layer does.
-    from kafka_scheduler.engine.schedule import Cron
+    from kafka_scheduler.engine.rules.schedule import Cron
 
     assert row["entry_bytes"] == entry_bytes(
         Schedule(0, "orders", b"ck", b"tick", (("trace", b"\x01"),), "", cron=Cron("* * * * * */5", "Europe/Paris"))

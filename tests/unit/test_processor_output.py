@@ -1,5 +1,5 @@
-"""What the state processor hands Spark: a handler call's frames merged (wheel_processor.merged), as Spark's Python
-worker converts them to Arrow, and the state schemas parsed on the driver (wheel_processor.parsed_state_schemas)."""
+"""What the state processor hands Spark: a handler call's frames merged (processor/output.py merged), as Spark's Python
+worker converts them to Arrow, and the state schemas parsed on the driver (parsed_state_schemas)."""
 
 from __future__ import annotations
 
@@ -12,26 +12,22 @@ from hypothesis import strategies as st
 from pyspark.sql.conversion import PandasToArrowConversion
 from pyspark.sql.types import LongType, StructField, StructType
 
-from kafka_scheduler.engine import wheel
-from kafka_scheduler.engine.schedule import Cron, Schedule
-from kafka_scheduler.engine.wheel_processor import (
+from kafka_scheduler.engine.contract import OUTPUT_COLUMNS, OUTPUT_SCHEMA
+from kafka_scheduler.engine.processor.input import pack_by_shard, unpacked
+from kafka_scheduler.engine.processor.output import (
     MERGED_ROWS,
-    OUTPUT_COLUMNS,
-    OUTPUT_SCHEMA,
-    STATE_VARIABLES,
-    WheelProcessor,
-    _batch_time_row,
-    _outcomes,
-    _timer_rows,
-    _withdraw_rows,
+    batch_time_frame,
     deliveries_frame,
     merged,
-    pack_by_shard,
-    parsed_state_schemas,
-    record_rows,
+    outcomes_frame,
     rejections_frame,
-    unpacked,
+    timer_frame,
+    withdraw_frame,
 )
+from kafka_scheduler.engine.processor.wheel_processor import STATE_VARIABLES, WheelProcessor, parsed_state_schemas
+from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.schedule import Cron, Schedule
+from kafka_scheduler.engine.spark.query import record_rows
 from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID
 
 NOW = 1_900_000_000_000
@@ -73,10 +69,10 @@ def spark_arrow(frame: pd.DataFrame) -> pa.RecordBatch:
 def a_call(sizes: list[int]) -> list[pd.DataFrame]:
     """The frames of one handler call: deliveries of the given sizes (a handler yields none empty) between the
     small rows a call reports, an empty outcome frame among them (a call with nothing to count yields one)."""
-    frames = [_timer_rows([NOW + 1000]), _outcomes(Counter())]
+    frames = [timer_frame([NOW + 1000]), outcomes_frame(Counter())]
     for i, n in enumerate(sizes):
         frames.append(deliveries(n, start=sum(sizes[:i]), partitioned=i % 2 == 1))
-    frames += [_withdraw_rows(["in-0-x"]), _outcomes(Counter({"scheduled": 3})), _batch_time_row(NOW)]
+    frames += [withdraw_frame(["in-0-x"]), outcomes_frame(Counter({"scheduled": 3})), batch_time_frame(NOW)]
     return frames
 
 
@@ -102,11 +98,11 @@ def test_a_large_frame_passes_before_the_call_goes_on():
 
     def call():
         produced.append("small")
-        yield _batch_time_row(NOW)
+        yield batch_time_frame(NOW)
         produced.append("large")
         yield deliveries(MERGED_ROWS + 1)
         produced.append("after")
-        yield _batch_time_row(NOW)
+        yield batch_time_frame(NOW)
 
     first = next(merged(call()))
     assert len(first) == MERGED_ROWS + 1 and produced == ["small", "large"]
@@ -114,7 +110,7 @@ def test_a_large_frame_passes_before_the_call_goes_on():
 
 def test_a_call_of_small_frames_yields_one_frame_and_a_call_of_one_yields_it():
     assert len(list(merged(iter(a_call([1, 7]))))) == 1
-    alone = _batch_time_row(NOW)
+    alone = batch_time_frame(NOW)
     assert [len(f) for f in merged(iter([alone]))] == [1]
     assert [len(f) for f in merged(iter([deliveries(MERGED_ROWS), alone]))] == [MERGED_ROWS, 1]
 
@@ -161,7 +157,7 @@ def test_the_sink_reads_each_row_with_its_headers_zipped_and_a_deliverys_id_last
         [(b"k", b"v", [{"key": "a", "value": b"2"}], "in-1-17", "bad")],
         columns=["key", "value", "raw_headers", "delivery_id", "reason"],
     )
-    frames = [deliveries_frame(entries, NOW), rejections_frame(rejected, "rejections"), _timer_rows([NOW])]
+    frames = [deliveries_frame(entries, NOW), rejections_frame(rejected, "rejections"), timer_frame([NOW])]
     table = pa.Table.from_batches([pa.RecordBatch.from_struct_array(spark_arrow(f).column(0)) for f in frames])
     rows = record_rows(spark.createDataFrame(table, schema=OUTPUT_SCHEMA)).collect()
     assert rows[0].asDict().keys() == {*OUTPUT_COLUMNS, "headers"} - {"header_names", "header_values", "delivery_id"}
@@ -204,7 +200,7 @@ REQUEST_TYPE = pa.schema(
 @settings(max_examples=50, deadline=None)
 @given(st.lists(request_rows, max_size=3))
 def test_requests_packed_by_shard_come_back_whole_each_with_its_shard(batches):
-    """The state step's input (wheel_processor.packed_by_shard): each Arrow batch's rows in one blob per shard; a
+    """The state step's input (spark/query.py packed_by_shard): each Arrow batch's rows in one blob per shard; a
     handler call reads its shard's blobs back as one frame."""
     arrow_batches = [
         pa.RecordBatch.from_pylist(

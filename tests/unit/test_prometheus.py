@@ -12,17 +12,18 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from kafka_scheduler.engine import wheel
-from kafka_scheduler.engine.batch_summary import BatchSummary
-from kafka_scheduler.engine.rejection_classes import CLASSES, reason_class
-from kafka_scheduler.engine.schedule import Action, Outcome, Request, Schedule, input_topic_of
-from kafka_scheduler.engine.wheel_processor import _outcomes, rejection_counts
+from kafka_scheduler.engine.driver.batch_summary import BatchSummary
+from kafka_scheduler.engine.processor.output import outcomes_frame, rejection_counts
+from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.rejection_classes import CLASSES, reason_class
+from kafka_scheduler.engine.rules.schedule import Action, Outcome, Request, Schedule, input_topic_of
 from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.ops.http_server import serve
 from kafka_scheduler.ops.input_lag import end_offsets
 from kafka_scheduler.ops.metrics import SchedulerMetrics
 
-# Reasons as the decoders and the sink write them (dialects/*.py, engine/record_sink.py, engine/timed_writer.py).
+# Reasons as the decoders and the sink write them (dialects/*.py, engine/driver/record_sink.py,
+# engine/driver/timed_writer.py).
 REASONS = {
     "missing x-scheduler-deliver-to": "missing_field",
     "missing schedule id (the record key is empty)": "missing_field",
@@ -98,7 +99,7 @@ def test_rejection_rows_are_counted_per_input_topic_and_class():
         }
     )
     summary = BatchSummary(1)
-    for row in _outcomes(counts).itertuples():
+    for row in outcomes_frame(counts).itertuples():
         summary.count_outcome(row.topic, row.n)
     assert summary.outcomes == Counter({"rejected": 3})  # the log line's count is unchanged
     assert summary.labelled[("rejected", "in-a", "too_large")] == 1
@@ -298,7 +299,7 @@ def test_run_with_the_metrics_port_in_use_exits_2_naming_the_option(tmp_path, ca
 def test_the_timed_writer_reports_each_delivery_once_and_no_rejection_as_one():
     from confluent_kafka import KafkaError
 
-    from kafka_scheduler.engine.timed_writer import TimedWriter
+    from kafka_scheduler.engine.driver.timed_writer import TimedWriter
 
     from .test_timed_writer import RefusingProducer, row
 

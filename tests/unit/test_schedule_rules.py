@@ -32,10 +32,19 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kafka_scheduler.config import Config
-from kafka_scheduler.engine import cron, index_cache, wheel
-from kafka_scheduler.engine.checkpoint import settle_state_settings
-from kafka_scheduler.engine.schedule import Action, Cron, Outcome, Request, Schedule, WriteBack, firing_id, is_cron
-from kafka_scheduler.engine.wheel_processor import log_order
+from kafka_scheduler.engine.processor.input import log_order
+from kafka_scheduler.engine.rules import cron, index_cache, wheel
+from kafka_scheduler.engine.rules.schedule import (
+    Action,
+    Cron,
+    Outcome,
+    Request,
+    Schedule,
+    WriteBack,
+    firing_id,
+    is_cron,
+)
+from kafka_scheduler.engine.spark.checkpoint import settle_state_settings
 from kafka_scheduler.protocol import SOURCE_OFFSET
 
 from .model_examples import scaled
@@ -283,7 +292,7 @@ class CronVersion:
 
 
 def next_firing(definition: Schedule, after: int) -> int | None:
-    """The next firing after ``after`` within the cron's bounds (engine/cron.py, itself checked against plain
+    """The next firing after ``after`` within the cron's bounds (engine/rules/cron.py, itself checked against plain
     zoneinfo arithmetic in test_cron.py)."""
     c = definition.cron
     instant = cron.spec(c.expr, c.tz).next_after(max(after, -1 if c.start_ms is None else c.start_ms - 1))
@@ -908,8 +917,8 @@ def test_rules_match_the_reference_model(engine_class, script):
     check_script(script, engine_class)
 
 
-# The cron mutants fail by example 393 at most ("digest ignores the max lateness"; 154-1,318 over seeds 0-5):
-# three times that is above 500, which stays (a plain run catches that mutant about every other time).
+# The cron mutants the property test is named for fail well within this many examples; "digest ignores the max
+# lateness" is found late and for some seeds only, so a named example pins it instead.
 CRON_PROPERTY_EXAMPLES = 500
 
 
@@ -1017,6 +1026,7 @@ REBUILD_EXAMPLE = "test_write_back_read_back_with_its_schedule_completes_it"
 FIELDS_EXAMPLE = "test_partition_key_partition_write_back_and_history_come_out_of_both_layouts"
 DIALECT_FIELDS_EXAMPLE = "test_replace_that_differs_only_in_what_a_dialect_adds_is_not_a_noop"
 EXPIRY_EXAMPLE = "test_a_delivery_later_than_its_max_lateness_is_expired"
+LATENESS_REPLACE_EXAMPLE = "test_a_replace_that_changes_only_the_max_lateness_is_a_new_version"
 DOWNTIME_EXAMPLE = "test_firings_missed_while_the_job_was_down_are_replayed_in_order_or_skipped"
 PAUSE_EXAMPLE = "test_a_pause_withdraws_the_held_firing_and_a_resume_replays_or_skips"
 FIRINGS_EXAMPLE = "test_a_cron_fires_at_each_instant_with_a_delivery_id_of_its_own"
@@ -1120,7 +1130,12 @@ MUTANTS = {
         WHEEL,
     ),
     # Expiry and recurring schedules ("cron-model": the property test over cron_scripts).
-    "digest ignores the max lateness": ([(wheel, "digest", _digest_without("max_lateness_ms"))], ["cron-model"], WHEEL),
+    "digest ignores the max lateness": (
+        [(wheel, "digest", _digest_without("max_lateness_ms"))],
+        # The property test finds this one late and only for some seeds: a named example pins it.
+        [LATENESS_REPLACE_EXAMPLE],
+        WHEEL,
+    ),
     "an expired delivery is delivered": (
         [(wheel, "mark_expired", lambda frame, now_ms: frame)],
         ["cron-model", EXPIRY_EXAMPLE],
@@ -1728,6 +1743,17 @@ def test_a_delivery_later_than_its_max_lateness_is_expired(engine):
     assert firings_of(delivered) == [(15_000, "requests-0-2@15000")] and engine.expired == []
     delivered, _ = engine.batch(22_001, [])
     assert delivered == [] and [s.delivery_id for s in engine.expired] == ["requests-0-2@20000"]
+
+
+def test_a_replace_that_changes_only_the_max_lateness_is_a_new_version(engine):
+    """Two versions that differ in their max lateness alone are not identical: the replace takes effect, and the
+    new limit decides whether a late delivery expires."""
+    strict = dataclasses.replace(sched(20_000), max_lateness_ms=1000)
+    lenient = dataclasses.replace(sched(20_000, version="t-0-1"), max_lateness_ms=5000)
+    assert engine.batch(10_000, [(sid("a"), Request(Action.ADD, strict))])[1] == Counter({Outcome.SCHEDULED: 1})
+    assert engine.batch(10_001, [(sid("a"), Request(Action.REPLACE, lenient))])[1] == Counter({Outcome.REPLACED: 1})
+    delivered, _ = engine.batch(22_000, [])  # 2 s late: within the new 5 s
+    assert delivered == [lenient] and engine.expired == []
 
 
 def test_cron_and_one_shot_ids_are_separate(engine):

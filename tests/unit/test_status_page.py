@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine.batch_summary import BatchSummary
+from kafka_scheduler.engine.driver.batch_summary import BatchSummary
 from kafka_scheduler.ops.http_server import Routes, start_server
 from kafka_scheduler.ops.metrics import SchedulerMetrics
 from kafka_scheduler.ops.recent import LatenessWindow, RecentRejections

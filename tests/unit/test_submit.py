@@ -375,4 +375,4 @@ def test_make_dist_uses_the_same_code(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"{tmp_path / 'k.zip'}; connector jars: ")
-    assert "kafka_scheduler/engine/wheel_processor.py" in zipfile.ZipFile(tmp_path / "k.zip").namelist()
+    assert "kafka_scheduler/engine/processor/wheel_processor.py" in zipfile.ZipFile(tmp_path / "k.zip").namelist()

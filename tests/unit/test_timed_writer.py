@@ -5,7 +5,13 @@ import time
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kafka_scheduler.engine.timed_writer import TICK_REPORT, TICK_WAKE, TimedWriter, Wakeups, send_sorting_refusals
+from kafka_scheduler.engine.driver.timed_writer import (
+    TICK_REPORT,
+    TICK_WAKE,
+    TimedWriter,
+    Wakeups,
+    send_sorting_refusals,
+)
 
 from ..integration.support import wait_until
 

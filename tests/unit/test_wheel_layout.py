@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine import index_cache, wheel
-from kafka_scheduler.engine.index_cache import IndexCache
-from kafka_scheduler.engine.schedule import Action, Outcome, Request, Schedule
+from kafka_scheduler.engine.rules import index_cache, wheel
+from kafka_scheduler.engine.rules.index_cache import IndexCache
+from kafka_scheduler.engine.rules.schedule import Action, Outcome, Request, Schedule
 
 from .model_examples import scaled
 from .test_schedule_rules import WheelEngine, check_script, cron_scripts, scripts
@@ -365,7 +365,7 @@ def test_a_herd_leaves_the_index_as_one_change_and_another_worker_catches_up():
 
 def test_an_index_delta_survives_its_blob():
     """Changes as stored in state: an entry, a removal, a range."""
-    from kafka_scheduler.engine.wheel_processor import delta_blob, delta_of_blob
+    from kafka_scheduler.engine.processor.blobs import delta_blob, delta_of_blob
 
     changes = [(b"a", index_cache.IndexEntry(5, "t-0-1", b"d" * 20)), (b"b", None), (None, (1000, 1999))]
     assert delta_of_blob(delta_blob(changes)) == changes
@@ -485,7 +485,7 @@ def test_the_worker_memory_tests_find_each_broken_cache_rule(mutant, monkeypatch
 def test_digests_are_stable_across_versions():
     """Digests are stored in checkpoints (chunk rows, the index): a change of encoding would make every identical
     replace of a schedule stored before it count as a replace. Pinned values, one per kind of field."""
-    from kafka_scheduler.engine.schedule import WriteBack
+    from kafka_scheduler.engine.rules.schedule import WriteBack
 
     cases = [
         (Schedule(5, "out", None, None, (), "d"), "16b62b78f55ea381054041f50b6bc733"),
@@ -532,7 +532,7 @@ def test_a_fire_on_a_fresh_worker_that_files_a_next_firing_rebuilds_the_index_as
     """After a restart (fresh worker memory) a fire retires part of a bucket, rewriting its chunk, and files the
     next firing of a cron it held: the index, rebuilt in the middle of the call, must read the bucket as the call
     left it (its metadata is written only at the end of the call)."""
-    from kafka_scheduler.engine.schedule import Cron
+    from kafka_scheduler.engine.rules.schedule import Cron
 
     store = wheel.MemoryShardStore(0)
     cron_add = Request(

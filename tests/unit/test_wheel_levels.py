@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine import wheel
-from kafka_scheduler.engine.schedule import Action, Request, Schedule
+from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.schedule import Action, Request, Schedule
 
 from .model_examples import scaled
 from .test_schedule_rules import (
@@ -398,7 +398,8 @@ class FakeHandle:
 def test_the_processor_state_keeps_the_levels_and_coarse_chunks():
     """The Spark side (``MapStateShardStore``) over fake state variables: coarse keys and the levels survive the
     value shapes and Arrow blobs, and a month of spread dues comes out on time from timer to timer."""
-    from kafka_scheduler.engine.wheel_processor import MapStateShardStore, WheelProcessor
+    from kafka_scheduler.engine.processor.state_store import MapStateShardStore
+    from kafka_scheduler.engine.processor.wheel_processor import WheelProcessor
 
     processor = WheelProcessor(window_ms=3000, run="run")
     processor.init(FakeHandle())
@@ -434,8 +435,8 @@ def test_the_processor_state_keeps_the_levels_and_coarse_chunks():
 def test_a_chunk_survives_its_blob():
     """Chunks are written column by column (``to_blob``): every field comes back as written, nullable ints as
     nullable ints, whatever the frame held (None, NaN, headers as tuples or as the dicts Arrow hands back)."""
-    from kafka_scheduler.engine.schedule import Cron, WriteBack
-    from kafka_scheduler.engine.wheel_processor import from_blob, to_blob
+    from kafka_scheduler.engine.processor.blobs import from_blob, to_blob
+    from kafka_scheduler.engine.rules.schedule import Cron, WriteBack
 
     schedules = [
         Schedule(

@@ -149,8 +149,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     import time
 
     from ..config import Config
-    from ..engine.checkpoint import last_committed_batch
-    from ..engine.session import build_session
+    from ..engine.spark.checkpoint import last_committed_batch
+    from ..engine.spark.session import build_session
     from ..ops.inspection import Filters, inspect_checkpoint, render_json, render_table
 
     checkpoint_dir = args.checkpoint_dir or Config(app_id=args.app_id).checkpoint_dir
@@ -184,8 +184,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     import time
 
     from ..config import Config
-    from ..engine.checkpoint import last_committed_batch
-    from ..engine.session import build_session
+    from ..engine.spark.checkpoint import last_committed_batch
+    from ..engine.spark.session import build_session
     from ..ops.listing import BadPageToken, StateSource, list_query, list_schedules, render_table
 
     values = {

@@ -247,8 +247,8 @@ class Submission:
 def driver_environment(package_zip: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The zip on the driver JVM's PYTHONPATH: the Python workers Spark starts on the driver's machine (the state
     processor's initialization at each query start) read the package from there, not from --py-files. The driver
-    JVM's malloc arenas as the job's own (engine/session.py), unless set."""
-    from ..engine.session import MALLOC_ARENAS
+    JVM's malloc arenas as the job's own (engine/spark/session.py), unless set."""
+    from ..engine.spark.session import MALLOC_ARENAS
 
     existing = environ.get("PYTHONPATH")
     return {
@@ -269,7 +269,9 @@ def build(args: argparse.Namespace) -> Submission:
     jars = [str(p) for p in jar_paths("spark-kafka")]
     package = cached_zip()
     script = driver_script(cache_dir())
-    from ..engine.session import spark_settings  # the job's own Spark settings: one source for the driver JVM's too
+    from ..engine.spark.session import (
+        spark_settings,  # the job's own Spark settings: one source for the driver JVM's too
+    )
 
     settings = spark_settings(config)
     driver_settings = {key: settings[key] for key in DRIVER_JVM_SETTINGS if key in settings}

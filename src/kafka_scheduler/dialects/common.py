@@ -20,6 +20,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from ..engine.contract import KIND_REJECT, KIND_REQUEST
 from ..protocol import (
     CLIENT_SID_PREFIX,
     ENTRY_OVERHEAD_BYTES,
@@ -32,9 +33,6 @@ from ..protocol import (
 )
 
 HEADER_TYPE = "array<struct<key:string,value:binary>>"
-
-KIND_REQUEST = "request"
-KIND_REJECT = "reject"
 
 
 NORMALIZED_COLUMNS = (
@@ -61,7 +59,7 @@ NORMALIZED_COLUMNS = (
     "wb_headers",  #   and the headers the dialect asks for (value is always null)
     "history",  # copy the delivery to the history topic whatever --history says (ETF1)
     "max_lateness_ms",  # later than due + this: rejected as expired (native: x-scheduler-max-lateness), or null
-    "cron_expr",  # CRON_ADD (native): the cron's definition (see engine/schedule.Cron); null otherwise
+    "cron_expr",  # CRON_ADD (native): the cron's definition (see engine/rules/schedule.Cron); null otherwise
     "cron_tz",
     "cron_policy",
     "cron_start_ms",

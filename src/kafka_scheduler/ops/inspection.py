@@ -1,7 +1,7 @@
 """Pending schedules read straight from a checkpoint (``kafka-scheduler inspect``), whether the job runs or not.
 
 Spark's state data source (format ``statestore``) reads the state of the last committed batch: the wheel's
-``chunks`` (Arrow blobs of schedules, wheel_processor.py) less the versions its ``strikes`` took out (replaced
+``chunks`` (Arrow blobs of schedules, engine/processor/blobs.py) less the versions its ``strikes`` took out (replaced
 or cancelled since the chunk was written). A schedule written at its due time stays in a chunk until a later
 batch retires it, so schedules due before the last committed batch are counted apart ("due, not yet
 retired"): delivered or about to be.
@@ -24,8 +24,8 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from ..engine import cron as crons
-from ..engine.wheel_processor import from_blob
+from ..engine.processor.blobs import from_blob
+from ..engine.rules import cron as crons
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
 
 HOUR_MS = 3_600_000

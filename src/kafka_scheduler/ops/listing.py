@@ -14,10 +14,10 @@ state moved on (``continued_from_batch`` differs from ``batch``). A token given 
 refused (``BadPageToken``: a 400, or exit 2).
 
 **Cost.** The state store is keyed by (shard, time bucket): a bucket holds one second, or, far ahead, a coarse span
-of 64ᴸ seconds (engine/wheel.py, "Coarse levels"); the spans of a shard's buckets never overlap, so buckets are read
-in the order of the seconds they span. A page reads the distinct buckets from the first wanted one on (a small Spark
-job that ships bucket numbers only), then the chunks and strikes of the first few of them, and widens (16, then 256
-buckets, then all the rest) only while fewer than ``limit`` + 1 schedules matched. Chunks are decoded one at a time
+of 64ᴸ seconds (engine/rules/wheel.py, "Coarse levels"); the spans of a shard's buckets never overlap, so buckets are
+read in the order of the seconds they span. A page reads the distinct buckets from the first wanted one on (a small
+Spark job that ships bucket numbers only), then the chunks and strikes of the first few of them, and widens (16, then
+256 buckets, then all the rest) only while fewer than ``limit`` + 1 schedules matched. Chunks are decoded one at a time
 and only the ``limit`` + 1 first schedules are kept, so a page holds a few chunks in memory, not the state. Filters
 on the due time narrow the buckets read; the others (destination, id prefix, kind) are applied to each chunk.
 
@@ -42,7 +42,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from ..engine.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
+from ..engine.rules.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
 from .inspection import _iso, _text, cron_view, state_variable  # the same forms as inspect shows, the same reader
 
@@ -155,7 +155,8 @@ def _kinds(frame: pd.DataFrame) -> pd.Series:
 
 
 def keep(frame: pd.DataFrame, filters: ListFilters, after: Cursor | None) -> pd.DataFrame:
-    """The rows of a chunk frame (wheel_processor.CHUNK_SCHEMA) that match ``filters`` and come after ``after``."""
+    """The rows of a chunk frame (engine/processor/blobs.py CHUNK_SCHEMA) that match ``filters`` and come after
+    ``after``."""
     mask = pd.Series(True, index=frame.index)
     due = frame["due_ms"].astype("int64")
     if filters.due_after_ms is not None:
@@ -244,7 +245,7 @@ class BucketSource(Protocol):
 
 
 def shard_of(spark, sid: bytes, shards: int) -> int:
-    """The shard the job keeps ``sid`` in: engine/wheel_processor.shard_column, computed by Spark itself."""
+    """The shard the job keeps ``sid`` in: engine/spark/query.shard_column, computed by Spark itself."""
     from pyspark.sql import functions as F
 
     return spark.range(1).select(F.pmod(F.xxhash64(F.lit(bytearray(sid))), F.lit(shards)).cast("int")).first()[0]
@@ -300,7 +301,7 @@ class StateSource:
         from pyspark.sql import functions as F
         from pyspark.sql.utils import AnalysisException
 
-        from ..engine.wheel_processor import from_blob
+        from ..engine.processor.blobs import from_blob
 
         try:
             rows = self._state("paused").select(F.col("user_map_value.data").alias("data")).collect()
@@ -312,7 +313,7 @@ class StateSource:
     def chunks(self, low, high):
         from pyspark.sql import functions as F
 
-        from ..engine.wheel_processor import from_blob
+        from ..engine.processor.blobs import from_blob
 
         rows = self._in_range(self._state("chunks"), low, high).select(
             F.col("key.shard").alias("shard"),

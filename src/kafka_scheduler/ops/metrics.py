@@ -1,5 +1,5 @@
-"""The job's Prometheus metrics: one registry fed by the batch summaries (engine/record_sink.py), the timed writer's
-writes and the input lag watcher (input_lag.py), served at /metrics on the metrics port (http_server.py).
+"""The job's Prometheus metrics: one registry fed by the batch summaries (engine/driver/record_sink.py), the timed
+writer's writes and the input lag watcher (input_lag.py), served at /metrics on the metrics port (http_server.py).
 
 The values live in ``SchedulerMetrics.registry``: the status page reads the same registry, so the page and a scrape
 never disagree. What the page shows beyond the counters (lateness over the last hour, the last rejections) is fed
@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ..engine.batch_summary import BatchSummary
-from ..engine.rejection_classes import EXPIRED, REFUSED_BY_DESTINATION
-from ..engine.wheel_processor import OUTCOME_REJECTED
+from ..engine.contract import OUTCOME_REJECTED
+from ..engine.driver.batch_summary import BatchSummary
+from ..engine.rules.rejection_classes import EXPIRED, REFUSED_BY_DESTINATION
 from .recent import LatenessWindow, RecentRejections
 
 log = logging.getLogger(__name__)

@@ -339,7 +339,7 @@ class StateReader:
             spark, checkpoint_dir = self._spark, self._checkpoint_dir
             if spark is None:
                 return None
-            from ..engine.checkpoint import is_local, last_committed_batch
+            from ..engine.spark.checkpoint import is_local, last_committed_batch
 
             # Only a local checkpoint tells its batch here (one on hdfs:// and the like needs Spark's Hadoop).
             batch = last_committed_batch(checkpoint_dir) if is_local(checkpoint_dir) else None

@@ -7,10 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from ..config import Config
-from ..dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS
-from ..dialects.sky_avro import java_options as avro_java_options
-from ..kafka.jars import jar_paths
+from ...config import Config
+from ...dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS
+from ...dialects.sky_avro import java_options as avro_java_options
+from ...kafka.jars import jar_paths
 from .stop_signals import engine_deaf_to_sigterm
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from ..protocol import ACTION, NATIVE_SINGLE_HEADERS, REQUEST_ID, request_of, schedule_sid
+from ...protocol import ACTION, NATIVE_SINGLE_HEADERS, REQUEST_ID, request_of, schedule_sid
 
 log = logging.getLogger(__name__)
 

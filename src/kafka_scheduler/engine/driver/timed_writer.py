@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Producer
 
-from ..protocol import DUE_MS, FIRING_SEPARATOR, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from ...protocol import DUE_MS, FIRING_SEPARATOR, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from ..rules.rejection_classes import expired_reason
 from .early_cancels import EarlyCancels, superseded_by
 from .exactly_once import FencedError, TransactionalSender, produce_record
-from .rejection_classes import expired_reason
 
 log = logging.getLogger(__name__)
 

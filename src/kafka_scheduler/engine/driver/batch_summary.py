@@ -6,25 +6,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-# Outcome rows "index_entries:<shard>" (n: entries of the shard's id index after a handler call; due_ms: the
-# index version) are reports, not requests: kept apart, last value per shard.
-INDEX_ENTRIES_PREFIX = "index_entries:"
-# Outcome rows name their labels after the outcome: "scheduled@<input topic>", "rejected@<input topic>@<reason
-# class>" (topic names cannot hold "@"). "delivered_at_once@<input topic>" counts schedules due when read: a
-# report on requests already counted, not an outcome.
-LABEL_SEPARATOR = "@"
-DELIVERED_AT_ONCE = "delivered_at_once"
-# Outcome rows "batch_time" (n and due_ms: the processing time the state's rules used) report the batch's clock:
-# what it retired from state was due by then (a graceful stop waits for a batch past the stop to retire what the
-# timed writer wrote).
-BATCH_TIME = "batch_time"
-# Outcome rows "skipped_firings" count firings of skip crons missed while the job was down (not delivered): a report,
-# not a request outcome.
-SKIPPED_FIRINGS = "skipped_firings"
-
-
-def outcome_key(name: str, *labels: str) -> str:
-    return LABEL_SEPARATOR.join((name, *labels))
+from ..contract import BATCH_TIME, DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, LABEL_SEPARATOR, SKIPPED_FIRINGS
 
 
 @dataclass

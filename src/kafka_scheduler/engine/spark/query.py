@@ -1,18 +1,18 @@
 """The streaming query: the Kafka source of every input topic, the dialect decode per topic, and the state processor
-keyed by shard, whose output rows the record sink writes (record_sink.py)."""
+keyed by shard, whose output rows the record sink writes (engine/driver/record_sink.py)."""
 
 from __future__ import annotations
 
-from ..config import Config, spark_kafka_options
-from ..dialects import DecodeSettings, decode
-from .wheel_processor import (
-    OUTPUT_SCHEMA,
-    WheelProcessor,
-    packed_by_shard,
-    parsed_state_schemas,
-    record_rows,
-    with_shards,
-)
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from ...config import Config, spark_kafka_options
+from ...dialects import DecodeSettings, decode
+from ...dialects.common import header
+from ...protocol import DELIVERY_ID
+from ..contract import HEADERS_TYPE, KIND_REJECT, KIND_TICK, OUTPUT_COLUMNS, OUTPUT_SCHEMA, REJECTIONS_SHARD
+from ..processor.input import PACKED_REQUESTS, pack_by_shard
+from ..processor.wheel_processor import WheelProcessor, parsed_state_schemas
 
 
 def reads_all_first(config: Config) -> bool:
@@ -63,3 +63,45 @@ def build_stream(spark, config: Config, run: str = "", capped: bool = True, star
             timeMode="ProcessingTime",
         )
     )
+
+
+_HEADER_PARTS = ["header_names", "header_values", "delivery_id"]
+
+
+def record_rows(output: DataFrame) -> DataFrame:
+    """The processor's rows as the sink reads them: ``headers`` in place of the names, values and delivery id, the
+    delivery's id the last header (after a cron firing's fire timestamp, as the processor emitted it before)."""
+    pairs = F.arrays_zip("header_names", "header_values").cast(HEADERS_TYPE)
+    with_id = F.concat(
+        F.coalesce(pairs, F.array().cast(HEADERS_TYPE)), F.array(header(DELIVERY_ID, F.encode("delivery_id", "UTF-8")))
+    )
+    headers = F.when(F.col("delivery_id").isNotNull(), with_id).otherwise(pairs).alias("headers")
+    columns = [name for name in OUTPUT_COLUMNS if name not in _HEADER_PARTS]
+    at = columns.index("value") + 1
+    return output.select(*columns[:at], headers, *columns[at:])
+
+
+def shard_column(shards: int) -> Column:
+    """The grouping key: a stable hash of the schedule id; rejections share one key of their own."""
+    return F.when(F.col("kind") == KIND_REJECT, F.lit(REJECTIONS_SHARD)).otherwise(
+        F.pmod(F.xxhash64("sid"), F.lit(shards)).cast("int")
+    )
+
+
+def with_shards(requests, shards: int, ticks_topic: str):
+    """Each request row with its shard; a report tick read from ``ticks_topic`` goes to every shard (each
+    reports its armed timers), a wake-up tick to none (reading it was its whole purpose)."""
+    is_tick = F.col("src_topic") == ticks_topic
+    report = is_tick & (F.col("value") == F.lit(b"report"))
+    rows = requests.filter(~is_tick | report).withColumn(
+        "kind", F.when(is_tick, F.lit(KIND_TICK)).otherwise(F.col("kind"))
+    )
+    return rows.withColumn(
+        "shard",
+        F.explode(F.when(is_tick, F.sequence(F.lit(0), F.lit(shards - 1))).otherwise(F.array(shard_column(shards)))),
+    )
+
+
+def packed_by_shard(rows: DataFrame) -> DataFrame:
+    """``rows`` (with their ``shard``) as (shard, requests blob) rows, a blob per shard per Arrow batch."""
+    return rows.mapInArrow(pack_by_shard, PACKED_REQUESTS)

@@ -22,10 +22,10 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..config import Config, spark_kafka_options
-from ..dialects.common import KIND_REJECT, header
-from ..kafka.topics import Destination, TopicDirectory
-from ..protocol import (
+from ...config import Config, spark_kafka_options
+from ...dialects.common import header
+from ...kafka.topics import Destination, TopicDirectory
+from ...protocol import (
     DELIVERED_TO,
     DELIVERY_ID,
     DUE_MS,
@@ -34,11 +34,20 @@ from ..protocol import (
     SOURCE_PARTITION,
     SOURCE_TOPIC,
 )
+from ..contract import (
+    KIND_DELIVER,
+    KIND_EXPIRED,
+    KIND_HISTORY,
+    KIND_OUTCOME,
+    KIND_REJECT,
+    KIND_TIMER,
+    KIND_WITHDRAW,
+    KIND_WRITE_BACK,
+)
 from .batch_summary import BatchSummary
 from .exactly_once import HERD_TASK_RESULT, herd_member, write_herd_partition
 from .herd_writer import HOLD_SLICE_MS, HerdWriter, slice_end_ms, slice_start_ms
 from .timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups
-from .wheel_processor import KIND_DELIVER, KIND_EXPIRED, KIND_OUTCOME, KIND_TIMER, KIND_WITHDRAW
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +70,6 @@ def framed_bytes(payload: int) -> int:
     """The most a record can take in a record batch, from its ``payload_bytes`` (which count header framing)."""
     return payload + RECORD_FRAMING_BYTES + payload // 8192
 
-
-# Kinds of the records the sink derives from deliveries (the processor emits deliver and reject).
-KIND_HISTORY = "history"
-KIND_WRITE_BACK = "write-back"
 
 # The columns of _records's rows (kind and due_ms kept for the hold).
 RECORD_COLUMNS = [

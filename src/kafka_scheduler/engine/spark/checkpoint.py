@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
-from ..config import Config, ConfigError, shown_setting
+from ...config import Config, ConfigError, shown_setting
 
 
 def is_local(checkpoint_dir: str | Path) -> bool:

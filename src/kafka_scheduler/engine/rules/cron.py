@@ -149,7 +149,7 @@ class CronSpec:
 
 
 def _header() -> str:
-    from ..protocol import CRON_EXPR
+    from ...protocol import CRON_EXPR
 
     return CRON_EXPR
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, FIRING_SEPARATOR, INTERNAL_SID_PREFIX
+from ...protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, FIRING_SEPARATOR, INTERNAL_SID_PREFIX
 
 Headers = tuple[tuple[str, bytes | None], ...]
 

@@ -26,7 +26,7 @@ replaces, cancels or completes a version rewrites or removes the entry; a fire r
 entries of what it delivers (``_Shard.forget``), in bulk: no state call per schedule.
 
 This module is Spark-free: ``ShardStore`` is implemented over dicts here (tests) and over
-Spark state in ``wheel_processor.py``.
+Spark state in engine/processor/state_store.py.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from ..protocol import ENTRY_OVERHEAD_BYTES
+from ...protocol import ENTRY_OVERHEAD_BYTES
 from . import cron as crons
 from .index_cache import PAUSED_MS, IndexCache, IndexEntry, IndexSession, IndexToken
 from .rejection_classes import reason_class

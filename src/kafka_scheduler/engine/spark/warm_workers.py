@@ -42,7 +42,7 @@ def warm_python_workers(spark) -> threading.Thread:
 
 class _WarmProcessor(StatefulProcessor):
     def init(self, handle) -> None:
-        from . import wheel_processor  # noqa: F401  (imported for its side effect: a warm interpreter)
+        from ..processor import wheel_processor  # noqa: F401  (imported for its side effect: a warm interpreter)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator:
         for frame in rows:

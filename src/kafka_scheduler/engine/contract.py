@@ -1,0 +1,105 @@
+"""The contract between the state step and the driver: the rows the processor emits (``OUTPUT_SCHEMA``), the kinds of
+record among them, and the names of the outcome rows that report counts and the batch's clock. The dialects' decoders
+write the request kinds (``KIND_REQUEST``, ``KIND_REJECT``).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+KIND_REQUEST = "request"
+
+KIND_REJECT = "reject"
+
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+# What the processor emits: records to write (deliver, reject) and per-outcome counts (outcome). Headers leave
+# Python as two lists of primitives, names and values, and a delivery's id as a column of its own: ``record_rows``
+# zips them into (key, value) structs in the JVM. As a list of structs they cost each row a dict per header built
+# by the processor and another by PySpark's conversion to Arrow, most of a herd's Python time (docs/measurements.md).
+OUTPUT_SCHEMA = StructType(
+    [
+        StructField("kind", StringType()),
+        StructField("topic", StringType()),  # destination topic; for outcome rows, the outcome name
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("header_names", ArrayType(StringType())),
+        StructField("header_values", ArrayType(BinaryType())),
+        StructField("delivery_id", StringType()),  # deliveries only: record_rows adds it as the last header
+        StructField("due_ms", LongType()),
+        StructField("n", LongType()),
+        # deliveries only: the explicit partition, or the partitioner hash of a partition key (the sink takes it
+        # modulo the destination's partition count); the write-back to send and whether to copy to history
+        StructField("partition", IntegerType()),
+        StructField("partition_hash", IntegerType()),
+        StructField("wb_topic", StringType()),
+        StructField("wb_partition", IntegerType()),
+        StructField("wb_key", BinaryType()),
+        StructField("wb_headers", HEADERS_TYPE),
+        StructField("history", BooleanType()),
+        # deliveries only: emitted ahead of its due time, for the driver's timed writer (see wheel.apply_requests)
+        StructField("prepared", BooleanType()),
+        # deliveries (and expired ones): later than due + this, the sink or the timed writer rejects it as expired
+        StructField("max_lateness_ms", LongType()),
+        # deliveries only: the schedule's id in the state, by which a CANCEL read early finds it (early_cancels.py)
+        StructField("sid", BinaryType()),
+    ]
+)
+
+OUTPUT_COLUMNS = OUTPUT_SCHEMA.names
+
+KIND_DELIVER = "deliver"
+
+KIND_EXPIRED = "expired"  # a delivery written later than its max lateness would allow: the sink rejects it
+
+KIND_OUTCOME = "outcome"
+
+OUTCOME_REJECTED = "rejected"
+
+REJECTIONS_SHARD = -1
+
+# Rows besides deliveries, rejections and outcomes: a timer instant the shard armed (``due_ms``), for the
+# driver's wake-ups; a delivery id (``key``) the timed writer must drop; a tick record (input only).
+KIND_TIMER = "timer"
+
+KIND_WITHDRAW = "withdraw"
+
+KIND_TICK = "tick"
+
+# Kinds of the records the sink derives from deliveries (the processor emits deliver and reject).
+KIND_HISTORY = "history"
+
+KIND_WRITE_BACK = "write-back"
+
+# Outcome rows "index_entries:<shard>" (n: entries of the shard's id index after a handler call; due_ms: the
+# index version) are reports, not requests: kept apart, last value per shard.
+INDEX_ENTRIES_PREFIX = "index_entries:"
+
+# Outcome rows name their labels after the outcome: "scheduled@<input topic>", "rejected@<input topic>@<reason
+# class>" (topic names cannot hold "@"). "delivered_at_once@<input topic>" counts schedules due when read: a
+# report on requests already counted, not an outcome.
+LABEL_SEPARATOR = "@"
+
+DELIVERED_AT_ONCE = "delivered_at_once"
+
+# Outcome rows "batch_time" (n and due_ms: the processing time the state's rules used) report the batch's clock:
+# what it retired from state was due by then (a graceful stop waits for a batch past the stop to retire what the
+# timed writer wrote).
+BATCH_TIME = "batch_time"
+
+# Outcome rows "skipped_firings" count firings of skip crons missed while the job was down (not delivered): a report,
+# not a request outcome.
+SKIPPED_FIRINGS = "skipped_firings"
+
+
+def outcome_key(name: str, *labels: str) -> str:
+    return LABEL_SEPARATOR.join((name, *labels))

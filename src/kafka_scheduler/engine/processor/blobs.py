@@ -1,0 +1,216 @@
+"""Chunks of schedules and index deltas as Arrow IPC blobs (the state's values), and header lists as Arrow, column by
+column: no Python object per row where Arrow can take a whole column."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..rules.index_cache import IndexEntry
+from ..rules.wheel import (
+    NULLABLE_INT_COLUMNS,
+    header_pairs,
+    missing,
+    with_entry_columns,
+)
+
+HEADERS_ARROW_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+CHUNK_SCHEMA = pa.schema(
+    [
+        ("due_ms", pa.int64()),
+        ("topic", pa.string()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", HEADERS_ARROW_TYPE),
+        ("delivery_id", pa.string()),
+        ("entry_bytes", pa.int64()),
+        ("partition", pa.int32()),
+        ("partition_key", pa.binary()),
+        ("wb_topic", pa.string()),
+        ("wb_partition", pa.int32()),
+        ("wb_key", pa.binary()),
+        ("wb_headers", HEADERS_ARROW_TYPE),
+        ("history", pa.bool_()),
+        ("sid", pa.binary()),
+        ("digest", pa.binary()),
+        ("max_lateness_ms", pa.int64()),
+        ("cron_expr", pa.string()),
+        ("cron_tz", pa.string()),
+        ("cron_policy", pa.string()),
+        ("cron_start_ms", pa.int64()),
+        ("cron_end_ms", pa.int64()),
+    ]
+)
+
+# due_ms null: the id left the index; sid null: every id due from due_ms to through_ms left it
+DELTA_SCHEMA = pa.schema(
+    [
+        ("sid", pa.binary()),
+        ("due_ms", pa.int64()),
+        ("delivery_id", pa.string()),
+        ("digest", pa.binary()),
+        ("through_ms", pa.int64()),
+    ]
+)
+
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+_INT_TYPES = {"partition": "Int32", "wb_partition": "Int32"}
+
+
+def _pandas_types(field: pa.Field) -> tuple[str, str]:
+    if field.name in NULLABLE_INT_COLUMNS:
+        numpy_type = _INT_TYPES.get(field.name, "Int64")
+        return numpy_type.lower(), numpy_type
+    if pa.types.is_integer(field.type) or pa.types.is_boolean(field.type):
+        return str(field.type), str(field.type)
+    return (
+        "unicode" if pa.types.is_string(field.type) else "bytes" if pa.types.is_binary(field.type) else "list[object]"
+    ), "object"
+
+
+# What ``Table.from_pandas`` wrote with every chunk (constant): reading a chunk back gives the same dtypes
+# (nullable ints as Int32/Int64, not float64) whichever way it was written.
+_CHUNK_SCHEMA_WITH_PANDAS = CHUNK_SCHEMA.with_metadata(
+    {
+        b"pandas": json.dumps(
+            {
+                "index_columns": [],
+                "column_indexes": [],
+                "columns": [
+                    {
+                        "name": f.name,
+                        "field_name": f.name,
+                        "pandas_type": _pandas_types(f)[0],
+                        "numpy_type": _pandas_types(f)[1],
+                        "metadata": None,
+                    }
+                    for f in CHUNK_SCHEMA
+                ],
+                "attributes": {},
+                "creator": {"library": "pyarrow", "version": pa.__version__},
+                "pandas_version": pd.__version__,
+            }
+        ).encode()
+    }
+)
+
+
+def to_blob(entries: pd.DataFrame) -> bytes:
+    """A chunk as an Arrow IPC blob, column by column: through ``Table.from_pandas`` a copy of the frame cost ~4 ms a
+    chunk whatever its size, which with coarse levels (a few hundred chunks a batch) was most of an ingest."""
+    arrays = []
+    for field in CHUNK_SCHEMA:
+        name, values = field.name, entries[field.name]
+        if name == "headers":
+            array = header_array(values)
+        elif name == "wb_headers":
+            array = header_array(values, keep_nulls=True)
+        elif name in NULLABLE_INT_COLUMNS:
+            array = pa.array(nullable_ints(values, _INT_TYPES.get(name, "Int64")), type=field.type)
+        elif name == "history":
+            array = pa.array(flags(values), type=field.type)
+        elif pa.types.is_integer(field.type):  # due_ms, entry_bytes: never null
+            array = pa.array(values.to_numpy(dtype=np.int64), type=field.type)
+        else:  # strings and bytes: None, NaN or pd.NA is null (from_pandas)
+            array = pa.array(values.to_numpy(dtype=object), type=field.type, from_pandas=True)
+        arrays.append(array)
+    return ipc_bytes(pa.Table.from_arrays(arrays, schema=_CHUNK_SCHEMA_WITH_PANDAS))
+
+
+def flags(values: pd.Series) -> np.ndarray:
+    """``wheel.flag`` of every cell, without a Python call per row: a missing one is False."""
+    if values.dtype == bool:
+        return values.to_numpy()
+    present = values.notna().to_numpy()
+    result = np.zeros(len(values), dtype=bool)
+    result[present] = values[present].astype(bool).to_numpy()
+    return result
+
+
+def header_array(cells, keep_nulls: bool = False) -> pa.ListArray:
+    """A headers column as Arrow: in one call where every cell has one form (the tuples of a Schedule, or the dicts
+    Arrow hands back), row by row where a frame mixes them. A missing cell is an empty list, or null with
+    ``keep_nulls``."""
+    try:
+        array = pa.array(cells, type=HEADERS_ARROW_TYPE, from_pandas=True)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        array = pa.array([None if missing(h) else header_pairs(h) for h in cells], type=HEADERS_ARROW_TYPE)
+    if array.null_count and not keep_nulls:
+        return pa.ListArray.from_arrays(array.offsets, array.values)  # offsets carry no nulls: empty lists
+    return array
+
+
+def header_lists(cells) -> tuple[np.ndarray, np.ndarray]:
+    """A headers column as the processor emits it (OUTPUT_SCHEMA): a list of names and a list of values per row,
+    None for a row without headers (PySpark copies every list it is given, one Python call each)."""
+    array = header_array(cells)
+    offsets = array.offsets
+    names = pa.ListArray.from_arrays(offsets, array.values.field("key")).to_numpy(zero_copy_only=False)
+    values = pa.ListArray.from_arrays(offsets, array.values.field("value")).to_numpy(zero_copy_only=False)
+    none = np.diff(offsets.to_numpy()) == 0
+    names[none] = None
+    values[none] = None
+    return names, values
+
+
+def nullable_ints(values: pd.Series, dtype: str):
+    """A column of ints or nulls (None, NaN, pd.NA) as a nullable integer array, without a Python call per row."""
+    if values.isna().all():
+        return pd.array([None] * len(values), dtype=dtype)
+    if pd.api.types.is_integer_dtype(values.dtype):
+        return values.astype(dtype).array
+    return pd.to_numeric(values, errors="coerce").astype(dtype).array
+
+
+def ipc_bytes(table: pa.Table, options: pa.ipc.IpcWriteOptions = _IPC_OPTIONS) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def ipc_table(blob) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(bytes(blob))).read_all()
+
+
+def from_blob(blob) -> pd.DataFrame:
+    """A chunk as an entries frame (a chunk written before the expiry and cron columns gets them null)."""
+    return with_entry_columns(ipc_table(blob).to_pandas())
+
+
+def delta_blob(changes: list) -> bytes:
+    """An index delta (``index_cache``): (sid, IndexEntry or None) changes, and (None, (first, last)) ranges."""
+    entries = [None if sid is None else entry for sid, entry in changes]
+    return ipc_bytes(
+        pa.table(
+            [
+                pa.array([sid for sid, _ in changes], pa.binary()),
+                pa.array(
+                    [entry[0] if sid is None else None if entry is None else entry.due_ms for sid, entry in changes],
+                    pa.int64(),
+                ),
+                pa.array([None if e is None else e.delivery_id for e in entries], pa.string()),
+                pa.array([None if e is None else e.digest for e in entries], pa.binary()),
+                pa.array([entry[1] if sid is None else None for sid, entry in changes], pa.int64()),
+            ],
+            schema=DELTA_SCHEMA,
+        )
+    )
+
+
+def delta_of_blob(blob) -> list:
+    columns = ipc_table(blob).to_pydict()
+    through = columns.get("through_ms") or [None] * len(columns["sid"])
+    return [
+        (None, (due_ms, through_ms))
+        if sid is None
+        else (sid, None if due_ms is None else IndexEntry(due_ms, delivery_id, digest))
+        for sid, due_ms, delivery_id, digest, through_ms in zip(
+            columns["sid"], columns["due_ms"], columns["delivery_id"], columns["digest"], through
+        )
+    ]

@@ -1,0 +1,222 @@
+"""The frames the state step emits (``OUTPUT_SCHEMA`` of engine/contract.py): deliveries, rejections, outcome counts,
+armed timers and withdrawals, merged into few frames per handler call."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from ...protocol import CRON_FIRE_TIMESTAMP, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, request_of
+from ..contract import (
+    BATCH_TIME,
+    KIND_DELIVER,
+    KIND_EXPIRED,
+    KIND_OUTCOME,
+    KIND_REJECT,
+    KIND_TIMER,
+    KIND_WITHDRAW,
+    OUTCOME_REJECTED,
+    OUTPUT_COLUMNS,
+    outcome_key,
+)
+from ..rules.partitioning import partition_hash
+from ..rules.rejection_classes import reason_class
+from ..rules.wheel import (
+    expired_mask,
+    header_pairs,
+    missing,
+)
+from .blobs import flags, header_lists, nullable_ints
+
+
+def records_frame(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.DataFrame:
+    """``headers``: None, or (names, values) as ``header_lists`` gives them."""
+    names, values = (None, None) if headers is None else headers
+    columns = {
+        "kind": kind,
+        "topic": topic,
+        "key": key,
+        "value": value,
+        "header_names": names,
+        "header_values": values,
+        "due_ms": due_ms,
+        **extras,
+    }
+    rows = len(topic)
+    # A missing column is a list of None: a scalar None broadcast by pandas becomes NaN, which Spark cannot read
+    # as an array or a string.
+    return pd.DataFrame(
+        {name: [None] * rows if columns.get(name) is None else columns[name] for name in OUTPUT_COLUMNS},
+        columns=OUTPUT_COLUMNS,
+    )
+
+
+def outcomes_frame(counts: Counter) -> pd.DataFrame:
+    """Outcome rows; a key is an outcome name (or Outcome), or a tuple of it and its labels (metrics.outcome_key)."""
+
+    def name(key) -> str:
+        parts = key if isinstance(key, tuple) else (key,)
+        return outcome_key(*(str(getattr(p, "value", p)) for p in parts))
+
+    # Every cell given: a column pandas fills by itself holds NaN, which Spark cannot read as an array or a string.
+    return pd.DataFrame(
+        [
+            {**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": name(k), "n": n}
+            for k, n in counts.items()
+            if n
+        ],
+        columns=OUTPUT_COLUMNS,
+    )
+
+
+def rejection_counts(frame: pd.DataFrame) -> Counter:
+    """(rejected, input topic, reason class) -> n of rejection rows (``src_topic``, ``headers``)."""
+
+    def reason(headers):
+        return next((v for k, v in header_pairs(headers) if k == REJECTION_REASON), None)
+
+    return Counter(
+        (OUTCOME_REJECTED, str(topic), reason_class(reason(headers)))
+        for topic, headers in zip(frame["src_topic"], frame["headers"])
+    )
+
+
+def _header_dicts(cell) -> list:
+    return [{"key": k, "value": v} for k, v in header_pairs(cell)]
+
+
+def has_values(entries: pd.DataFrame, column: str) -> bool:
+    return column in entries and bool(entries[column].notna().any())
+
+
+def deliveries_frame(entries: pd.DataFrame, now_ms: int | None = None) -> pd.DataFrame:
+    """Delivery rows; with ``now_ms``, those due after it are marked prepared (for the timed writer). A cron's firing
+    carries ``x-scheduler-cron-fire-timestamp`` (its instant in Unix seconds, as Kaspr writes it); rows marked
+    ``expired`` (wheel.mark_expired) are of kind ``expired``: the sink rejects them."""
+    crons = entries["cron_expr"].notna().to_numpy() if "cron_expr" in entries else np.zeros(len(entries), bool)
+    names, values = header_lists(entries["headers"])
+    for row in np.flatnonzero(crons):
+        names[row] = [*(names[row] if names[row] is not None else ()), CRON_FIRE_TIMESTAMP]
+        values[row] = [
+            *(values[row] if values[row] is not None else ()),
+            str(int(entries["due_ms"].iat[row]) // 1000).encode(),
+        ]
+    extras = {"delivery_id": entries["delivery_id"].to_numpy()}
+    if "sid" in entries:
+        extras["sid"] = entries["sid"].to_numpy()
+    if (
+        has_values(entries, "wb_headers")
+        or has_values(entries, "partition_key")
+        or has_values(entries, "partition")
+        or ("history" in entries and flags(entries["history"]).any())
+    ):
+        # Only dialects other than native get here: the frames of native deliveries skip these columns.
+        extras |= {
+            "partition": nullable_ints(entries["partition"], "Int32"),
+            "partition_hash": pd.array(
+                [None if missing(k) else partition_hash(bytes(k)) for k in entries["partition_key"]], dtype="Int32"
+            ),
+            "wb_topic": entries["wb_topic"].to_numpy(),
+            "wb_partition": nullable_ints(entries["wb_partition"], "Int32"),
+            "wb_key": entries["wb_key"].to_numpy(),
+            "wb_headers": [None if missing(h) else _header_dicts(h) for h in entries["wb_headers"]],
+            "history": flags(entries["history"]),
+        }
+    if now_ms is not None:
+        extras["prepared"] = (entries["due_ms"].to_numpy() > now_ms).tolist()
+    if has_values(entries, "max_lateness_ms"):
+        extras["max_lateness_ms"] = nullable_ints(entries["max_lateness_ms"], "Int64")
+    expired = expired_mask(entries)
+    frame = records_frame(
+        KIND_DELIVER,
+        entries["topic"].to_numpy(),
+        entries["key"].to_numpy(),
+        entries["value"].to_numpy(),
+        (names, values),
+        entries["due_ms"].to_numpy(),
+        **extras,
+    )
+    if expired.any():
+        frame.loc[expired, "kind"] = KIND_EXPIRED
+    return frame
+
+
+def rejections_frame(rejected: pd.DataFrame, rejections_topic: str) -> pd.DataFrame:
+    """CRON_ADDs the rules refused (wheel.BatchResult.rejected) as rejection records, as the decoder writes them: the
+    request's key, value and headers as read, the reason and the request's source."""
+
+    def headers(raw, reason, delivery_id):
+        topic, partition, offset = request_of(delivery_id)
+        return header_pairs(raw) + [
+            (REJECTION_REASON, reason.encode()),
+            (SOURCE_TOPIC, topic.encode()),
+            (SOURCE_PARTITION, partition.encode()),
+            (SOURCE_OFFSET, offset.encode()),
+        ]
+
+    return records_frame(
+        KIND_REJECT,
+        [rejections_topic] * len(rejected),
+        rejected["key"].to_numpy(),
+        rejected["value"].to_numpy(),
+        header_lists(
+            [headers(*row) for row in zip(rejected["raw_headers"], rejected["reason"], rejected["delivery_id"])]
+        ),
+        None,
+    )
+
+
+def batch_time_frame(now_ms: int) -> pd.DataFrame:
+    """The processing time the state's rules ran at (BATCH_TIME): each handler call reports it."""
+    return pd.DataFrame(
+        [{**dict.fromkeys(OUTPUT_COLUMNS), "kind": KIND_OUTCOME, "topic": BATCH_TIME, "n": now_ms, "due_ms": now_ms}],
+        columns=OUTPUT_COLUMNS,
+    )
+
+
+def timer_frame(instants: list) -> pd.DataFrame:
+    return records_frame(KIND_TIMER, [None] * len(instants), None, None, None, [int(t) for t in instants])
+
+
+def withdraw_frame(delivery_ids: list) -> pd.DataFrame:
+    return records_frame(
+        KIND_WITHDRAW, [None] * len(delivery_ids), [d.encode() for d in delivery_ids], None, None, None
+    )
+
+
+# Spark converts each frame a handler yields to Arrow on its own, at a fixed cost (~2 ms on this machine) that
+# dwarfs the rows of a usual handler call (a timer row, the batch time, the index size, a few deliveries): a call's
+# small frames go out merged, up to this many rows at a time.
+MERGED_ROWS = 10_000
+
+
+def merged(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """``frames`` in as few frames as ``MERGED_ROWS`` allows; a large one (a slice of a herd) passes at once, so a
+    call that emits millions holds no more of them than before."""
+    held: list[pd.DataFrame] = []
+    rows = 0
+    for frame in frames:
+        if len(frame) > MERGED_ROWS:
+            yield frame
+            continue
+        held.append(frame)
+        rows += len(frame)
+        if rows >= MERGED_ROWS:
+            yield _concat(held)
+            held, rows = [], 0
+    if held:
+        yield _concat(held)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    if len(frames) == 1:
+        return frames[0]
+    with warnings.catch_warnings():
+        # pandas warns that a column all null in some frames may get another dtype in a later release: the Arrow
+        # conversion casts every column to OUTPUT_SCHEMA, whatever dtype pandas picks.
+        warnings.simplefilter("ignore", FutureWarning)
+        return pd.concat(frames, ignore_index=True)
