@@ -57,7 +57,7 @@ def group_of(pid: int, root: int, command: str) -> str:
 
 def command_lines(root: int) -> dict[int, str]:
     """The command line of each process in ``root``'s tree. One that ends between the listing and the read is left
-    out: Spark's Python workers come and go all the time (a test failed on it in CI, 2026-12-02)."""
+    out: Spark's Python workers come and go all the time."""
     found = {}
     for current in descendants(root):
         try:

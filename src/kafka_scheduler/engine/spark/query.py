@@ -35,8 +35,8 @@ def build_stream(spark, config: Config, run: str = "", capped: bool = True, star
         .option("subscribe", ",".join([*inputs, config.ticks_topic]))
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")
-        # The consumer's default 500 ms fetch wait was measured to add ~0.5 s to every batch
-        # that reads requests (the read of a known offset range waits on its last fetch).
+        # The consumer's default 500 ms fetch wait would add as much to every batch that reads requests (the
+        # read of a known offset range waits on its last fetch).
         .option("kafka.fetch.max.wait.ms", "20")
         # A request producer's aborted transaction (Karafka's producers use them) must not act, nor, in
         # exactly-once mode, the job's own write-backs of an aborted transaction.

@@ -39,39 +39,37 @@ def spark_settings(config: Config) -> dict[str, str]:
         STATE_STORE_PROVIDER: ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # One memory budget for every RocksDB instance of the state (block cache and write buffers): unbounded, the
-        # JVM's resident memory rose 26% over the last 50 minutes of an hour's soak while its heap stayed level;
-        # bounded, 7% (docs/measurements.md, the second and third soaks).
+        # JVM's resident memory keeps rising over a long soak while its heap stays level (docs/measurements.md,
+        # soaks).
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": str(ROCKSDB_MEMORY_MB),
         # glibc gives each thread that allocates natively an arena of its own (up to 8 per core), and RocksDB's
         # and Netty's many threads leave them fragmented: two arenas keep the native heap from creeping.
         "spark.executorEnv.MALLOC_ARENA_MAX": MALLOC_ARENAS,
         # Spark keeps Python workers per environment, and the state step's runner adds this variable where the
-        # workers' warm-up (warm_workers.py) does not: without it here too, the first batch started a daemon and
-        # workers of its own and the warm ones were never used (docs/measurements.md, "The warm Python workers were
-        # not used").
+        # workers' warm-up (warm_workers.py) does not: without it here too, the first batch starts a daemon and
+        # workers of its own and the warm ones are never used.
         "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
         # Spark deletes a version only once a newer snapshot (one every state_snapshot_every versions) leaves it
         # more than state_batches_kept behind: the state's disk is bounded in batches, not in time, and a job with
-        # few, heavy batches (crons) reaches its steady size late (docs/measurements.md, crons).
+        # few, heavy batches (crons) reaches its steady size late.
         "spark.sql.streaming.minBatchesToRetain": str(config.state_batches_kept),
         "spark.sql.streaming.stateStore.minDeltasForSnapshot": str(config.state_snapshot_every),
         # No micro-batch without new input: an idle job then costs next to nothing. Timers fire in the batches
         # the driver's wake-up ticks cause (timed_writer.Wakeups).
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-        # How often an idle query asks Kafka for new offsets: each ask costs ~2 ms of JVM CPU, so the default
-        # 10 ms kept a quarter of a core busy doing nothing (measured: bench idle). A request or tick waits at
-        # most this long to be seen; prepared deliveries are unaffected (ticked --lookahead ahead).
+        # How often an idle query asks Kafka for new offsets: each ask costs JVM CPU, and the default 10 ms keeps a
+        # good part of a core busy doing nothing (bench idle). A request or tick waits at most this long to be seen;
+        # prepared deliveries are unaffected (ticked --lookahead ahead).
         "spark.sql.streaming.pollingDelay": "200ms",
         "spark.sql.session.timeZone": "UTC",
         # HotSpot never compiles a method of more than 8,000 bytes of bytecode (-XX:+DontCompileHugeMethods), and
-        # the decode's whole-stage method is larger: it ran interpreted, ~60 us a request, most of a batch's JVM
-        # time during ingest. At this limit Spark splits such a stage instead (decode 16,800 -> 117,000 rows/s;
-        # docs/measurements.md, ingest).
+        # the decode's whole-stage method is larger: it would run interpreted, most of a batch's JVM time during
+        # ingest. At this limit Spark splits such a stage instead (docs/measurements.md, ingest).
         "spark.sql.codegen.hugeMethodLimit": str(HUGE_METHOD_LIMIT),
-        # Spark keeps the classes it generates in a cache of 100 by default; a job's query and sink need more (90 by
-        # the end of its first batch), so the cache churned and every later batch compiled ~23 of them again with
-        # Janino, each a new class for the JVM to load (docs/measurements.md, "The batch cycle on a slow day").
+        # Spark keeps the classes it generates in a cache of 100 by default; a job's query and sink need about as
+        # many, so the cache would churn and every batch compile some of them again with Janino, each a new class
+        # for the JVM to load.
         "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
         # Spark checks an Arrow batch's size in bytes after every row it sends to the state step unless the limit
         # is Int.MaxValue, and the size of a list column (headers) is recomputed over the whole batch each time: a
