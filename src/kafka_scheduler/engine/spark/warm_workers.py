@@ -1,8 +1,9 @@
 """Python workers started, with the state processor's modules imported, while the query starts.
 
 A job's first batch starts its Python workers cold: a daemon forks one per task and each imports pandas, pyarrow
-and the processor before the first shard is handled, seconds of the first batch on a small machine. Spark keeps a worker that finished a task for the next task started the same way, so a tiny
-transformWithStateInPandas run now leaves one warm worker per task slot for the first batch. (A mapInPandas job
+and the processor before the first shard is handled, seconds of the first batch on a small machine. Spark keeps a
+worker that finished a task for the next task started the same way, so a tiny transformWithStateInPandas run leaves
+one warm worker per task slot for the first batch. (A mapInPandas job
 does not: the state step's tasks start a daemon of their own.)"""
 
 from __future__ import annotations
