@@ -23,8 +23,9 @@ from .config import Config, ConfigError, kafka_settings, masked
 from .engine.driver.batch_summary import BatchSummary, Totals
 from .engine.driver.early_cancels import CancelWatcher
 from .engine.driver.exactly_once import TransactionalSender, herd_member, transactional_id
+from .engine.driver.producing import PRODUCER_MAX_BYTES, producer_config
 from .engine.driver.record_sink import RecordSink
-from .engine.driver.timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
+from .engine.driver.timed_writer import TimedWriter, Wakeups
 from .engine.rules.wheel import BUCKET_MS
 from .engine.spark.checkpoint import (
     LocalFiles,
@@ -243,6 +244,7 @@ class Scheduler:
             on_batch=self._on_batch,
             writer=self.writer,
             wakeups=self.wakeups,
+            sender=sender,
         )
         if self.sink.herds is not None:
             self.sink.herds.on_written = self.metrics.record_herd_written

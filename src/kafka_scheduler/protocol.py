@@ -1,8 +1,11 @@
 """The vocabulary shared by the client, the dialects and the engine: names on the wire (the native request
 headers, the headers the scheduler writes), the dialect names, the Sky Avro schema, and the forms of schedule ids.
 
-Kept free of Spark imports so the client library stays light.
+Kept free of Spark imports so the client library stays light. Delivery ids have a module of their own
+(delivery_ids.py, with their Spark SQL twins); ``request_of`` is read from here too.
 """
+
+from .delivery_ids import request_of as request_of
 
 PREFIX = "x-scheduler-"
 ACTION = PREFIX + "action"
@@ -71,17 +74,5 @@ def schedule_sid(topic: str, request_id: bytes, prefix: bytes = CLIENT_SID_PREFI
     return prefix + topic.encode() + b"/" + request_id
 
 
-def request_of(delivery_id: str) -> tuple[str, str, str]:
-    """The input topic, partition and offset (as text) of the request a delivery id names: ``<topic>-<partition>-
-    <offset>``, as the decoders build it (dialects/common.py: ``delivery_id``); a cron firing's offset ends in
-    ``@<instant>`` (FIRING_SEPARATOR). Topic names may hold "-", partitions and offsets do not. ValueError for an id of
-    another form."""
-    topic, partition, offset = delivery_id.rsplit("-", 2)
-    return topic, partition, offset
-
-
 # On every delivered firing, as Kaspr writes it: the firing's instant in Unix seconds.
 CRON_FIRE_TIMESTAMP = PREFIX + "cron-fire-timestamp"
-# A firing's delivery id: the delivery id of the request that activated the cron (CRON_ADD or CRON_RESUME), "@",
-# and the firing instant in epoch milliseconds, e.g. "requests-0-42@1767225600000" (topic names hold no "@").
-FIRING_SEPARATOR = "@"

@@ -9,8 +9,10 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
 
+from kafka_scheduler.engine.contract import KIND_DELIVER, WriterRow
 from kafka_scheduler.engine.driver.exactly_once import FencedError, TransactionalSender
-from kafka_scheduler.engine.driver.timed_writer import Held, TimedWriter, producer_config
+from kafka_scheduler.engine.driver.producing import Record, producer_config
+from kafka_scheduler.engine.driver.timed_writer import Held, TimedWriter
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 from .support import wait_until
@@ -18,9 +20,11 @@ from .support import wait_until
 
 def items(topic: str, ids: range, due_ms: int = 1_000) -> list:
     """(held, record) pairs: a delivery per id, and a history copy of the first with the same id."""
-    pairs = [(Held(due_ms + i, f"req-0-{i}", []), (topic, None, f"k{i}".encode(), f"v{i}".encode(), [])) for i in ids]
+    pairs = [
+        (Held(due_ms + i, f"req-0-{i}", []), Record(topic, None, f"k{i}".encode(), f"v{i}".encode(), [])) for i in ids
+    ]
     first = pairs[0][0]
-    return pairs + [(first, (topic + "-history", None, b"copy", b"v", []))]
+    return pairs + [(first, Record(topic + "-history", None, b"copy", b"v", []))]
 
 
 @pytest.fixture
@@ -103,10 +107,10 @@ def test_refused_records_become_rejections_once_and_the_rest_of_their_transactio
         # record over max.message.bytes is refused by the broker, which aborts its whole transaction (written
         # again by the writer).
         rows = [
-            ("req-0-1", 0, "deliver", topic, None, b"ok", b"v", []),
-            ("req-0-2", 0, "deliver", topic, 5, b"no-partition", b"v", []),
-            ("req-0-3", 0, "deliver", small, None, b"too-large", os.urandom(5000), []),
-            ("req-0-4", 0, "deliver", small, None, b"fits", b"v", []),
+            WriterRow("req-0-1", 0, KIND_DELIVER, topic, None, b"ok", b"v", []),
+            WriterRow("req-0-2", 0, KIND_DELIVER, topic, 5, b"no-partition", b"v", []),
+            WriterRow("req-0-3", 0, KIND_DELIVER, small, None, b"too-large", os.urandom(5000), []),
+            WriterRow("req-0-4", 0, KIND_DELIVER, small, None, b"fits", b"v", []),
         ]
         writer.write_now(rows)
         writer.write_now(rows)

@@ -389,7 +389,7 @@ def test_the_scheduler_creates_its_topics_for_records_as_large_as_it_writes(kafk
     """A stock broker's default (1 MiB) would refuse a rejection or history copy of a request the job accepts."""
     from confluent_kafka.admin import ConfigResource, ConfigSource
 
-    from kafka_scheduler.engine.driver.timed_writer import PRODUCER_MAX_BYTES
+    from kafka_scheduler.engine.driver.producing import PRODUCER_MAX_BYTES
     from kafka_scheduler.kafka.topics import admin_client
 
     names = [f"{scheduler.app_id}-schedule-{suffix}" for suffix in ("requests", "rejections", "history")]

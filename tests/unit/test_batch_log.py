@@ -116,29 +116,26 @@ class FakeWriter:
         return self._room
 
     def hold(self, rows) -> int:
+        rows = list(rows)
         self.rows.extend(rows)
         return len(rows)
 
 
 def capturing_sink(writer=None):
+    """A sink that records what each Kafka write (its own and the herd writer's) would send, and when, instead of
+    writing (``saves``)."""
     from kafka_scheduler.engine.driver.record_sink import RecordSink
 
-    class CapturingSink(RecordSink):
-        """Records what each Kafka write would send, and when, instead of writing."""
+    saves: list[tuple[int, list]] = []
 
-        def __init__(self):
-            super().__init__(Config(), topics=None, stop_requested=threading.Event(), writer=writer)
-            self.saves: list[tuple[int, list]] = []
+    def capture(records):
+        rows = records.select("kind", "key", "due_ms").collect()
+        if rows:
+            saves.append((int(time.time() * 1000), rows))
 
-        def _save(self, records):
-            rows = records.select("kind", "key", "due_ms").collect()
-            if rows:
-                self.saves.append((int(time.time() * 1000), rows))
-
-        def _spark_write(self, records):  # the herd writer's writes
-            self._save(records)
-
-    return CapturingSink()
+    sink = RecordSink(Config(), topics=None, stop_requested=threading.Event(), writer=writer, kafka_write=capture)
+    sink.saves = saves
+    return sink
 
 
 def held_rows(now: int) -> list:
@@ -158,7 +155,7 @@ def test_sink_hands_every_record_to_the_timed_writer_when_it_has_room(spark):
     held = sink._write(records_frame(spark, held_rows(int(time.time() * 1000)), RECORDS_SCHEMA), 4, 1)
     assert held == 3
     assert sink.saves == [], "no Kafka write job of its own: the writer writes what is due now at once"
-    assert sorted((r["delivery_id"] or "", r["kind"], r["key"], r["partition"], r["held"]) for r in writer.rows) == [
+    assert sorted((r.delivery_id or "", r.kind, r.key, r.partition, r.held) for r in writer.rows) == [
         ("", "reject", b"bad", None, False),
         ("t-0-1", "deliver", b"overdue", None, False),
         ("t-0-2", "deliver", b"soon", None, True),
@@ -177,7 +174,7 @@ def test_beyond_the_writers_room_small_slices_go_to_it_and_the_herd_to_the_herd_
     sink = capturing_sink(writer)
     held = sink._write(records_frame(spark, rows, RECORDS_SCHEMA), 5, 1)
     assert held == 3
-    assert sorted((r["key"], r["kind"], r["held"]) for r in writer.rows) == [
+    assert sorted((r.key, r.kind, r.held) for r in writer.rows) == [
         (b"soon", "deliver", True),
         (b"soon", "history", True),
     ]
@@ -225,8 +222,8 @@ def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_late
     dropped; the others go out as they are. Rows the state already marked expired become rejections too."""
     now = int(time.time() * 1000)
     sink = capturing_sink(None)
-    sink._summary = BatchSummary(7)
-    sink._summary.delivered = 3
+    summary = BatchSummary(7)
+    summary.delivered = 3
     rows = [
         (
             "deliver",
@@ -256,7 +253,7 @@ def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_late
         ("deliver", "out", b"no-limit", b"v", [], now - 5000, None, False, "requests-0-4", None),
     ]
     records = records_frame(spark, rows, RECORDS_SCHEMA)
-    out = {(r["kind"], r["key"]): r for r in sink._expire(records, now - 4000, sink._summary).collect()}
+    out = {(r["kind"], r["key"]): r for r in sink.columns.expire(records, now - 4000, summary).collect()}
     assert set(out) == {("reject", b"late"), ("deliver", b"in-time"), ("deliver", b"no-limit")}
     late = out[("reject", b"late")]
     assert late["topic"] == sink.config.rejections_topic and late["partition"] is None
@@ -270,9 +267,9 @@ def test_the_sink_rejects_as_expired_what_it_would_write_later_than_its_max_late
         b"1",
         b"9",
     ]
-    assert (sink._summary.expired, sink._summary.delivered) == (1, 2)
+    assert (summary.expired, summary.delivered) == (1, 2)
     # Nothing late: no transformation, no extra Spark job.
-    assert sink._expire(records, now + 60_000, sink._summary) is records
+    assert sink.columns.expire(records, now + 60_000, summary) is records
 
 
 def test_rows_the_state_marked_expired_become_rejections(spark):
@@ -286,7 +283,7 @@ def test_rows_the_state_marked_expired_become_rejections(spark):
         [("expired", "out", b"k", b"v", [], 1000, None, False, "requests-0-5@1000", 10, None, None, None, None, False)],
         schema,
     )
-    row = sink._expired_as_rejections(records).collect()[0]
+    row = sink.columns.expired_as_rejections(records).collect()[0]
     assert (row["kind"], row["topic"]) == ("reject", sink.config.rejections_topic)
     assert {h["key"]: bytes(h["value"]) for h in row["headers"]}["x-scheduler-rejection-reason"] == (
         b"expired: due 1970-01-01T00:00:01.000Z, not delivered within its max lateness of 10 ms"

@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 import pytest
 
 from kafka_scheduler import dialects
+from kafka_scheduler.delivery_ids import delivery_id, request_of
+from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_HISTORY, WriterRow
 from kafka_scheduler.engine.driver.early_cancels import EarlyCancels, native_cancel_sid, superseded_by
 from kafka_scheduler.engine.driver.timed_writer import TimedWriter
-from kafka_scheduler.protocol import request_of
 
 from .. import hostile_records as hr
 from .test_hostile_decode import NOW, SETTINGS, context
@@ -104,8 +105,8 @@ def test_a_cancel_supersedes_the_versions_made_before_it_in_its_partition(delive
 
 
 def test_a_delivery_id_names_the_request_the_decoders_read(spark):
-    """``protocol.request_of`` reads back what the decoders build (dialects/common.py ``delivery_id``), for topics
-    with dashes and digits in their names; a cron firing's id keeps its instant after the offset."""
+    """``delivery_ids.request_of`` reads back what the decoders build (dialects/common.py ``delivery_id``), for topics
+    with dashes and digits in their names; a cron firing's names its activating request."""
     rows = [
         (b"k", b"v", topic, partition, offset, NOW, 0, cancel(b"r"))
         for topic, partition, offset in (
@@ -117,15 +118,15 @@ def test_a_delivery_id_names_the_request_the_decoders_read(spark):
     frame = dialects.decode(spark.createDataFrame(rows, KAFKA_SCHEMA), {r[2]: "native" for r in rows}, SETTINGS)
     named = {request_of(row["delivery_id"]) for row in frame.select("delivery_id").collect()}
     assert named == {(topic, str(partition), str(offset)) for _, _, topic, partition, offset, *_ in rows}
-    assert request_of("a-1-2-11-0@1764590400000") == ("a-1-2", "11", "0@1764590400000")
-    with pytest.raises(ValueError):
-        request_of("no-dash")
+    assert request_of("a-1-2-11-0@1764590400000") == ("a-1-2", "11", "0")
+    for malformed in ("no-dash", "t-0-x", "t-0-1@", "t-0-1@x"):
+        with pytest.raises(ValueError):
+            request_of(malformed)
 
 
-def row(request_id: str, offset: int, due_ms: int, partition: int = 0, topic: str = TOPIC, kind: str = "deliver"):
-    sid = f"id:{topic}/{request_id}".encode()
-    return (
-        f"{topic}-{partition}-{offset}",
+def row(request_id: str, offset: int, due_ms: int, partition: int = 0, topic: str = TOPIC, kind: str = KIND_DELIVER):
+    return WriterRow(
+        delivery_id(topic, partition, offset),
         due_ms,
         kind,
         "orders",
@@ -133,9 +134,8 @@ def row(request_id: str, offset: int, due_ms: int, partition: int = 0, topic: st
         request_id.encode(),
         b"v",
         [],
-        True,
-        None,
-        sid if kind == "deliver" else None,
+        held=True,
+        sid=f"id:{topic}/{request_id}".encode() if kind == KIND_DELIVER else None,
     )
 
 
@@ -155,7 +155,7 @@ def test_a_cancel_read_early_drops_what_the_writer_holds_of_its_id_and_nothing_e
     writer.hold(
         [
             row("r-1", 10, later(60)),
-            row("r-1", 10, later(60), kind="history"),
+            row("r-1", 10, later(60), kind=KIND_HISTORY),
             row("r-1", 30, later(60), partition=1),
             row("r-2", 11, later(60)),
         ]

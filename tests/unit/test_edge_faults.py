@@ -13,7 +13,7 @@ import time
 import pytest
 
 from kafka_scheduler.config import ConfigError
-from kafka_scheduler.engine.driver.record_sink import framed_bytes
+from kafka_scheduler.engine.driver.sink_plan import framed_bytes
 from kafka_scheduler.engine.spark.checkpoint import STATE_FILE, LocalFiles
 from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.kafka.topics import KafkaUnreachable, broker_addresses, wait_for_broker

@@ -11,7 +11,7 @@ from kafka_scheduler.engine.driver.herd_writer import HOLD_SLICE_MS, HerdWriter,
 
 
 class Recorder:
-    """A ``write`` that notes what it wrote and when; ``fail`` times it raises first."""
+    """The herd writer's ``HerdSlices``: notes what it wrote and when; ``fail`` times it raises first."""
 
     def __init__(self, fail: int = 0):
         self.writes: list[tuple] = []  # per slice written: (records, number, withdrawn, wall ms, after, through)
@@ -27,11 +27,14 @@ class Recorder:
         self.calls.append(list(numbers))
         self.writes.extend((records, n, withdrawn, time.time() * 1000, after, through) for n in numbers)
 
-    def writer(self) -> HerdWriter:
-        return HerdWriter(self.write, release=self.released.append, on_retry=self.on_retry, retry_pause_s=0.01)
+    def release(self, records):
+        self.released.append(records)
 
-    def on_retry(self):
+    def before_retry(self):
         self.retries += 1
+
+    def writer(self) -> HerdWriter:
+        return HerdWriter(self, retry_pause_s=0.01)
 
 
 def slice_in(ms: int) -> int:
@@ -159,15 +162,15 @@ def test_a_slice_holds_the_due_times_after_the_previous_slice_up_to_its_end(numb
 
 
 def test_a_writer_behind_writes_every_slice_of_a_herd_due_by_now_in_one_write():
-    recorder = Recorder()
     gate = threading.Event()
-    inner = recorder.write
 
-    def slow(records, numbers, *rest):
-        gate.wait(10)  # the first write takes long: the herd's next slices fall due meanwhile
-        inner(records, numbers, *rest)
+    class Slow(Recorder):
+        def write(self, records, numbers, *rest):
+            gate.wait(10)  # the first write takes long: the herd's next slices fall due meanwhile
+            super().write(records, numbers, *rest)
 
-    writer = HerdWriter(slow, release=recorder.released.append)
+    recorder = Slow()
+    writer = HerdWriter(recorder)
     number = slice_in(50)
     writer.hand("herd", [(number + i, 1) for i in range(4)])
     writer.hand("other", [(number + 1, 1)])

@@ -5,13 +5,9 @@ import time
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kafka_scheduler.engine.driver.timed_writer import (
-    TICK_REPORT,
-    TICK_WAKE,
-    TimedWriter,
-    Wakeups,
-    send_sorting_refusals,
-)
+from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_HISTORY, KIND_REJECT, WriterRow
+from kafka_scheduler.engine.driver.producing import send_sorting_refusals
+from kafka_scheduler.engine.driver.timed_writer import TICK_REPORT, TICK_WAKE, TimedWriter, Wakeups
 
 from ..integration.support import wait_until
 
@@ -34,8 +30,8 @@ class FakeProducer:
         return 0
 
 
-def row(delivery_id, due_ms, key, kind="deliver", topic="out"):
-    return (delivery_id, due_ms, kind, topic, None, key, b"v", [("h", b"1")])
+def row(delivery_id, due_ms, key, kind=KIND_DELIVER, topic="out") -> WriterRow:
+    return WriterRow(delivery_id, due_ms, kind, topic, None, key, b"v", [("h", b"1")])
 
 
 def test_each_record_at_its_due_time_withdrawn_ones_never_rejections_at_once():
@@ -46,11 +42,11 @@ def test_each_record_at_its_due_time_withdrawn_ones_never_rejections_at_once():
         writer.hold(
             [
                 row("a", now + 300, b"a"),
-                row("a", now + 300, b"a", kind="history", topic="hist"),
+                row("a", now + 300, b"a", kind=KIND_HISTORY, topic="hist"),
                 row("b", now + 150, b"b"),
                 row("c", now + 200, b"c"),
-                row(None, None, b"bad", kind="reject"),
-                row(None, None, b"bad2", kind="reject"),
+                row(None, None, b"bad", kind=KIND_REJECT),
+                row(None, None, b"bad2", kind=KIND_REJECT),
             ]
         )
         assert writer.held == 5 and writer.room() == 5
@@ -191,9 +187,19 @@ def test_a_delivery_the_writer_would_write_later_than_its_max_lateness_goes_to_r
         due = now - 2000
         writer.hold(
             [
-                ("requests-3-42@1767225600000", due, "deliver", "out", None, b"late", b"v", [("h", b"1")], False, 1000),
-                ("requests-3-42@1767225600000", due, "history", "hist", None, b"late", b"v", [], False, None),
-                ("requests-0-7", due, "deliver", "out", None, b"fine", b"v", [], False, 10_000),
+                WriterRow(
+                    "requests-3-42@1767225600000",
+                    due,
+                    KIND_DELIVER,
+                    "out",
+                    None,
+                    b"late",
+                    b"v",
+                    [("h", b"1")],
+                    max_lateness_ms=1000,
+                ),
+                WriterRow("requests-3-42@1767225600000", due, KIND_HISTORY, "hist", None, b"late", b"v", []),
+                WriterRow("requests-0-7", due, KIND_DELIVER, "out", None, b"fine", b"v", [], max_lateness_ms=10_000),
             ]
         )
         assert writer.wait_written(now, timeout=10)

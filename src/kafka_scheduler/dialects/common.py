@@ -20,16 +20,15 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from ..delivery_ids import delivery_id_column
 from ..engine.contract import KIND_REJECT, KIND_REQUEST
+from ..engine.rules.rejections import reason_header_column, source_header_columns
 from ..protocol import (
     CLIENT_SID_PREFIX,
     ENTRY_OVERHEAD_BYTES,
     INTERNAL_SID_PREFIX,
-    REJECTION_REASON,
     REJECTIONS_SID,
     SOURCE_OFFSET,
-    SOURCE_PARTITION,
-    SOURCE_TOPIC,
 )
 
 HEADER_TYPE = "array<struct<key:string,value:binary>>"
@@ -235,12 +234,13 @@ def value_size_checks(settings: DecodeSettings, value: Column | None = None) -> 
 
 
 def delivery_id() -> Column:
-    return F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
+    """This record's delivery id (delivery_ids.py)."""
+    return delivery_id_at(F.col("offset"))
 
 
 def delivery_id_at(offset: Column) -> Column:
     """The delivery id of the request at ``offset`` in this record's topic and partition."""
-    return F.concat_ws("-", F.col("topic"), F.col("partition").cast("string"), offset.cast("string"))
+    return delivery_id_column(F.col("topic"), F.col("partition"), offset)
 
 
 def source_offset_header() -> Column:
@@ -271,14 +271,11 @@ def normalize(decoded: DataFrame, settings: DecodeSettings) -> DataFrame:
         return F.col(name) if name in decoded.columns else F.lit(None).cast(OPTIONAL_COLUMNS[name])
 
     rejected = F.size("_reasons") > 0
+    # The record's headers, then rejections.rejection_headers: each reason, the record's source.
     rejection_headers = F.concat(
         headers_or_empty(),
-        F.transform("_reasons", lambda r: header(REJECTION_REASON, F.encode(r, "UTF-8"))),
-        F.array(
-            header(SOURCE_TOPIC, F.col("topic")),
-            header(SOURCE_PARTITION, F.col("partition").cast("string")),
-            header(SOURCE_OFFSET, F.col("offset").cast("string")),
-        ),
+        F.transform("_reasons", lambda r: header(*reason_header_column(r))),
+        F.array(*[header(*h) for h in source_header_columns(F.col("topic"), F.col("partition"), F.col("offset"))]),
     )
 
     def pick(if_rejected: Column, if_valid: Column) -> Column:

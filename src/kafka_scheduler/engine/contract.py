@@ -1,9 +1,13 @@
 """The contract between the state step and the driver: the rows the processor emits (``OUTPUT_SCHEMA``), the kinds of
 record among them, and the names of the outcome rows that report counts and the batch's clock. The dialects' decoders
-write the request kinds (``KIND_REQUEST``, ``KIND_REJECT``).
+write the request kinds (``KIND_REQUEST``, ``KIND_REJECT``). Within the driver, the rows the sink hands its timed
+writer and its herd tasks (``WriterRow``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from pyspark.sql.types import (
     ArrayType,
@@ -103,3 +107,33 @@ SKIPPED_FIRINGS = "skipped_firings"
 
 def outcome_key(name: str, *labels: str) -> str:
     return LABEL_SEPARATOR.join((name, *labels))
+
+
+class WriterRow(NamedTuple):
+    """A record the sink hands the timed writer (``TimedWriter.hold``, ``write_now``): a delivery, its write-back or
+    history copy (which share its delivery id and due time), or a rejection (no delivery id, no due time: written at
+    once). The sink selects ``WRITER_COLUMNS`` and makes one of each row (``writer_rows``)."""
+
+    delivery_id: str | None
+    due_ms: int | None
+    kind: str  # KIND_DELIVER, KIND_WRITE_BACK, KIND_HISTORY, KIND_REJECT
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: list | None  # (key, value) structs or pairs
+    held: bool = False  # prepared ahead of its due time (the batch's count of deliveries held)
+    max_lateness_ms: int | None = None  # a delivery's: written later than due + this, it is rejected as expired
+    sid: bytes | None = None  # a delivery's schedule id in the state, by which a CANCEL read early finds it
+
+
+WRITER_COLUMNS = WriterRow._fields
+
+# What a herd task reads of a herd's rows (exactly_once.herd_items): the record and its ledger key's delivery id and
+# due time; the rest only the timed writer reads.
+HERD_COLUMNS = tuple(name for name in WRITER_COLUMNS if name not in ("kind", "held", "max_lateness_ms", "sid"))
+
+
+def writer_rows(rows: Iterable) -> Iterator[WriterRow]:
+    """Rows of a selection of ``WRITER_COLUMNS`` (Spark's, in that order) as WriterRows, as they come."""
+    return map(WriterRow._make, rows)

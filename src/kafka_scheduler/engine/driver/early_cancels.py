@@ -26,7 +26,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from ...protocol import ACTION, NATIVE_SINGLE_HEADERS, REQUEST_ID, request_of, schedule_sid
+from ...delivery_ids import is_firing, request_of
+from ...protocol import ACTION, NATIVE_SINGLE_HEADERS, REQUEST_ID, schedule_sid
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +64,15 @@ def native_cancel_sid(topic: str, headers: Iterable | None) -> bytes | None:
 
 def superseded_by(delivery_id: str, partition: int, offset: int) -> bool:
     """Whether the version named ``delivery_id`` (``<topic>-<partition>-<offset>`` of the request that made it) was
-    made before ``offset`` in ``partition``. Cron firings (``...@instant``) and ids of another form: never."""
+    made before ``offset`` in ``partition``. Cron firings (``...@instant``: a CANCEL never touches a cron) and ids of
+    another form: never."""
+    if is_firing(delivery_id):
+        return False
     try:
         _, made_in, made_at = request_of(delivery_id)
-        return int(made_in) == partition and int(made_at) < offset
     except ValueError:
         return False
+    return int(made_in) == partition and int(made_at) < offset
 
 
 class EarlyCancels:

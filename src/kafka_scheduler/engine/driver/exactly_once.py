@@ -33,6 +33,8 @@ from typing import NamedTuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from .producing import Record, produce_record, refused_as_rejection, send_sorting_refusals
+
 log = logging.getLogger(__name__)
 
 LEDGER_MAX_BYTES = 512 * 1024  # per ledger record: under the broker's default max.message.bytes (1 MiB)
@@ -218,7 +220,7 @@ class TransactionalSender:
         with self._lock:
             fresh = []
             for held, record in items:
-                if held.delivery_id[:1] != "\0" and ledger_key(held.delivery_id, record[0]) in self._written:
+                if held.delivery_id[:1] != "\0" and ledger_key(held.delivery_id, record.topic) in self._written:
                     self.skipped += 1
                 else:
                     fresh.append((held, record))
@@ -248,7 +250,7 @@ class TransactionalSender:
                 produced.append((held, record))
             else:
                 refused.append((held, record, error))
-        entries = [(ledger_key(h.delivery_id, r[0]), h.due_ms) for h, r in produced if h.delivery_id[:1] != "\0"]
+        entries = [(ledger_key(h.delivery_id, r.topic), h.due_ms) for h, r in produced if h.delivery_id[:1] != "\0"]
         ledger_offsets: list = []
         for lines, latest in _ledger_records(entries):
             self._produce_ledger(lines, latest, ledger_offsets)
@@ -287,7 +289,7 @@ class TransactionalSender:
             if err is None:
                 offsets.append((msg.offset() + 1, latest))
 
-        error = produce_record(self._producer, (self.ledger_topic, 0, None, lines.encode(), None), callback)
+        error = produce_record(self._producer, Record(self.ledger_topic, 0, None, lines.encode(), None), callback)
         if error is not None:
             raise KafkaException(error)
 
@@ -363,7 +365,7 @@ class TransactionalSender:
         self._producer.flush(timeout)
 
 
-# What each task of a herd's write reports (RecordSink._write_herd_transactions): a failure fails the write.
+# What each task of a herd's write reports (herd_slices.SparkHerdSlices): a failure fails the write.
 HERD_TASK_RESULT = "partition int, written long, failure string"
 
 
@@ -405,7 +407,7 @@ def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str
         items: list = []
         try:
             for batch in batches:
-                items += _herd_items(batch)
+                items += herd_items(batch)
                 while len(items) >= size and not failure:
                     failure = _send_herd_items(sender, items[:size], rejections_topic)
                     written += 0 if failure else size
@@ -428,15 +430,15 @@ def write_herd_partition(producer_settings: dict, app_id: str, ledger_topic: str
     return write
 
 
-def _herd_items(batch) -> list:
-    """A herd's Arrow rows as the sender's (LedgerKeyed, record) pairs; column by column (a row at a time costs a
-    Python object per cell more)."""
+def herd_items(batch) -> list:
+    """A herd's Arrow rows (``HERD_COLUMNS``) as the sender's (LedgerKeyed, Record) pairs; column by column (a row at a
+    time costs a Python object per cell more)."""
     column = batch.column
     headers = column("headers")
     offsets = headers.offsets.to_pylist()
     pairs = list(zip(headers.values.field("key").to_pylist(), headers.values.field("value").to_pylist()))
     return [
-        (LedgerKeyed(delivery_id, due_ms or 0), (topic, partition, key, value, pairs[start:end]))
+        (LedgerKeyed(delivery_id, due_ms or 0), Record(topic, partition, key, value, pairs[start:end]))
         for delivery_id, due_ms, topic, partition, key, value, start, end in zip(
             column("delivery_id").to_pylist(),
             column("due_ms").to_pylist(),
@@ -451,38 +453,23 @@ def _herd_items(batch) -> list:
 
 
 def _send_herd_items(sender: TransactionalSender, items: list, rejections_topic: str | None) -> str | None:
-    """Send in transactions, sorting out refusals as the timed writer does (timed_writer.send_sorting_refusals); the
+    """Send in transactions, sorting out refusals as the timed writer does (producing.send_sorting_refusals); the
     records refused go to the rejections topic. Returns what went wrong with the first record not written, or
     None."""
-    from .timed_writer import rejection, send_sorting_refusals
-
     refused, failures = send_sorting_refusals(sender.send, items, again_once=True)
     if refused and rejections_topic:
         failures += sender.send(
-            [(held, rejection(record, held.delivery_id, rejections_topic, error)) for held, record, error in refused]
+            [
+                (held, refused_as_rejection(record, held.delivery_id, rejections_topic, error))
+                for held, record, error in refused
+            ]
         )
     else:
         failures += refused
     if not failures:
         return None
     _, record, error = failures[0]
-    return f"{record[0]}: {error.str() if isinstance(error, KafkaError) else error}"
-
-
-def produce_record(producer: Producer, record: tuple, on_delivery) -> KafkaError | None:
-    """Hand one (topic, partition, key, value, headers) record to ``producer``, waiting while its queue is full;
-    the error if the producer refused it before sending (too large, unknown topic or partition). Shared with the
-    timed writer's plain path."""
-    topic, partition, key, value, headers = record
-    kwargs = {} if partition is None else {"partition": int(partition)}
-    while True:
-        try:
-            producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery, **kwargs)
-            return None
-        except BufferError:
-            producer.poll(0.01)
-        except KafkaException as exc:
-            return exc.args[0]
+    return f"{record.topic}: {error.str() if isinstance(error, KafkaError) else error}"
 
 
 def _ledger_entries(value: bytes) -> list[tuple[str, int]]:

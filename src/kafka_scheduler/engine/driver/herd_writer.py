@@ -11,7 +11,8 @@ and the batch commits at once.
 Nothing is lost in a crash: the state keeps prepared schedules until a batch after their due time retires them,
 and such a batch waits (``wait_written``) until every slice due by its time is written, as it does for the timed
 writer. A herd not yet written when the job stops is emitted again by the next run, with the same delivery ids.
-Writing itself is the caller's (``write``): a Spark job per slice, so a herd is not funnelled through this process.
+Writing itself is the ``HerdSlices`` given (the sink's: herd_slices.SparkHerdSlices, a Spark job per write), so a herd
+is not funnelled through this process.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from .timed_writer import RETRY_PAUSE_S, DueQueue, _now_ms, _wait_until_due
+from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def slice_end_ms(number: int) -> int:
 class _Slice:
     number: int
     seq: int
-    records: Any = field(compare=False)  # what ``write`` gets: the herd's records (RecordSink: a DataFrame)
+    records: Any = field(compare=False)  # what ``HerdSlices.write`` gets: the herd's records (the sink's: a DataFrame)
     deliveries: int = field(compare=False)
     # A graceful stop may cut a slice at its instant: what is due by this was written, the rest waits.
     written_through: int | None = field(default=None, compare=False)
@@ -65,28 +66,29 @@ class _Herd:
     slices_left: int
 
 
+class HerdSlices(Protocol):
+    """How the herd writer's herds are written."""
+
+    def write(self, records: Any, numbers: list, withdrawn: frozenset, after: int | None, through: int | None) -> None:
+        """Write slices ``numbers`` of a herd's records (one, or all those of the herd due by now when the writer is
+        behind) less the delivery ids in ``withdrawn``, only those due after ``after`` and by ``through`` where not
+        None (a graceful stop's instant cuts a slice)."""
+
+    def release(self, records: Any) -> None:
+        """Every slice of the herd is written."""
+
+    def before_retry(self) -> None:
+        """A failed write is about to be tried again."""
+
+
 class HerdWriter(DueQueue):
-    """Writes handed herds slice by slice at their due instants.
+    """Writes handed herds slice by slice at their due instants, with ``slices``."""
 
-    ``write(records, numbers, withdrawn, after, through)`` writes slices ``numbers`` of a herd's records (one, or
-    all those of the herd due by now when the writer is behind: one Spark job) less the delivery ids in
-    ``withdrawn``, only those due after ``after`` and by ``through`` where not None (a graceful stop's instant
-    cuts a slice); ``release(records)`` is called once every slice of a herd is written; ``on_retry`` before a
-    failed slice is tried again (the sink looks up its destinations afresh)."""
-
-    def __init__(
-        self,
-        write: Callable[[Any, list, frozenset, int | None, int | None], None],
-        release: Callable[[Any], None] = lambda _: None,
-        on_retry: Callable[[], None] = lambda: None,
-        retry_pause_s: float = RETRY_PAUSE_S,
-    ):
+    def __init__(self, slices: HerdSlices, retry_pause_s: float = RETRY_PAUSE_S):
         super().__init__()
-        self._write_slice = write
+        self._slices = slices
         # Called after each slice with its deliveries (as handed) and how long after its end the write finished.
         self.on_written: Callable[[int, int], None] | None = None
-        self._release = release
-        self._on_retry = on_retry
         self._retry_pause_s = retry_pause_s
         self._heap: list[_Slice] = []
         self._herds: dict[int, _Herd] = {}  # by id(records)
@@ -107,7 +109,7 @@ class HerdWriter(DueQueue):
         """A herd's records and its slices as (number, deliveries). Returns how many deliveries it holds."""
         slices = list(slices)
         if not slices:
-            self._release(records)
+            self._slices.release(records)
             return 0
         with self._cond:
             self._herds[id(records)] = _Herd(records, len(slices))
@@ -168,7 +170,7 @@ class HerdWriter(DueQueue):
     def _run(self) -> None:
         while True:
             with self._cond:
-                taken = _wait_until_due(self._cond, lambda: self._closed, self._next_due, self._take_due)
+                taken = wait_until_due(self._cond, lambda: self._closed, self._next_due, self._take_due)
                 if taken is None:
                     return
                 first, last = taken[0], taken[-1]
@@ -208,15 +210,15 @@ class HerdWriter(DueQueue):
                     self._withdrawn.clear()
                 self._cond.notify_all()
             if done:
-                self._release(first.records)
+                self._slices.release(first.records)
 
     def _write(self, taken: list[_Slice], withdrawn: frozenset, through: int | None) -> None:
-        started = _now_ms()
+        started = now_ms()
         first, end_ms = taken[0], slice_end_ms(taken[-1].number)
         deliveries = sum(s.deliveries for s in taken)
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
-                self._write_slice(first.records, [s.number for s in taken], withdrawn, first.written_through, through)
+                self._slices.write(first.records, [s.number for s in taken], withdrawn, first.written_through, through)
                 break
             except Exception as exc:
                 if attempt == WRITE_ATTEMPTS:
@@ -229,8 +231,8 @@ class HerdWriter(DueQueue):
                     self._retry_pause_s,
                 )
                 time.sleep(self._retry_pause_s)
-                self._on_retry()
-        finished = _now_ms()
+                self._slices.before_retry()
+        finished = now_ms()
         log.info(
             "herd writer: %d deliveries due by %d (%d slice(s)) written %d-%d ms after",
             deliveries,

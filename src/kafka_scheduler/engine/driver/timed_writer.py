@@ -23,131 +23,40 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Producer
 
-from ...protocol import DUE_MS, FIRING_SEPARATOR, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
-from ..rules.rejection_classes import expired_reason
+from ..contract import KIND_DELIVER, KIND_HISTORY, WriterRow
+from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
 from .early_cancels import EarlyCancels, superseded_by
-from .exactly_once import FencedError, TransactionalSender, produce_record
+from .exactly_once import FencedError, TransactionalSender
+from .producing import (
+    Record,
+    expired_as_rejection,
+    header_pairs,
+    produce_record,
+    producer_config,
+    refusal_reason,
+    refused_as_rejection,
+    send_sorting_refusals,
+)
 
 log = logging.getLogger(__name__)
 
-# The largest record the scheduler's producers (this one and Spark's Kafka sink) write.
-PRODUCER_MAX_BYTES = 8 * 1024 * 1024
-
-# Errors with which a destination refuses a record for good: retrying cannot help, so the record goes to the
-# rejections topic with the reason. The sink checks destinations before a batch's records reach the writer; these
-# are what changed since (a topic deleted, an ACL added). Any other error (a broker away) is retried.
-REFUSALS = frozenset(
-    {
-        KafkaError.MSG_SIZE_TOO_LARGE,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError.INVALID_RECORD,
-        KafkaError.RECORD_LIST_TOO_LARGE,
-        KafkaError.TOPIC_EXCEPTION,
-        KafkaError.POLICY_VIOLATION,
-    }
-)
-RETRY_PAUSE_S = 1.0
-
 TICK_WAKE = b"wake"
 TICK_REPORT = b"report"  # every shard reports its timers (see WheelProcessor)
-
-
-def producer_config(bootstrap_servers: str, **extra) -> dict:
-    return {
-        "bootstrap.servers": bootstrap_servers,
-        "acks": "all",
-        "linger.ms": 0,
-        "compression.type": "lz4",
-        "enable.idempotence": True,
-        "message.max.bytes": PRODUCER_MAX_BYTES,
-        # Java's default partitioner, which Spark's Kafka sink uses: a key goes to the same partition
-        # whichever path writes its delivery.
-        "partitioner": "murmur2_random",
-        "log_level": 3,
-        **extra,
-    }
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _wait_until_due(
-    cond: threading.Condition,
-    closed: Callable[[], bool],
-    next_due_ms: Callable[[], int | None],
-    take_due: Callable[[int], list],
-) -> list | None:
-    """With ``cond`` held: wait until ``take_due(now)`` takes something, and return it; None once closed. Waits
-    until the next due instant (at most 1 s: ``add``/``hold`` notify, but a clock may jump)."""
-    while not closed():
-        now = _now_ms()
-        taken = take_due(now)
-        if taken:
-            return taken
-        due = next_due_ms()
-        cond.wait(max(0.0005, min((due - now) / 1000 if due is not None else 1.0, 1.0)))
-    return None
-
-
-class DueQueue:
-    """What the timed writer and the herd writer (herd_writer.py) share: work queued by due time under one lock and
-    written by a thread of their own, a graceful stop's bound, and batches that wait for what is due by their time.
-    A subclass names the earliest due time still queued (``_earliest_queued``) and sets ``_writing`` while it
-    writes, ``failure`` when it cannot go on."""
-
-    def __init__(self):
-        self.failure: BaseException | None = None  # set when the writer cannot go on: batches then fail
-        self._cond = threading.Condition()
-        self._writing: int | None = None  # while writing: the due time it is compared with a batch's time by
-        self._through: int | None = None  # while a graceful stop is under way: nothing due after this is written
-
-    def _earliest_queued(self) -> int | None:
-        """Called with the lock held: the earliest due time still queued, if any."""
-        raise NotImplementedError
-
-    def wait_written(self, up_to_ms: int, timeout: float = 300.0) -> bool:
-        """Until everything queued or being written that may be due by ``up_to_ms`` is written and acknowledged: a
-        batch that retires prepared schedules from state must not commit before that."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                if self.failure is not None:
-                    return False
-                queued = self._earliest_queued()
-                pending = queued is not None and queued <= up_to_ms
-                busy = self._writing is not None and self._writing <= up_to_ms
-                if not pending and not busy:
-                    return True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.05))
-
-    def write_through(self, up_to_ms: int) -> None:
-        """From now on write nothing due after ``up_to_ms`` (a graceful stop: what the next run emits again must
-        not have been written). Called again with a later instant, it writes what is due up to that one."""
-        with self._cond:
-            self._through = up_to_ms if self._through is None else max(self._through, up_to_ms)
-            self._cond.notify_all()
 
 
 @dataclass(order=True)
 class Held:
     due_ms: int
     delivery_id: str
-    records: list = field(compare=False)  # (topic, partition, key, value, headers): the delivery, its copies
-    kinds: list = field(default_factory=list, compare=False)  # the kind of each record (deliver, history, ...)
+    records: list[Record] = field(compare=False)  # the delivery, its write-back and history copy
+    kinds: list = field(default_factory=list, compare=False)  # the kind of each record (KIND_DELIVER, ...)
     max_lateness_ms: int | None = field(default=None, compare=False)  # written later than due + this: expired
     sid: bytes | None = field(default=None, compare=False)  # the schedule's id in the state (a one-shot's: id:...)
 
     def record_kinds(self) -> list:
-        return self.kinds + ["deliver"] * (len(self.records) - len(self.kinds))
+        return self.kinds + [KIND_DELIVER] * (len(self.records) - len(self.kinds))
 
     def expired_at(self, now_ms: int) -> bool:
         return self.max_lateness_ms is not None and self.due_ms > 0 and now_ms - self.due_ms > self.max_lateness_ms
@@ -204,31 +113,29 @@ class TimedWriter(DueQueue):
     def room(self) -> int:
         return max(0, self.max_held - len(self._held))
 
-    def hold(self, rows: Iterable) -> int:
-        """Rows of (delivery_id, due_ms, kind, topic, partition, key, value, headers[, held, max_lateness_ms, sid]);
-        a delivery and its write-back or history copy share the delivery id. A row without due time (a rejection) or
-        already due is written at once. A delivery a CANCEL read early supersedes is dropped (``cancel_early``).
+    def hold(self, rows: Iterable[WriterRow]) -> int:
+        """A delivery and its write-back or history copy share the delivery id. A row without due time (a rejection)
+        or already due is written at once. A delivery a CANCEL read early supersedes is dropped (``cancel_early``).
         Returns how many deliveries were new."""
         added = 0
         with self._cond:
             named: set[str] = set()
-            for delivery_id, due_ms, kind, topic, partition, key, value, headers, *rest in rows:
-                delivery_id = self._named(delivery_id)
-                due_ms = due_ms or 0
-                record = (topic, partition, key, value, _header_pairs(headers))
+            for row in rows:
+                delivery_id = self._named(row.delivery_id)
+                record = Record(row.topic, row.partition, row.key, row.value, header_pairs(row.headers))
                 held = self._held.get(delivery_id)
                 if held is None:
-                    held = self._held[delivery_id] = Held(due_ms, delivery_id, [])
+                    held = self._held[delivery_id] = Held(row.due_ms or 0, delivery_id, [])
                     heapq.heappush(self._heap, held)
                     added += 1
-                elif held.records and kind == "deliver" and any(r[0] == topic for r in held.records):
+                elif held.records and row.kind == KIND_DELIVER and any(r.topic == row.topic for r in held.records):
                     continue  # emitted again (a replay of the batch): held once
                 held.records.append(record)
-                held.kinds.append(kind)
-                if kind == "deliver" and len(rest) > 1 and rest[1] is not None:
-                    held.max_lateness_ms = int(rest[1])
-                if kind == "deliver" and len(rest) > 2 and rest[2] is not None and held.sid is None:
-                    held.sid = bytes(rest[2])
+                held.kinds.append(row.kind)
+                if row.kind == KIND_DELIVER and row.max_lateness_ms is not None:
+                    held.max_lateness_ms = int(row.max_lateness_ms)
+                if row.kind == KIND_DELIVER and row.sid is not None and held.sid is None:
+                    held.sid = bytes(row.sid)
                     named.add(delivery_id)
             for delivery_id in named:
                 held = self._held[delivery_id]
@@ -340,7 +247,7 @@ class TimedWriter(DueQueue):
     def _run(self) -> None:
         while True:
             with self._cond:
-                taken = _wait_until_due(self._cond, lambda: self._closed, self._next_due, self._take_due)
+                taken = wait_until_due(self._cond, lambda: self._closed, self._next_due, self._take_due)
                 if taken is None:
                     return
                 self._writing = taken[-1].due_ms
@@ -356,7 +263,7 @@ class TimedWriter(DueQueue):
                     self._cond.notify_all()
 
     def _write(self, taken: list[Held]) -> None:
-        started = _now_ms()
+        started = now_ms()
         expired = [held for held in taken if held.expired_at(started)]
         if expired:
             # Later than its max lateness: the delivery goes to the rejections topic as expired, its history copy is
@@ -367,9 +274,13 @@ class TimedWriter(DueQueue):
                     held.due_ms,
                     held.delivery_id,
                     [
-                        expired_rejection(record, held, self.rejections_topic) if kind == "deliver" else record
+                        expired_as_rejection(
+                            record, held.delivery_id, held.due_ms, held.max_lateness_ms, self.rejections_topic
+                        )
+                        if kind == KIND_DELIVER
+                        else record
                         for record, kind in zip(held.records, held.record_kinds())
-                        if kind != "history"
+                        if kind != KIND_HISTORY
                     ],
                 )
                 for held in expired
@@ -401,7 +312,7 @@ class TimedWriter(DueQueue):
         self.lateness_ms = [started - h.due_ms for h in taken[-1000:]]
         if refused:
             rejections = [
-                (held, rejection(record, held.delivery_id, self.rejections_topic, error))
+                (held, refused_as_rejection(record, held.delivery_id, self.rejections_topic, error))
                 for held, record, error in refused
                 if self.rejections_topic and held.delivery_id[:1] != "\0"
             ]
@@ -447,19 +358,19 @@ class TimedWriter(DueQueue):
                     pending.kinds.append(_kind_of(held, record))
             time.sleep(RETRY_PAUSE_S)
 
-    def write_now(self, rows: Iterable, chunk: int = 10_000) -> int:
+    def write_now(self, rows: Iterable[WriterRow], chunk: int = 10_000) -> int:
         """Write rows (as for ``hold``) at once from the calling thread, ``chunk`` at a time: with exactly-once, the
         batch's own writes (what does not fit in the writer) go through the same transactions. Returns how many."""
         taken: list[Held] = []
         count = 0
-        for delivery_id, due_ms, kind, topic, partition, key, value, headers, *rest in rows:
-            lateness = rest[1] if len(rest) > 1 and kind == "deliver" else None
+        for row in rows:
+            lateness = row.max_lateness_ms if row.kind == KIND_DELIVER else None
             taken.append(
                 Held(
-                    due_ms or 0,
-                    self._named(delivery_id),
-                    [(topic, partition, key, value, _header_pairs(headers))],
-                    [kind],
+                    row.due_ms or 0,
+                    self._named(row.delivery_id),
+                    [Record(row.topic, row.partition, row.key, row.value, header_pairs(row.headers))],
+                    [row.kind],
                     None if lateness is None else int(lateness),
                 )
             )
@@ -493,83 +404,11 @@ class TimedWriter(DueQueue):
         return failures
 
 
-def send_sorting_refusals(send: Callable[[list], list], items: list, again_once: bool = False) -> tuple[list, list]:
-    """Send (held, record) pairs with ``send`` (it returns the (held, record, error) it could not write); then
-    (refused, failed): the records their destination refused, and the ones not written for another reason.
-    librdkafka sends a partition's records as one batch, and a broker refuses a batch larger than the topic's
-    max.message.bytes whole: records refused for their size are tried again one by one before they count as
-    refused. With ``again_once``, the records that failed without a refusal of their own (a transaction aborted
-    by another record's refusal takes them along) are sent once more first."""
-    failures = send(items)
-    if again_once and failures:
-        again = [(held, record) for held, record, error in failures if error.code() not in REFUSALS]
-        failures = [f for f in failures if f[2].code() in REFUSALS] + (send(again) if again else [])
-    size = KafkaError.MSG_SIZE_TOO_LARGE
-    alone = [(held, record) for held, record, error in failures if error.code() == size]
-    failures = [f for f in failures if f[2].code() != size]
-    for item in alone:
-        failures += send([item])
-    return ([f for f in failures if f[2].code() in REFUSALS], [f for f in failures if f[2].code() not in REFUSALS])
-
-
-def _header_pairs(headers) -> list:
-    return [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in headers or ()]
-
-
-def refusal_reason(record: tuple, error: KafkaError) -> str:
-    topic, _, key, value, headers = record
-    shown = f"destination topic '{topic}'"
-    code = error.code()
-    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-        return f"not authorized to write to {shown}"
-    if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
-        return f"{shown} does not exist"
-    if code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
-        size = len(key or b"") + len(value or b"") + sum(len(k.encode()) + len(v or b"") for k, v in headers)
-        return f"record of {size} bytes (key, value and headers) is too large for {shown} ({error.str()})"
-    return f"{shown} refused the record ({error.str()})"
-
-
 def _kind_of(held: Held, record: tuple) -> str:
     for candidate, kind in zip(held.records, held.record_kinds()):
         if candidate is record:
             return kind
-    return "deliver"
-
-
-def source_of(delivery_id: str) -> tuple[str, str, str]:
-    """The source topic, partition and offset of a delivery id (a cron firing's: its activating request's)."""
-    source_topic, _, offset = delivery_id.split(FIRING_SEPARATOR, 1)[0].rpartition("-")
-    source_topic, _, partition = source_topic.rpartition("-")
-    return source_topic, partition, offset
-
-
-def rejection(record: tuple, delivery_id: str, rejections_topic: str, error: KafkaError) -> tuple:
-    """A refused record as a rejection: its key, value and headers, the reason and its request's source."""
-    _, _, key, value, headers = record
-    source_topic, partition, offset = source_of(delivery_id)
-    extra = [
-        (REJECTION_REASON, refusal_reason(record, error).encode()),
-        (SOURCE_TOPIC, source_topic.encode()),
-        (SOURCE_PARTITION, partition.encode()),
-        (SOURCE_OFFSET, offset.encode()),
-    ]
-    return rejections_topic, None, key, value, [*headers, *extra]
-
-
-def expired_rejection(record: tuple, held: Held, rejections_topic: str) -> tuple:
-    """A delivery later than its max lateness as a rejection (record_sink.py writes the same): its key, value and
-    headers, the reason ``expired: ...``, ``x-scheduler-due-ms`` and its request's source."""
-    _, _, key, value, headers = record
-    source_topic, partition, offset = source_of(held.delivery_id)
-    extra = [
-        (REJECTION_REASON, expired_reason(held.due_ms, held.max_lateness_ms).encode()),
-        (DUE_MS, str(held.due_ms).encode()),
-        (SOURCE_TOPIC, source_topic.encode()),
-        (SOURCE_PARTITION, partition.encode()),
-        (SOURCE_OFFSET, offset.encode()),
-    ]
-    return rejections_topic, None, key, value, [*headers, *extra]
+    return KIND_DELIVER
 
 
 class Wakeups:
@@ -631,7 +470,7 @@ class Wakeups:
         while True:
             with self._cond:
                 if (
-                    _wait_until_due(
+                    wait_until_due(
                         self._cond,
                         lambda: self._closed,
                         lambda: self._instants[0] if self._instants else None,

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pandas as pd
 
-from ...protocol import CRON_FIRE_TIMESTAMP, REJECTION_REASON, SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC, request_of
+from ...delivery_ids import request_of
+from ...protocol import CRON_FIRE_TIMESTAMP, REJECTION_REASON
 from ..contract import (
     BATCH_TIME,
     KIND_DELIVER,
@@ -25,6 +26,7 @@ from ..contract import (
 )
 from ..rules.partitioning import partition_hash
 from ..rules.rejection_classes import reason_class
+from ..rules.rejections import rejection_headers
 from ..rules.wheel import (
     expired_mask,
     header_pairs,
@@ -150,13 +152,7 @@ def rejections_frame(rejected: pd.DataFrame, rejections_topic: str) -> pd.DataFr
     request's key, value and headers as read, the reason and the request's source."""
 
     def headers(raw, reason, delivery_id):
-        topic, partition, offset = request_of(delivery_id)
-        return header_pairs(raw) + [
-            (REJECTION_REASON, reason.encode()),
-            (SOURCE_TOPIC, topic.encode()),
-            (SOURCE_PARTITION, partition.encode()),
-            (SOURCE_OFFSET, offset.encode()),
-        ]
+        return header_pairs(raw) + rejection_headers([reason], *request_of(delivery_id))
 
     return records_frame(
         KIND_REJECT,

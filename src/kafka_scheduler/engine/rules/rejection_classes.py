@@ -4,7 +4,6 @@ metric labelled by class keeps a bounded number of series whatever the texts quo
 from __future__ import annotations
 
 import re
-from datetime import UTC
 
 BAD_TIME = "bad_time"
 BAD_DESTINATION = "bad_destination"
@@ -28,12 +27,11 @@ CLASSES = (
 )
 
 # First match wins. Quoted parts ('...') are removed before matching: a value quoted in a reason must not pick
-# its class. The texts come from dialects/*.py (decoding) and record_sink.py / timed_writer.py (a destination's
-# refusal).
+# its class. The texts come from dialects/*.py (decoding) and rejections.py (a destination's refusal, an expiry).
 _RULES = (
     (EXPIRED, r"^expired: "),
     (TOO_FREQUENT, r"more often than the minimum interval"),
-    # What a destination refused at delivery (record_sink.RecordSink._dead_letter, timed_writer.refusal_reason).
+    # What a destination refused at delivery (rejections.py: TOPIC_MISSING, NOT_AUTHORIZED, ...).
     (
         REFUSED_BY_DESTINATION,
         r"^not authorized to write|^destination (topic|partition) .* does not exist"
@@ -64,11 +62,3 @@ def reason_class(reason) -> str:
         if pattern.search(text):
             return name
     return OTHER
-
-
-def expired_reason(due_ms: int, max_lateness_ms: int) -> str:
-    """The reason of a delivery rejected as expired (record_sink.py builds the same text in Spark SQL)."""
-    from datetime import datetime
-
-    due = datetime.fromtimestamp(due_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return f"expired: due {due}, not delivered within its max lateness of {max_lateness_ms} ms"

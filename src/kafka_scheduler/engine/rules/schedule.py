@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ...protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, FIRING_SEPARATOR, INTERNAL_SID_PREFIX
+# A firing's delivery id, as the rules read it from here (delivery_ids.py holds the grammar).
+from ...delivery_ids import activation_of as activation_of
+from ...delivery_ids import firing_id as firing_id
+from ...protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, INTERNAL_SID_PREFIX
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -20,18 +23,6 @@ def is_internal(sid: bytes) -> bool:
 
 def is_cron(sid: bytes) -> bool:
     return sid[: len(CRON_SID_PREFIX)] == CRON_SID_PREFIX
-
-
-def firing_id(activation: str, due_ms: int) -> str:
-    """The delivery id of a cron's firing: the activating request's delivery id and the firing instant. The same
-    firing of the same activation always gets the same id (a crash re-emits it with it); a resume is a new
-    activation, so a firing withdrawn by a pause and replayed after the resume never shares an id with its
-    struck-out row."""
-    return f"{activation}{FIRING_SEPARATOR}{int(due_ms)}"
-
-
-def activation_of(delivery_id: str) -> str:
-    return delivery_id.split(FIRING_SEPARATOR, 1)[0]
 
 
 def input_topic_of(sid) -> str:
