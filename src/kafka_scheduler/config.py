@@ -91,6 +91,12 @@ def _trigger(text: str) -> str:
     return f"{_duration_ms(text)} milliseconds"
 
 
+def format_duration_ms(ms: int) -> str:
+    """A duration as a user writes it, and as the duration options read it back: whole seconds as '3s', any other
+    as '250ms'."""
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -241,7 +247,7 @@ OPTIONS: tuple[Option, ...] = (
         "0 milliseconds",
         "micro-batch interval; 0 runs batches back to back while there is input (an idle job runs none)",
         "DURATION",
-        show=lambda text: text.replace(" milliseconds", "ms"),
+        show=lambda text: format_duration_ms(int(text.split()[0])),
     ),
     Option(
         "partitions",
@@ -295,7 +301,7 @@ OPTIONS: tuple[Option, ...] = (
         "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
         "micro-batch after its due time",
         "DURATION",
-        show=lambda ms: f"{ms}ms",
+        show=format_duration_ms,
     ),
     Option(
         "cron_min_interval",
@@ -304,7 +310,7 @@ OPTIONS: tuple[Option, ...] = (
         "a cron (CRON_ADD) whose firings may come closer together than this is rejected (as Kaspr's minimum, "
         "5s); at least 1s",
         "DURATION",
-        show=lambda ms: f"{ms}ms",
+        show=format_duration_ms,
     ),
     Option(
         "max_held",
@@ -377,33 +383,38 @@ FILE_KEYS = {
 }
 
 
+def _default(name: str) -> Any:
+    """An option's default, defined once in OPTIONS: Config's field defaults are read from there."""
+    return OPTION_NAMES[name].default
+
+
 @dataclass(frozen=True)
 class Config:
-    bootstrap_servers: str = "127.0.0.1:9092"
-    inputs: tuple[tuple[str, str], ...] | None = None  # (topic, dialect); None: the native requests topic
-    app_id: str = "kafka-scheduler"
-    checkpoint_dir: str | None = None
-    master: str = "local[2]"
-    trigger_interval: str = "0 milliseconds"
-    partitions: int = 2
-    allowed_destinations: str | None = None
-    max_value_bytes: int = 1_000_000
-    max_ahead_days: int = 36_525
-    history: bool = False
-    max_requests_per_batch: int | None = 500_000
-    driver_memory: str = "1g"
-    state_batches_kept: int = 20
-    state_snapshot_every: int = 10
-    lookahead: int = 3000  # milliseconds
-    cron_min_interval: int = 5000  # milliseconds
-    max_held: int = 20_000
-    exactly_once: bool = False
-    metrics_port: int = 9464  # 0: no metrics server
-    metrics_host: str = "0.0.0.0"
-    admin_token_file: str | None = None  # None: schedules and actions on the status page for loopback only
-    state_layout: str = "wheel"
-    shards: int | None = None  # None: twice the partitions
-    kafka_options: tuple[tuple[str, str], ...] = ()  # (key, value), scoped keys included; see kafka_settings()
+    bootstrap_servers: str = _default("bootstrap_servers")
+    inputs: tuple[tuple[str, str], ...] | None = _default("inputs")  # (topic, dialect); None: the native requests topic
+    app_id: str = _default("app_id")
+    checkpoint_dir: str | None = _default("checkpoint_dir")
+    master: str = _default("master")
+    trigger_interval: str = _default("trigger_interval")  # as Spark's trigger takes it: "N milliseconds"
+    partitions: int = _default("partitions")
+    allowed_destinations: str | None = _default("allowed_destinations")
+    max_value_bytes: int = _default("max_value_bytes")
+    max_ahead_days: int = _default("max_ahead_days")
+    history: bool = _default("history")
+    max_requests_per_batch: int | None = _default("max_requests_per_batch")
+    driver_memory: str = _default("driver_memory")
+    state_batches_kept: int = _default("state_batches_kept")
+    state_snapshot_every: int = _default("state_snapshot_every")
+    lookahead: int = _default("lookahead")  # milliseconds
+    cron_min_interval: int = _default("cron_min_interval")  # milliseconds
+    max_held: int = _default("max_held")
+    exactly_once: bool = _default("exactly_once")
+    metrics_port: int = _default("metrics_port")  # 0: no metrics server
+    metrics_host: str = _default("metrics_host")
+    admin_token_file: str | None = _default("admin_token_file")  # None: the status page's payloads for loopback only
+    state_layout: str = _default("state_layout")
+    shards: int | None = _default("shards")  # None: twice the partitions
+    kafka_options: tuple[tuple[str, str], ...] = _default("kafka_options")  # (key, value), scoped keys included
     # (option name, "--flag", "KAFKA_SCHEDULER_<NAME>" or "<name> in FILE") of each option set explicitly; a Kafka
     # option's entry is named "kafka.<key>". Settings recorded in the checkpoint may replace a default, never an
     # explicit choice (checkpoint.settle_state_settings).
@@ -524,7 +535,7 @@ def add_arguments(parser: argparse.ArgumentParser, names: set[str] | None = None
     for option in OPTIONS:
         if names is not None and option.name not in names:
             continue
-        default = "none" if option.default in (None, ()) else option.default
+        default = shown_default(option)
         # A yes/no option given alone means yes: --exactly-once is --exactly-once=true.
         switch = {"nargs": "?", "const": "true"} if option.parse is _bool else {}
         parser.add_argument(
@@ -536,6 +547,16 @@ def add_arguments(parser: argparse.ArgumentParser, names: set[str] | None = None
             **switch,
             help=f"{option.help} [env {env_name(option)}; default {default}]",
         )
+
+
+def shown_default(option: Option) -> str:
+    """An option's default as a user would write it: '3s', 'false', 'none'."""
+    if option.default in (None, ()):
+        return "none"
+    shown = option.show(option.default)
+    if isinstance(shown, bool):
+        return "true" if shown else "false"
+    return str(shown)
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -15,7 +15,16 @@ from datetime import UTC
 from pathlib import Path
 
 from .. import __version__
-from ..config import ConfigError, add_arguments, check_kafka_settings, kafka_settings, resolve
+from ..config import (
+    OPTION_NAMES,
+    ConfigError,
+    add_arguments,
+    check_kafka_settings,
+    env_name,
+    kafka_settings,
+    resolve,
+    shown_default,
+)
 
 DESCRIPTION = """\
 Delayed delivery for Apache Kafka: send a request now, and the scheduler delivers
@@ -69,7 +78,6 @@ SERVER_MODULES = {
     "pyarrow": "pyarrow",
     "google.protobuf": "protobuf",
     "prometheus_client": "prometheus-client",
-    "croniter": "croniter",
 }
 
 
@@ -253,10 +261,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- client commands
 
 
-def _client(args: argparse.Namespace):
+def _client(args: argparse.Namespace, config=None, cron_min_interval: int | None = None):
     from ..client.scheduler_client import SchedulerClient
 
-    config = resolve(args)
+    config = config or resolve(args)
     check_kafka_settings(config)
     # librdkafka's own connection chatter would break the one-line error rule; failures still surface.
     return SchedulerClient(
@@ -265,6 +273,7 @@ def _client(args: argparse.Namespace):
         producer_config={**kafka_settings(config), "log_level": 0},
         dialect=args.dialect,
         requests_topic=args.requests_topic,
+        cron_min_interval=cron_min_interval,
     )
 
 
@@ -383,6 +392,9 @@ def _schedule_cron(args: argparse.Namespace) -> int:
     headers, value = _headers(args.header), _value(args)
     start = None if args.start_at is None else parse_due(args.start_at)
     end = None if args.end_at is None else parse_due(args.end_at)
+    config = resolve(args)
+    # The job's minimum when given (flag, variable, --config file); otherwise the job's default, which a refusal names.
+    min_interval = config.cron_min_interval if config.given_by("cron_min_interval") else None
     encode_cron(
         "native",
         "add",
@@ -397,8 +409,9 @@ def _schedule_cron(args: argparse.Namespace) -> int:
         start_at=start,
         end_at=end,
         max_lateness=args.max_lateness,
+        min_interval=min_interval,
     )
-    with _client(args) as client:
+    with _client(args, config, min_interval) as client:
         client.cron(
             args.to,
             args.cron,
@@ -508,18 +521,19 @@ def _sender_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _client_arguments(parser: argparse.ArgumentParser) -> None:
+    servers, app_id = OPTION_NAMES["bootstrap_servers"], OPTION_NAMES["app_id"]
     parser.add_argument(
-        "--bootstrap-servers",
-        default=os.environ.get("KAFKA_SCHEDULER_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-        metavar="HOST:PORT",
-        help="Kafka bootstrap servers [env KAFKA_SCHEDULER_BOOTSTRAP_SERVERS; default 127.0.0.1:9092]",
+        servers.flag,
+        default=os.environ.get(env_name(servers), servers.default),
+        metavar=servers.metavar,
+        help=f"Kafka bootstrap servers [env {env_name(servers)}; default {shown_default(servers)}]",
     )
     parser.add_argument(
-        "--app-id",
-        default=os.environ.get("KAFKA_SCHEDULER_APP_ID", "kafka-scheduler"),
-        metavar="ID",
+        app_id.flag,
+        default=os.environ.get(env_name(app_id), app_id.default),
+        metavar=app_id.metavar,
         help="the scheduler's app id: requests go to <app-id>-schedule-requests "
-        "[env KAFKA_SCHEDULER_APP_ID; default kafka-scheduler]",
+        f"[env {env_name(app_id)}; default {shown_default(app_id)}]",
     )
 
 
@@ -539,9 +553,19 @@ so it is never early. A replace in those dialects is the same record as a schedu
 """
 
 
-def _dialect_arguments(parser: argparse.ArgumentParser, message: bool) -> None:
+def _dialect_arguments(parser: argparse.ArgumentParser, message: bool, native_only: bool = False) -> None:
+    """--dialect and --requests-topic; a ``native_only`` command (the cron actions) has no --dialect: its requests
+    are native whatever KAFKA_SCHEDULER_DIALECT says, on a native input topic."""
     from ..client.encoders import DIALECTS
 
+    if native_only:
+        parser.set_defaults(dialect="native")
+        parser.add_argument(
+            "--requests-topic",
+            metavar="TOPIC",
+            help="topic to write the request to: a native input of the job [default <app-id>-schedule-requests]",
+        )
+        return
     parser.add_argument(
         "--dialect",
         default=os.environ.get("KAFKA_SCHEDULER_DIALECT", "native"),
@@ -594,6 +618,15 @@ def _message_arguments(parser: argparse.ArgumentParser, id_required: bool, cron:
         )
         recurring.add_argument("--start-at", metavar="WHEN", help="no firing before this instant")
         recurring.add_argument("--end-at", metavar="WHEN", help="no firing after this instant")
+        setting = OPTION_NAMES["cron_min_interval"]
+        recurring.add_argument(
+            setting.flag,
+            dest=setting.name,
+            metavar=setting.metavar,
+            help="the job's own --cron-min-interval: the cron is checked against it before it is sent, as the job "
+            "will check it (an expression the job would reject fails here with the job's reason) "
+            f"[env {env_name(setting)}; default {shown_default(setting)}, the job's default]",
+        )
     parser.add_argument(
         "--max-lateness",
         metavar="DURATION",
@@ -710,9 +743,9 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
     inspect.add_argument("--checkpoint-dir", metavar="DIR", help="the job's checkpoint (default checkpoints/<app-id>)")
     inspect.add_argument(
         "--app-id",
-        default="kafka-scheduler",
+        default=OPTION_NAMES["app_id"].default,
         metavar="ID",
-        help="the app whose default checkpoint to read (default kafka-scheduler)",
+        help=f"the app whose default checkpoint to read (default {shown_default(OPTION_NAMES['app_id'])})",
     )
     inspect.add_argument(
         "--id",
@@ -753,9 +786,9 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
     listing.add_argument("--checkpoint-dir", metavar="DIR", help="the job's checkpoint (default checkpoints/<app-id>)")
     listing.add_argument(
         "--app-id",
-        default="kafka-scheduler",
+        default=OPTION_NAMES["app_id"].default,
         metavar="ID",
-        help="the app whose default checkpoint to read (default kafka-scheduler)",
+        help=f"the app whose default checkpoint to read (default {shown_default(OPTION_NAMES['app_id'])})",
     )
     listing.add_argument("--due-after", metavar="TIME", help="only schedules due at or after this ISO-8601 instant")
     listing.add_argument("--due-before", metavar="TIME", help="only schedules due before this ISO-8601 instant")
@@ -942,7 +975,7 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
         )
         _sender_arguments(command)
         command.add_argument("--id", required=True, metavar="ID", help="the cron's id")
-        _dialect_arguments(command, message=False)
+        _dialect_arguments(command, message=False, native_only=True)
         command.set_defaults(handler=cmd_cron_action)
     return parser
 
