@@ -79,7 +79,6 @@ import shutil
 import tempfile
 import time
 import urllib.request
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -111,96 +110,13 @@ from .harness import (
     write_result,
 )
 from .hostile import hostile
+from .job_load import ingest_requests, warmed_up
 
 FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
 
 
 def _ids(prefix: str, count: int):
     return (f"{prefix}-{i}" for i in range(count))
-
-
-def _ingest(
-    env: Environment,
-    scheduler,
-    destination: str,
-    count: int,
-    due_ms: Callable[[int], int],
-    prefix: str,
-    time_budget: float,
-    no_ids: bool = False,
-    requests: str | None = None,
-    dialect: str = "native",
-    send: Callable[[RequestProducer, int], None] | None = None,
-    finish_by: float | None = None,
-    too_slow: str = "",
-) -> dict:
-    """Produce ``count`` requests as fast as possible and wait until the scheduler has committed them all.
-
-    ``send(producer, i)`` sends the i-th request (default: an ADD due at ``due_ms(i)``). ``finish_by``
-    (epoch s): give up with a RuntimeError (``too_slow`` says why it matters) as soon as the pace
-    between commits, over at least 60 s, cannot commit them all by then.
-
-    Returns the producer rate and the scheduler's acceptance rate, overall (from the first request
-    sent to the last one committed) and between the first and the last commit seen (without the
-    wait for the first batch).
-    """
-    requests = requests or f"{scheduler.app_id}-schedule-requests"
-    base = scheduler.committed(requests)
-    producer = RequestProducer(env.bootstrap, requests, dialect)
-    if send is None:
-
-        def send(producer_: RequestProducer, i: int) -> None:
-            producer_.add(destination, due_ms(i), None if no_ids else f"{prefix}-{i}")
-
-    progress_points: list[tuple[float, int]] = []
-    started = time.time()
-    what = (
-        ("without request ids" if no_ids else "with unique request ids")
-        if prefix != "mix"
-        else "(adds, replaces and cancels)"
-    )
-    log(f"producing {count:,} {dialect} requests {what}")
-    for i in range(count):
-        send(producer, i)
-        if i % 100_000 == 99_999:
-            scheduler.sample_memory()
-    producer.flush()
-    produced_s = time.time() - started
-    log(f"produced {count:,} in {produced_s:.1f}s ({count / produced_s:,.0f}/s); waiting for the scheduler")
-
-    def progress() -> str:
-        done = scheduler.committed(requests) - base
-        return f"{done:,} of {count:,} committed ({done / max(1e-9, time.time() - started):,.0f}/s so far)"
-
-    def committed_all() -> bool:
-        done = scheduler.committed(requests) - base
-        now = time.time()
-        if done and (not progress_points or done > progress_points[-1][1]):
-            progress_points.append((now, done))
-        scheduler.sample_memory()
-        if finish_by is not None and done < count and len(progress_points) >= 2:
-            (t0, n0), (t1, n1) = progress_points[0], progress_points[-1]
-            if now - t0 >= 60 and t1 > t0:
-                pace = (n1 - n0) / (t1 - t0)
-                if now + (count - done) / max(pace, 1e-9) > finish_by:
-                    raise RuntimeError(
-                        f"ingest too slow: {pace:,.0f}/s between commits ({done:,} of {count:,} committed); "
-                        f"the rest would need {(count - done) / max(pace, 1e-9):,.0f}s, {finish_by - now:,.0f}s "
-                        f"are left{too_slow}"
-                    )
-        return done >= count
-
-    wait_until(committed_all, time_budget, "the requests to be committed", interval=0.2, progress=progress)
-    finished = time.time()
-    (t0, n0), (t1, n1) = progress_points[0], progress_points[-1]
-    sustained = (n1 - n0) / (t1 - t0) if t1 > t0 else None
-    return {
-        "produced_per_s": round(count / produced_s),
-        "accepted_per_s_overall": round(count / (finished - started)),
-        "accepted_per_s_between_commits": round(sustained) if sustained else None,
-        "commits_observed": len(progress_points),
-        "ingest_seconds": round(finished - started, 1),
-    }
 
 
 def _dialect_inputs(env: Environment, args) -> tuple[tuple, dict[str, str]]:
@@ -211,28 +127,6 @@ def _dialect_inputs(env: Environment, args) -> tuple[tuple, dict[str, str]]:
         wanted += [d for d in DIALECT_NAMES if d not in ("native", *wanted)]
     inputs = {env.topic(d.replace("-", ""), log_append_time=False): d for d in wanted}
     return tuple(a for t, d in inputs.items() for a in ("--input", f"{t}:{d}")), inputs
-
-
-def _warmed_up(env: Environment, args, app_id: str | None = None, inputs: tuple = ()):
-    """A started scheduler that has already delivered something: the first batches with data are slow
-    (Python workers start, code paths warm up), and the figures should show the steady state."""
-    app_id = app_id or f"bench-{uuid.uuid4().hex[:6]}"
-    if inputs:
-        inputs = ("--input", f"{app_id}-schedule-requests:native", *inputs)
-    scheduler = env.scheduler(app_id, extra_args=(*inputs, *args.scheduler_args)).start()
-    warm_topic = env.topic("warm-up", partitions=1)
-    reader = DeliveryReader(env.bootstrap, warm_topic)
-    producer = RequestProducer(env.bootstrap, f"{scheduler.app_id}-schedule-requests")
-    for round_number in range(3):
-        now = int(time.time() * 1000)
-        for i in range(100):
-            producer.add(warm_topic, now + 500, f"warm-up-{round_number}-{i}")
-            producer.add(warm_topic, now + 500, None)
-        producer.flush()
-        wait_until(lambda n=round_number: reader.poll() >= 200 * (n + 1), 300, "the warm-up deliveries")
-    reader.close()
-    log("scheduler warmed up")
-    return scheduler
 
 
 ALREADY_DUE_EVERY = 50  # steady: every 50th request (2%) is already due when sent
@@ -267,10 +161,12 @@ def _send_to_delivery(sent: list[tuple[int, int, int]], prefix: str) -> dict:
 
 def steady(env: Environment, args) -> dict:
     flags, _ = _dialect_inputs(env, argparse.Namespace(dialect="native", with_dialects=args.with_dialects))
-    scheduler = _warmed_up(env, args, inputs=flags)
+    scheduler = warmed_up(env, args, inputs=flags)
     if args.pending:  # the state's size must not slow a batch down: this many due a month ahead, with ids
         far = int(time.time() * 1000) + FAR_FUTURE_MS
-        _ingest(env, scheduler, env.topic("pending"), args.pending, lambda i: far + i, "pending", args.time_budget)
+        ingest_requests(
+            env, scheduler, env.topic("pending"), args.pending, lambda i: far + i, "pending", args.time_budget
+        )
     after_batch = last_committed_batch(scheduler.checkpoint) or -1
     destination = env.topic("steady")
     reader = DeliveryReader(env.bootstrap, destination)
@@ -362,7 +258,7 @@ def _logged_outcomes(log_text: str, after_batch: int) -> dict[str, int]:
 
 def ingest(env: Environment, args) -> dict:
     flags, inputs = _dialect_inputs(env, args)
-    scheduler = _warmed_up(env, args, inputs=flags)
+    scheduler = warmed_up(env, args, inputs=flags)
     destination = env.topic("ingest")
     far = int(time.time() * 1000) + FAR_FUTURE_MS
     if args.dialect != "native" and args.no_ids:
@@ -377,7 +273,7 @@ def ingest(env: Environment, args) -> dict:
     # As native: due times 1 ms apart (Karafka and ETF1 round them up to whole seconds: the same buckets); with
     # --spread, apart by the spread over the count (over 30 days, 300,000 ids fall ~8.6 s apart: a second each).
     step_ms = args.spread * 86_400_000 / args.count if args.spread else 1
-    figures = _ingest(
+    figures = ingest_requests(
         env,
         scheduler,
         destination,
@@ -406,7 +302,7 @@ HERD_LEAD_SPARE_S = 30  # herd: its default lead is the time to ingest it at the
 
 
 def herd(env: Environment, args) -> dict:
-    scheduler = _warmed_up(env, args)
+    scheduler = warmed_up(env, args)
     destination = env.topic("herd", partitions=4)
     due = int(time.time() * 1000 + args.lead * 1000)
     log(
@@ -419,7 +315,7 @@ def herd(env: Environment, args) -> dict:
         f"(the default plans for {INGEST_PLANNED_PER_S:,}/s; "
         f"the issue targets >= 30,000/s with ids); give a longer --lead to measure the herd anyway"
     )
-    ingest_figures = _ingest(
+    ingest_figures = ingest_requests(
         env,
         scheduler,
         destination,
@@ -490,7 +386,7 @@ def pending(env: Environment, args) -> dict:
     scheduler = env.scheduler(extra_args=(*args.scheduler_args, "--metrics-port", str(port))).start()
     destination = env.topic("pending")
     far = int(time.time() * 1000) + FAR_FUTURE_MS
-    ingest_figures = _ingest(
+    ingest_figures = ingest_requests(
         env, scheduler, destination, args.count, lambda i: far + i, "pending", args.time_budget, args.no_ids
     )
     log("sampling memory for 20 s more (idle batches, RocksDB flushes)")
@@ -536,7 +432,9 @@ def restart(env: Environment, args) -> dict:
     destination = env.topic("restart")
     reader = DeliveryReader(env.bootstrap, destination)
     far = int(time.time() * 1000) + FAR_FUTURE_MS
-    _ingest(env, scheduler, destination, args.count, lambda i: far + i, "restart", args.time_budget, args.no_ids)
+    ingest_requests(
+        env, scheduler, destination, args.count, lambda i: far + i, "restart", args.time_budget, args.no_ids
+    )
     overdue_due = int(time.time() * 1000) + 15_000
     producer = RequestProducer(env.bootstrap, f"{scheduler.app_id}-schedule-requests")
     producer.add(destination, overdue_due, "restart-overdue")
@@ -612,12 +510,12 @@ WAKEUPS, WAKEUP_EVERY_S = 20, 5  # idle: then this many requests, one every 5 s,
 def idle(env: Environment, args) -> dict:
     """CPU of the whole job (driver Python, JVM, Python workers) with nothing due for an hour and nothing
     arriving, then whether requests sent one by one still wake it up on time."""
-    scheduler = _warmed_up(env, args)
+    scheduler = warmed_up(env, args)
     requests = f"{scheduler.app_id}-schedule-requests"
     pending_topic = env.topic("idle")
     early_reader = DeliveryReader(env.bootstrap, pending_topic)
     far = int(time.time() * 1000) + IDLE_PENDING_AHEAD_MS
-    _ingest(env, scheduler, pending_topic, args.count, lambda i: far + i, "idle", args.time_budget)
+    ingest_requests(env, scheduler, pending_topic, args.count, lambda i: far + i, "idle", args.time_budget)
     log(
         f"{args.count:,} pending an hour ahead, committed; quiet for {IDLE_SETTLE_S}s, "
         f"then measuring CPU for {args.duration:.0f}s"
@@ -724,7 +622,7 @@ def _logged_strike_batches(log_text: str, after_batch: int) -> list[tuple[dict, 
 def strikes(env: Environment, args) -> dict:
     """One bucket of ``count`` schedules, then ``strikes`` cancels/replaces of them in committed waves:
     does a strike cost more as the bucket's struck set grows?"""
-    scheduler = _warmed_up(env, args)
+    scheduler = warmed_up(env, args)
     destination = env.topic("strikes", partitions=4)
     requests = f"{scheduler.app_id}-schedule-requests"
     started = time.time()
@@ -740,7 +638,7 @@ def strikes(env: Environment, args) -> dict:
         return (due / 1000 - 1 - time.time()) if args.deliver else args.time_budget
 
     try:
-        ingest_figures = _ingest(
+        ingest_figures = ingest_requests(
             env, scheduler, destination, args.count, lambda i: due, "strikes", min(args.time_budget, before_due())
         )
     except TimeoutError as exc:
@@ -939,10 +837,10 @@ CRON_LAST_TARGET_S = 20.0  # cron: each minute's last firing at most this long a
 
 def cron(env: Environment, args) -> dict:
     """See the module's docstring."""
-    scheduler = _warmed_up(env, args)
+    scheduler = warmed_up(env, args)
     destination = env.topic("cron", partitions=4)
     log(f"cron: {args.count:,} crons firing every minute, watched for {args.minutes} minutes")
-    ingest_figures = _ingest(
+    ingest_figures = ingest_requests(
         env,
         scheduler,
         destination,

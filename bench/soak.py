@@ -56,6 +56,7 @@ from kafka_scheduler.harness.topic_reader import TopicReader
 from kafka_scheduler.kafka.local_broker import free_port
 
 from .harness import Environment, RequestProducer, log, wait_until
+from .job_load import warmed_up
 
 DURATION_S = 3600
 RATE = 500
@@ -708,14 +709,12 @@ def summarize(
 def soak(env: Environment, args) -> dict:
     from chaos.suite import CommitWatcher  # the crash suite's watcher: when a commit first covered an offset
 
-    from .scenarios import _warmed_up
-
     settle_arguments(args)
     port = free_port()
     job_args = argparse.Namespace(
         **{**vars(args), "scheduler_args": (*args.scheduler_args, "--metrics-port", str(port))}
     )
-    scheduler = _warmed_up(env, job_args)
+    scheduler = warmed_up(env, job_args)
     requests_topic = f"{scheduler.app_id}-schedule-requests"
     destination = env.topic("soak", partitions=4)
     herd_instants = (
