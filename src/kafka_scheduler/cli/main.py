@@ -1005,9 +1005,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..kafka.jars import MissingJars
     from ..kafka.local_broker import BrokerError
     from ..kafka.topics import KafkaUnreachable
+    from .engine_noise import debug_enabled
+    from .engine_output import EngineOutput
 
     try:
-        return args.handler(args)
+        if args.command not in SERVER_COMMANDS:
+            return args.handler(args)
+        # The engines these commands start print onto our standard descriptors: only what matters gets through.
+        with EngineOutput(everything=debug_enabled()):
+            return args.handler(args)
     except (ConfigError, CommandError, RequestError, KafkaUnreachable, BrokerError, MissingJars) as exc:
         print(f"kafka-scheduler {args.command}: error: {exc}", file=sys.stderr)
         return 2
