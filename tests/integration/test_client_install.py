@@ -75,6 +75,9 @@ def venv(dist, tmp_path_factory) -> Path:
             "--no-input",
             str(only(dist, "*.whl")),
         ],
+        # Not this checkout's PYTHONPATH: its src/ holds the egg-info the build left, which pip would take for the
+        # package installed already.
+        env={name: value for name, value in os.environ.items() if name != "PYTHONPATH"},
         check=True,
         timeout=600,
     )
