@@ -15,7 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .protocol import DIALECT_NAMES
+from .config_values import (
+    bool_value,
+    duration_ms,
+    format_duration_ms,
+    input_list,
+    interval_ms,
+    one_of,
+    port_number,
+    positive_int,
+    regex,
+    trigger_interval,
+)
 
 ENV_PREFIX = "KAFKA_SCHEDULER_"
 
@@ -25,116 +36,11 @@ HISTORY_SUFFIX = "-schedule-history"
 TICKS_SUFFIX = "-scheduler-ticks"
 LEDGER_SUFFIX = "-schedule-ledger"
 
-_TRIGGER = re.compile(r"^\s*(\d+(\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?)\s*$", re.I)
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
 class ConfigError(ValueError):
     pass
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {text!r}")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-_UNIT_MS = {
-    "ms": 1,
-    "millisecond": 1,
-    "milliseconds": 1,
-    "s": 1000,
-    "second": 1000,
-    "seconds": 1000,
-    "m": 60_000,
-    "minute": 60_000,
-    "minutes": 60_000,
-}
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise ValueError(f"must be a port number from 0 to 65535, got {text!r}")
-    return value
-
-
-def _duration_ms(text: str) -> int:
-    match = _TRIGGER.match(text)
-    if not match:
-        raise ValueError(f"expected a duration such as '0s', '250ms' or '1 second', got {text!r}")
-    return int(float(match.group(1)) * _UNIT_MS[match.group(3).lower()])
-
-
-def _interval_ms(text: str) -> int:
-    """A duration of at least one second (crons fire on whole seconds)."""
-    value = _duration_ms(text)
-    if value < 1000:
-        raise ValueError(f"expected a duration of at least 1s, got {text!r}")
-    return value
-
-
-def _trigger(text: str) -> str:
-    return f"{_duration_ms(text)} milliseconds"
-
-
-def format_duration_ms(ms: int) -> str:
-    """A duration as a user writes it, and as the duration options read it back: whole seconds as '3s', any other
-    as '250ms'."""
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
-
-
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}, got {text!r}")
-        return text
-
-    return parse
-
-
-def _regex(text: str) -> str:
-    re.compile(text)
-    return text
-
-
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-
-
-def _inputs(text: str) -> tuple[tuple[str, str], ...]:
-    """``TOPIC:DIALECT[,TOPIC:DIALECT...]`` (a repeated --input arrives joined by commas)."""
-    inputs: dict[str, str] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        topic, sep, dialect = item.rpartition(":")
-        if not sep or not topic:
-            raise ValueError(f"expected TOPIC:DIALECT, got {item!r} (dialects: {', '.join(DIALECT_NAMES)})")
-        if not _TOPIC.match(topic) or topic in (".", ".."):
-            raise ValueError(f"{topic!r} is not a valid Kafka topic name")
-        if dialect not in DIALECT_NAMES:
-            raise ValueError(
-                f"unknown dialect {dialect!r} for topic {topic!r} (expected one of {', '.join(DIALECT_NAMES)})"
-            )
-        if inputs.get(topic, dialect) != dialect:
-            raise ValueError(f"topic {topic!r} is given twice, as {inputs[topic]} and as {dialect}")
-        inputs[topic] = dialect
-    if not inputs:
-        raise ValueError("expected at least one TOPIC:DIALECT")
-    return tuple(inputs.items())
 
 
 # Kafka client options: "KEY=VALUE" reaches every client; "librdkafka.KEY" only the Python (confluent-kafka) clients,
@@ -217,7 +123,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers", "HOST:PORT"),
     Option(
         "inputs",
-        _inputs,
+        input_list,
         None,
         "an input topic and the dialect its requests are written in (native, karafka, etf1, sky-avro, "
         "sky-json); repeat for several topics, or give a comma list in the variable; default: "
@@ -243,7 +149,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("master", str, "local[2]", "Spark master URL (ignored under spark-submit, which sets it)", "URL"),
     Option(
         "trigger_interval",
-        _trigger,
+        trigger_interval,
         "0 milliseconds",
         "micro-batch interval; 0 runs batches back to back while there is input (an idle job runs none)",
         "DURATION",
@@ -251,25 +157,25 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "partitions",
-        _positive_int,
+        positive_int,
         2,
         "partitions of the topics the scheduler creates, and Spark shuffle partitions",
         "N",
     ),
     Option(
         "allowed_destinations",
-        _regex,
+        regex,
         None,
         "regex a destination topic must fully match; default: any topic except Kafka-internal "
         "'__*' topics and the app's own topics",
         "REGEX",
     ),
-    Option("max_value_bytes", _positive_int, 1_000_000, "largest accepted request value, in bytes", "BYTES"),
-    Option("max_ahead_days", _positive_int, 36_525, "how far ahead a due time may be (default 100 years)", "DAYS"),
-    Option("history", _bool, False, "write one record per delivery to <app-id>-schedule-history", "BOOL"),
+    Option("max_value_bytes", positive_int, 1_000_000, "largest accepted request value, in bytes", "BYTES"),
+    Option("max_ahead_days", positive_int, 36_525, "how far ahead a due time may be (default 100 years)", "DAYS"),
+    Option("history", bool_value, False, "write one record per delivery to <app-id>-schedule-history", "BOOL"),
     Option(
         "max_requests_per_batch",
-        _positive_int,
+        positive_int,
         500_000,
         "cap on request records read per micro-batch: bounds memory and batch time when catching up",
         "N",
@@ -277,7 +183,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
     Option(
         "state_batches_kept",
-        _positive_int,
+        positive_int,
         20,
         "how many batches' state versions the checkpoint keeps at least (Spark's minBatchesToRetain); on disk: "
         "between this many and this many plus twice --state-snapshot-every batches' changes, and two or three "
@@ -286,7 +192,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "state_snapshot_every",
-        _positive_int,
+        positive_int,
         10,
         "how many batches' changelogs apart the state store writes a full snapshot (Spark's "
         "stateStore.minDeltasForSnapshot): a restart replays at most this many; old versions are deleted only "
@@ -295,7 +201,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "lookahead",
-        _duration_ms,
+        duration_ms,
         3000,
         "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
         "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
@@ -305,7 +211,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "cron_min_interval",
-        _interval_ms,
+        interval_ms,
         5000,
         "a cron (CRON_ADD) whose firings may come closer together than this is rejected (as Kaspr's minimum, "
         "5s); at least 1s",
@@ -314,7 +220,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "max_held",
-        _positive_int,
+        positive_int,
         20_000,
         "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
         "itself, each slice at its due time",
@@ -322,7 +228,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "exactly_once",
-        _bool,
+        bool_value,
         False,
         "write deliveries, write-backs and rejections in Kafka transactions, each once even across crashes, "
         "for consumers reading with isolation.level=read_committed (the app's ledger topic records what was "
@@ -331,7 +237,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "metrics_port",
-        _port,
+        port_number,
         9464,
         "serve Prometheus metrics at http://<metrics-host>:<port>/metrics; 0 turns them off",
         "PORT",
@@ -348,7 +254,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "state_layout",
-        _choice("wheel"),
+        one_of("wheel"),
         "wheel",
         "how pending schedules are kept: 'wheel' (time buckets per shard, bulk; the only layout since the "
         "per-id one was retired); recorded in the checkpoint",
@@ -356,7 +262,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "shards",
-        _positive_int,
+        positive_int,
         None,
         "state shards of the wheel layout (default: twice --partitions); fixed in the checkpoint at its first run",
         "N",
@@ -537,7 +443,7 @@ def add_arguments(parser: argparse.ArgumentParser, names: set[str] | None = None
             continue
         default = shown_default(option)
         # A yes/no option given alone means yes: --exactly-once is --exactly-once=true.
-        switch = {"nargs": "?", "const": "true"} if option.parse is _bool else {}
+        switch = {"nargs": "?", "const": "true"} if option.parse is bool_value else {}
         parser.add_argument(
             option.flag,
             dest=option.name,

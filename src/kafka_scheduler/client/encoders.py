@@ -262,7 +262,8 @@ def check_cron(expr: str | None, timezone: str | None = None, min_interval: Inte
     expression, one that never fires, an unknown time zone, or firings closer together than the job's
     ``--cron-min-interval``. ``min_interval``: that setting (a duration as the job reads it, "5s", milliseconds or a
     timedelta); None takes the job's default, and a refusal on it says so."""
-    from ..config import OPTION_NAMES, format_duration_ms
+    from ..config import OPTION_NAMES
+    from ..config_values import format_duration_ms
     from ..engine.rules.cron import problem
 
     if not expr or not expr.strip():
