@@ -1,6 +1,6 @@
 """What several scenarios share about the job they load: a job started and warmed up (its first deliveries
-already made), and a burst of requests produced as fast as possible and waited for until the job has committed them.
-(scenarios.py, mixed.py and soak.py use them; none of those imports another.)"""
+already made), a burst of requests produced as fast as possible and waited for until the job has committed them, and
+deliveries waited for and counted. (The scenarios' modules use them; none of those imports another.)"""
 
 from __future__ import annotations
 
@@ -9,6 +9,22 @@ import uuid
 from collections.abc import Callable
 
 from .harness import DeliveryReader, Environment, RequestProducer, log, wait_until
+
+FAR_FUTURE_MS = 30 * 86_400_000  # "due far in the future": a month ahead
+
+
+def settle_and_count(reader: DeliveryReader, expected: int, timeout: float, what: str) -> None:
+    """Wait for ``expected`` deliveries; on a timeout keep going (what is missing is counted as lost),
+    and read a few seconds more so that duplicates arriving late are counted too."""
+    try:
+        wait_until(
+            lambda: reader.poll() >= expected, timeout, what, progress=lambda: f"{reader.count:,} of {expected:,}"
+        )
+    except TimeoutError as exc:
+        log(f"  {exc}: counting what arrived")
+    settle_until = time.time() + 3
+    while time.time() < settle_until:
+        reader.poll(0.5)
 
 
 def warmed_up(env: Environment, args, app_id: str | None = None, inputs: tuple = ()):
