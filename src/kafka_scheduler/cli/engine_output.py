@@ -146,11 +146,11 @@ class _Route:
             _repoint_handlers(self.stream, self.direct)
 
     def restore(self) -> None:
+        self.pump.drain()  # our own lines keep going straight out meanwhile
         if self.direct is not None:
             self.direct.flush()
             setattr(sys, self.name, self.stream)
             _repoint_handlers(self.direct, self.stream)
-        self.pump.drain()
         os.dup2(self.real_fd, self.fd)
         # real_fd stays open: a handler set up meanwhile may still write through ``direct``, and a closed number
         # could be reused by another file.
