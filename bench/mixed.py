@@ -34,6 +34,7 @@ from .harness import (
     percentile,
     wait_until,
 )
+from .job_load import ingest_requests, warmed_up
 
 ORDINARY_DUE_S = 3.0  # an ordinary schedule is due this long after it is sent
 CANCEL_EVERY = 10  # every 10th ordinary schedule is cancelled ...
@@ -151,10 +152,8 @@ def batch_figures(
 
 
 def mixed(env: Environment, args) -> dict:
-    from .scenarios import _ingest, _warmed_up
-
     load_at_start = os.getloadavg()
-    scheduler = _warmed_up(env, args)
+    scheduler = warmed_up(env, args)
     requests = f"{scheduler.app_id}-schedule-requests"
     herd_topic = env.topic("herd", partitions=4)
     ordinary_topic = env.topic("ordinary")
@@ -169,7 +168,7 @@ def mixed(env: Environment, args) -> dict:
         f" before the herd falls due: give a longer --lead than {lead:.0f}s (the default plans ingest at "
         f"{INGEST_PLANNED_PER_S:,}/s)"
     )
-    ingest = _ingest(
+    ingest = ingest_requests(
         env,
         scheduler,
         herd_topic,

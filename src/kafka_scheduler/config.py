@@ -15,7 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .protocol import DIALECT_NAMES
+from .config_values import (
+    bool_value,
+    duration_ms,
+    format_duration_ms,
+    input_list,
+    interval_ms,
+    one_of,
+    port_number,
+    positive_int,
+    regex,
+    trigger_interval,
+)
 
 ENV_PREFIX = "KAFKA_SCHEDULER_"
 
@@ -25,110 +36,11 @@ HISTORY_SUFFIX = "-schedule-history"
 TICKS_SUFFIX = "-scheduler-ticks"
 LEDGER_SUFFIX = "-schedule-ledger"
 
-_TRIGGER = re.compile(r"^\s*(\d+(\.\d+)?)\s*(ms|milliseconds?|s|seconds?|m|minutes?)\s*$", re.I)
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
 class ConfigError(ValueError):
     pass
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {text!r}")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-_UNIT_MS = {
-    "ms": 1,
-    "millisecond": 1,
-    "milliseconds": 1,
-    "s": 1000,
-    "second": 1000,
-    "seconds": 1000,
-    "m": 60_000,
-    "minute": 60_000,
-    "minutes": 60_000,
-}
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise ValueError(f"must be a port number from 0 to 65535, got {text!r}")
-    return value
-
-
-def _duration_ms(text: str) -> int:
-    match = _TRIGGER.match(text)
-    if not match:
-        raise ValueError(f"expected a duration such as '0s', '250ms' or '1 second', got {text!r}")
-    return int(float(match.group(1)) * _UNIT_MS[match.group(3).lower()])
-
-
-def _interval_ms(text: str) -> int:
-    """A duration of at least one second (crons fire on whole seconds)."""
-    value = _duration_ms(text)
-    if value < 1000:
-        raise ValueError(f"expected a duration of at least 1s, got {text!r}")
-    return value
-
-
-def _trigger(text: str) -> str:
-    return f"{_duration_ms(text)} milliseconds"
-
-
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}, got {text!r}")
-        return text
-
-    return parse
-
-
-def _regex(text: str) -> str:
-    re.compile(text)
-    return text
-
-
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-
-
-def _inputs(text: str) -> tuple[tuple[str, str], ...]:
-    """``TOPIC:DIALECT[,TOPIC:DIALECT...]`` (a repeated --input arrives joined by commas)."""
-    inputs: dict[str, str] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        topic, sep, dialect = item.rpartition(":")
-        if not sep or not topic:
-            raise ValueError(f"expected TOPIC:DIALECT, got {item!r} (dialects: {', '.join(DIALECT_NAMES)})")
-        if not _TOPIC.match(topic) or topic in (".", ".."):
-            raise ValueError(f"{topic!r} is not a valid Kafka topic name")
-        if dialect not in DIALECT_NAMES:
-            raise ValueError(
-                f"unknown dialect {dialect!r} for topic {topic!r} (expected one of {', '.join(DIALECT_NAMES)})"
-            )
-        if inputs.get(topic, dialect) != dialect:
-            raise ValueError(f"topic {topic!r} is given twice, as {inputs[topic]} and as {dialect}")
-        inputs[topic] = dialect
-    if not inputs:
-        raise ValueError("expected at least one TOPIC:DIALECT")
-    return tuple(inputs.items())
 
 
 # Kafka client options: "KEY=VALUE" reaches every client; "librdkafka.KEY" only the Python (confluent-kafka) clients,
@@ -211,7 +123,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("bootstrap_servers", str, "127.0.0.1:9092", "Kafka bootstrap servers", "HOST:PORT"),
     Option(
         "inputs",
-        _inputs,
+        input_list,
         None,
         "an input topic and the dialect its requests are written in (native, karafka, etf1, sky-avro, "
         "sky-json); repeat for several topics, or give a comma list in the variable; default: "
@@ -237,33 +149,33 @@ OPTIONS: tuple[Option, ...] = (
     Option("master", str, "local[2]", "Spark master URL (ignored under spark-submit, which sets it)", "URL"),
     Option(
         "trigger_interval",
-        _trigger,
+        trigger_interval,
         "0 milliseconds",
         "micro-batch interval; 0 runs batches back to back while there is input (an idle job runs none)",
         "DURATION",
-        show=lambda text: text.replace(" milliseconds", "ms"),
+        show=lambda text: format_duration_ms(int(text.split()[0])),
     ),
     Option(
         "partitions",
-        _positive_int,
+        positive_int,
         2,
         "partitions of the topics the scheduler creates, and Spark shuffle partitions",
         "N",
     ),
     Option(
         "allowed_destinations",
-        _regex,
+        regex,
         None,
         "regex a destination topic must fully match; default: any topic except Kafka-internal "
         "'__*' topics and the app's own topics",
         "REGEX",
     ),
-    Option("max_value_bytes", _positive_int, 1_000_000, "largest accepted request value, in bytes", "BYTES"),
-    Option("max_ahead_days", _positive_int, 36_525, "how far ahead a due time may be (default 100 years)", "DAYS"),
-    Option("history", _bool, False, "write one record per delivery to <app-id>-schedule-history", "BOOL"),
+    Option("max_value_bytes", positive_int, 1_000_000, "largest accepted request value, in bytes", "BYTES"),
+    Option("max_ahead_days", positive_int, 36_525, "how far ahead a due time may be (default 100 years)", "DAYS"),
+    Option("history", bool_value, False, "write one record per delivery to <app-id>-schedule-history", "BOOL"),
     Option(
         "max_requests_per_batch",
-        _positive_int,
+        positive_int,
         500_000,
         "cap on request records read per micro-batch: bounds memory and batch time when catching up",
         "N",
@@ -271,7 +183,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
     Option(
         "state_batches_kept",
-        _positive_int,
+        positive_int,
         20,
         "how many batches' state versions the checkpoint keeps at least (Spark's minBatchesToRetain); on disk: "
         "between this many and this many plus twice --state-snapshot-every batches' changes, and two or three "
@@ -280,7 +192,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "state_snapshot_every",
-        _positive_int,
+        positive_int,
         10,
         "how many batches' changelogs apart the state store writes a full snapshot (Spark's "
         "stateStore.minDeltasForSnapshot): a restart replays at most this many; old versions are deleted only "
@@ -289,26 +201,26 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "lookahead",
-        _duration_ms,
+        duration_ms,
         3000,
         "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
         "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
         "micro-batch after its due time",
         "DURATION",
-        show=lambda ms: f"{ms}ms",
+        show=format_duration_ms,
     ),
     Option(
         "cron_min_interval",
-        _interval_ms,
+        interval_ms,
         5000,
         "a cron (CRON_ADD) whose firings may come closer together than this is rejected (as Kaspr's minimum, "
         "5s); at least 1s",
         "DURATION",
-        show=lambda ms: f"{ms}ms",
+        show=format_duration_ms,
     ),
     Option(
         "max_held",
-        _positive_int,
+        positive_int,
         20_000,
         "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
         "itself, each slice at its due time",
@@ -316,7 +228,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "exactly_once",
-        _bool,
+        bool_value,
         False,
         "write deliveries, write-backs and rejections in Kafka transactions, each once even across crashes, "
         "for consumers reading with isolation.level=read_committed (the app's ledger topic records what was "
@@ -325,7 +237,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "metrics_port",
-        _port,
+        port_number,
         9464,
         "serve Prometheus metrics at http://<metrics-host>:<port>/metrics; 0 turns them off",
         "PORT",
@@ -342,7 +254,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "state_layout",
-        _choice("wheel"),
+        one_of("wheel"),
         "wheel",
         "how pending schedules are kept: 'wheel' (time buckets per shard, bulk; the only layout since the "
         "per-id one was retired); recorded in the checkpoint",
@@ -350,7 +262,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "shards",
-        _positive_int,
+        positive_int,
         None,
         "state shards of the wheel layout (default: twice --partitions); fixed in the checkpoint at its first run",
         "N",
@@ -377,33 +289,38 @@ FILE_KEYS = {
 }
 
 
+def _default(name: str) -> Any:
+    """An option's default, defined once in OPTIONS: Config's field defaults are read from there."""
+    return OPTION_NAMES[name].default
+
+
 @dataclass(frozen=True)
 class Config:
-    bootstrap_servers: str = "127.0.0.1:9092"
-    inputs: tuple[tuple[str, str], ...] | None = None  # (topic, dialect); None: the native requests topic
-    app_id: str = "kafka-scheduler"
-    checkpoint_dir: str | None = None
-    master: str = "local[2]"
-    trigger_interval: str = "0 milliseconds"
-    partitions: int = 2
-    allowed_destinations: str | None = None
-    max_value_bytes: int = 1_000_000
-    max_ahead_days: int = 36_525
-    history: bool = False
-    max_requests_per_batch: int | None = 500_000
-    driver_memory: str = "1g"
-    state_batches_kept: int = 20
-    state_snapshot_every: int = 10
-    lookahead: int = 3000  # milliseconds
-    cron_min_interval: int = 5000  # milliseconds
-    max_held: int = 20_000
-    exactly_once: bool = False
-    metrics_port: int = 9464  # 0: no metrics server
-    metrics_host: str = "0.0.0.0"
-    admin_token_file: str | None = None  # None: schedules and actions on the status page for loopback only
-    state_layout: str = "wheel"
-    shards: int | None = None  # None: twice the partitions
-    kafka_options: tuple[tuple[str, str], ...] = ()  # (key, value), scoped keys included; see kafka_settings()
+    bootstrap_servers: str = _default("bootstrap_servers")
+    inputs: tuple[tuple[str, str], ...] | None = _default("inputs")  # (topic, dialect); None: the native requests topic
+    app_id: str = _default("app_id")
+    checkpoint_dir: str | None = _default("checkpoint_dir")
+    master: str = _default("master")
+    trigger_interval: str = _default("trigger_interval")  # as Spark's trigger takes it: "N milliseconds"
+    partitions: int = _default("partitions")
+    allowed_destinations: str | None = _default("allowed_destinations")
+    max_value_bytes: int = _default("max_value_bytes")
+    max_ahead_days: int = _default("max_ahead_days")
+    history: bool = _default("history")
+    max_requests_per_batch: int | None = _default("max_requests_per_batch")
+    driver_memory: str = _default("driver_memory")
+    state_batches_kept: int = _default("state_batches_kept")
+    state_snapshot_every: int = _default("state_snapshot_every")
+    lookahead: int = _default("lookahead")  # milliseconds
+    cron_min_interval: int = _default("cron_min_interval")  # milliseconds
+    max_held: int = _default("max_held")
+    exactly_once: bool = _default("exactly_once")
+    metrics_port: int = _default("metrics_port")  # 0: no metrics server
+    metrics_host: str = _default("metrics_host")
+    admin_token_file: str | None = _default("admin_token_file")  # None: the status page's payloads for loopback only
+    state_layout: str = _default("state_layout")
+    shards: int | None = _default("shards")  # None: twice the partitions
+    kafka_options: tuple[tuple[str, str], ...] = _default("kafka_options")  # (key, value), scoped keys included
     # (option name, "--flag", "KAFKA_SCHEDULER_<NAME>" or "<name> in FILE") of each option set explicitly; a Kafka
     # option's entry is named "kafka.<key>". Settings recorded in the checkpoint may replace a default, never an
     # explicit choice (checkpoint.settle_state_settings).
@@ -524,9 +441,9 @@ def add_arguments(parser: argparse.ArgumentParser, names: set[str] | None = None
     for option in OPTIONS:
         if names is not None and option.name not in names:
             continue
-        default = "none" if option.default in (None, ()) else option.default
+        default = shown_default(option)
         # A yes/no option given alone means yes: --exactly-once is --exactly-once=true.
-        switch = {"nargs": "?", "const": "true"} if option.parse is _bool else {}
+        switch = {"nargs": "?", "const": "true"} if option.parse is bool_value else {}
         parser.add_argument(
             option.flag,
             dest=option.name,
@@ -536,6 +453,16 @@ def add_arguments(parser: argparse.ArgumentParser, names: set[str] | None = None
             **switch,
             help=f"{option.help} [env {env_name(option)}; default {default}]",
         )
+
+
+def shown_default(option: Option) -> str:
+    """An option's default as a user would write it: '3s', 'false', 'none'."""
+    if option.default in (None, ()):
+        return "none"
+    shown = option.show(option.default)
+    if isinstance(shown, bool):
+        return "true" if shown else "false"
+    return str(shown)
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -54,6 +54,16 @@ GRACEFUL_STOP_TIMEOUT_S = 120.0
 TICK_TRIM_EVERY = 100  # batches
 
 
+def topics_line(checked: list[str], created: list[str]) -> str:
+    """The start-up line naming every topic the job checked or created, and which it created."""
+    existing = [topic for topic in checked if topic not in created]
+    if not created:
+        return f"topics: {', '.join(checked)} (exist)"
+    return f"topics: {', '.join(checked)} (created {', '.join(created)}" + (
+        f"; already there: {', '.join(existing)})" if existing else ")"
+    )
+
+
 class Scheduler:
     """Runs the query until stopped; ``stop()`` lets the batch in flight finish first."""
 
@@ -185,7 +195,7 @@ class Scheduler:
         created += ensure_topics(
             admin, [config.ticks_topic], 1, config={"retention.ms": "-1", "segment.ms": str(600_000)}
         )
-        log.info("topics: %s%s", ", ".join(wanted), f" (created {', '.join(created)})" if created else " (exist)")
+        log.info("%s", topics_line([*foreign, *wanted, config.ticks_topic], created))
         resumed = last_committed_batch(config.checkpoint_dir)
         log.info(
             "checkpoint: %s (%s)",

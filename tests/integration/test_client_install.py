@@ -1,8 +1,8 @@
 """`pip install kafka-scheduler` without extras: the client, the encoders and the request commands, with
-confluent-kafka only. The wheel and the sdist are built from this checkout (`python -m build`), the wheel is
-installed into a new virtualenv (no system site packages, no extras), and from there the CLI and
-``SchedulerClient`` send requests to the real broker; the records are read back here. Spark, pandas and pyarrow
-must not be installed there, and the commands that need them must say so in one line.
+confluent-kafka and croniter (a cron is checked before it is sent). The wheel and the sdist are built from this
+checkout (`python -m build`), the wheel is installed into a new virtualenv (no system site packages, no extras), and
+from there the CLI and ``SchedulerClient`` send requests to the real broker; the records are read back here. Spark,
+pandas, pyarrow and numpy must not be installed there, and the commands that need them must say so in one line.
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ def venv(dist, tmp_path_factory) -> Path:
             "--no-input",
             str(only(dist, "*.whl")),
         ],
+        # Not this checkout's PYTHONPATH: its src/ holds the egg-info the build left, which pip would take for the
+        # package installed already.
+        env={name: value for name, value in os.environ.items() if name != "PYTHONPATH"},
         check=True,
         timeout=600,
     )
@@ -98,7 +101,7 @@ def site_packages(venv: Path) -> Path:
     return only(venv / "lib", "python3*/site-packages")
 
 
-def test_the_client_install_brings_confluent_kafka_only(venv):
+def test_the_client_install_brings_confluent_kafka_and_croniter_only(venv):
     probe = in_venv(
         venv,
         "python",
@@ -120,7 +123,8 @@ def test_the_client_install_brings_confluent_kafka_only(venv):
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout)
     assert found["missing"] == list(SERVER_ONLY)  # none of them is importable there
-    assert found["installed"] == ["confluent-kafka", "kafka-scheduler"]
+    # croniter brings python-dateutil, which brings tzdata (time zones where the system has none): all pure Python.
+    assert found["installed"] == ["confluent-kafka", "croniter", "kafka-scheduler", "python-dateutil", "tzdata"]
     size = sum(p.stat().st_size for p in site_packages(venv).rglob("*") if p.is_file())
     print(f"client-only site-packages: {size / 1e6:.1f} MB")
     assert size < 60e6, f"{size / 1e6:.0f} MB"  # PySpark alone is over 400 MB
@@ -164,6 +168,43 @@ def test_server_commands_name_the_missing_extra(venv, command):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"kafka-scheduler {command}: error: needs the server install (pyspark, "), lines[0]
     assert lines[0].endswith(INSTALL), lines[0]
+
+
+def test_a_cron_the_job_would_reject_is_refused_with_the_jobs_reason(venv):
+    result = in_venv(
+        venv,
+        "kafka-scheduler",
+        "schedule",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--to",
+        "out",
+        "--cron",
+        "0 9 * * *",
+        "--timezone",
+        "Europe/Pariss",
+        "--id",
+        "c",
+    )
+    assert (result.returncode, result.stdout) == (2, ""), result
+    assert result.stderr == (
+        "kafka-scheduler schedule: error: unknown time zone 'Europe/Pariss' (expected an IANA name like Europe/Paris)\n"
+    )
+    result = in_venv(
+        venv,
+        "kafka-scheduler",
+        "schedule",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--to",
+        "out",
+        "--id",
+        "c",
+        "--cron",
+        "* * * * * */2",
+    )
+    assert (result.returncode, result.stdout) == (2, ""), result
+    assert "fires every 2s at times, more often than the minimum interval 5s (--cron-min-interval)" in result.stderr
 
 
 def test_sky_avro_without_fastavro_names_the_avro_extra(venv):

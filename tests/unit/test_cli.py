@@ -451,7 +451,21 @@ def test_recurring_schedules_are_commands_too(capsys):
     "argv,fragment",
     [
         (["schedule", "--to", "x", "--cron", "@hourly"], "--cron needs --id"),
-        (["schedule", "--to", "x", "--cron", "* * *", "--id", "c"], "invalid cron expression"),
+        (["schedule", "--to", "x", "--cron", "* * *", "--id", "c"], "invalid x-scheduler-cron-expr '* * *'"),
+        (["schedule", "--to", "x", "--cron", "0 0 30 2 *", "--id", "c"], "'0 0 30 2 *': it never fires"),
+        (
+            ["schedule", "--to", "x", "--cron", "@daily", "--timezone", "Europe/Pari", "--id", "c"],
+            "unknown time zone 'Europe/Pari'",
+        ),
+        (
+            ["schedule", "--to", "x", "--cron", "* * * * * *", "--id", "c"],
+            "fires every 1s at times, more often than the minimum interval 5s (--cron-min-interval); 5s is the "
+            "job's default: if the job runs with another --cron-min-interval, give it here too",
+        ),
+        (
+            ["schedule", "--to", "x", "--cron", "* * * * * */2", "--id", "c", "--cron-min-interval", "3s"],
+            "fires every 2s at times, more often than the minimum interval 3s (--cron-min-interval)",
+        ),
         (["schedule", "--to", "x", "--cron", "@hourly", "--at", "+1m", "--id", "c"], "--at and --cron"),
         (["schedule", "--to", "x", "--at", "+1m", "--timezone", "Europe/Paris"], "--timezone is for a recurring"),
         (["schedule", "--to", "x", "--at", "+1m", "--max-lateness", "soon"], "max lateness 'soon'"),
@@ -471,10 +485,52 @@ def test_recurring_schedules_are_commands_too(capsys):
             ],
             "no recurring schedules",
         ),
-        (["pause", "--id", "c", "--dialect", "etf1", "--requests-topic", "s"], "no recurring schedules"),
+        (["cancel", "--cron", "--id", "c", "--dialect", "etf1", "--requests-topic", "s"], "no recurring schedules"),
     ],
 )
 def test_bad_recurring_requests_fail_with_one_line_before_any_connection(capsys, argv, fragment):
     code, out, err = run(capsys, [*argv, *NO_KAFKA])
     assert code == 2 and out == ""
     assert fragment in one_line_error(err, argv[0])
+
+
+def test_a_cron_within_the_jobs_minimum_is_sent(capsys, monkeypatch, produced):
+    """With the job's minimum given (here through its variable, as the job reads it), a cron within it is sent."""
+    monkeypatch.setenv("KAFKA_SCHEDULER_CRON_MIN_INTERVAL", "2s")
+    code, out, err = run(capsys, ["schedule", "--to", "x", "--cron", "* * * * * */2", "--id", "c"])
+    assert (code, err) == (0, "") and out.startswith("sent cron id=c")
+    assert dict(produced[0]["headers"])["x-scheduler-cron-expr"] == b"* * * * * */2"
+
+
+def option_help(help_text: str, flag: str) -> str:
+    """The help of one option of a --help page, on one line."""
+    lines = help_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(flag + " "))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("  -")), len(lines))
+    return " ".join(" ".join(lines[start:end]).split())
+
+
+def test_run_help_shows_defaults_as_they_are_written(capsys):
+    code, out, _ = run(capsys, ["run", "--help"])
+    assert code == 0
+    for flag, default in (
+        ("--trigger-interval", "0s"),
+        ("--lookahead", "3s"),
+        ("--cron-min-interval", "5s"),
+        ("--history", "false"),
+        ("--max-held", "20000"),
+    ):
+        assert option_help(out, flag).endswith(f"; default {default}]"), option_help(out, flag)
+    assert "milliseconds" not in out
+
+
+@pytest.mark.parametrize("command", ["pause", "resume"])
+def test_cron_actions_offer_no_dialect(capsys, command, monkeypatch, produced):
+    code, out, _ = run(capsys, [command, "--help"])
+    assert code == 0 and "--dialect" not in out and "--requests-topic" in out
+    code, _, err = run(capsys, [command, "--id", "c", "--dialect", "etf1"])
+    assert code == 2 and "unrecognized arguments: --dialect etf1" in err
+    monkeypatch.setenv("KAFKA_SCHEDULER_DIALECT", "karafka")  # native whatever the variable says
+    code, out, err = run(capsys, [command, "--id", "c"])
+    assert (code, err, out) == (0, "", f"sent cron {command} id=c\n")
+    assert produced[0]["topic"] == "kafka-scheduler-schedule-requests"

@@ -424,8 +424,10 @@ def test_a_bad_cron_is_refused_before_sending(fake_producer):
 
     with SchedulerClient("b:9092") as client:
         for kwargs, message in [
-            (dict(expr="* * *"), "invalid cron expression"),
+            (dict(expr="* * *"), "invalid x-scheduler-cron-expr '\\* \\* \\*' \\(expected a cron expression"),
             (dict(expr=""), "needs an expression"),
+            (dict(expr="0 0 30 2 *"), "it never fires"),
+            (dict(expr="@hourly", timezone="Mars/Olympus"), "unknown time zone 'Mars/Olympus'"),
             (dict(expr="@hourly", missed="later"), "use replay or skip"),
             (
                 dict(expr="@hourly", start_at="2026-02-01T00:00:00Z", end_at="2026-01-01T00:00:00Z"),
@@ -435,3 +437,28 @@ def test_a_bad_cron_is_refused_before_sending(fake_producer):
             with pytest.raises(RequestError, match=message):
                 client.cron("out", request_id="c", **kwargs)
     assert fake_producer.instances[0].produced == []
+
+
+def test_a_cron_is_checked_against_the_jobs_minimum_interval_with_the_jobs_words(fake_producer):
+    """The job rejects a cron that fires more often than its --cron-min-interval (engine/rules/cron.py problem); the
+    client refuses it first, in the same words, naming the job's default when it was not told the job's setting."""
+    from kafka_scheduler.client.scheduler_client import SchedulerClient
+    from kafka_scheduler.engine.rules.cron import problem
+
+    every_two_seconds = "* * * * * */2"
+    with SchedulerClient("b:9092") as client, pytest.raises(RequestError) as refused:
+        client.cron("out", every_two_seconds, request_id="c")
+    assert str(refused.value).startswith(problem(every_two_seconds, None, 5000) + "; 5s is the job's default")
+    assert fake_producer.instances[0].produced == []
+
+    with SchedulerClient("b:9092", cron_min_interval="3s") as client, pytest.raises(RequestError) as refused:
+        client.cron("out", every_two_seconds, request_id="c")
+    assert str(refused.value) == problem(every_two_seconds, None, 3000)
+
+    for setting in ("2s", 2000, timedelta(seconds=1)):
+        with SchedulerClient("b:9092", cron_min_interval=setting) as client:
+            client.cron("out", every_two_seconds, request_id="c")
+    assert len(fake_producer.instances[-1].produced) == 1
+    too_small = "minimum interval '0.5s': expected a duration of at least 1s"
+    with SchedulerClient("b:9092", cron_min_interval="0.5s") as client, pytest.raises(RequestError, match=too_small):
+        client.cron("out", "@hourly", request_id="c")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import fields
 
 import pytest
 
@@ -30,6 +31,12 @@ def test_defaults_with_no_flags_and_no_environment():
     assert config.max_requests_per_batch == 500_000
     assert config.lookahead == 3000 and config.max_held == 20_000
     assert config.state_layout == "wheel" and config.shards == 4
+
+
+def test_the_defaults_are_the_options_and_config_cannot_disagree():
+    """Each default is defined once, in OPTIONS; Config's field defaults are read from there."""
+    own = ("given", "catch_up_first")  # not options: what resolve() found, and the job's start-up state
+    assert {f.name: f.default for f in fields(Config) if f.name not in own} == {o.name: o.default for o in OPTIONS}
 
 
 def test_resolve_without_namespace_uses_environment():

@@ -67,3 +67,19 @@ def test_librdkafka_lines_go_to_debug(caplog):
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("DEBUG", "FAIL [rdkafka#producer-1] thrd: Connect failed")
     ]
+
+
+def test_a_line_nothing_is_known_of_shows_unless_it_continues_a_noisy_record():
+    noise = EngineNoiseFilter()
+    lines = {
+        "Streaming TransformWithStateInPandas Python worker Completed execution of UDF: <f>.": False,
+        "": False,  # the banner's blank line
+        "/venv/pandas/core/frame.py:1: FutureWarning: something the worker's code does": True,  # not the banner's
+        "18:30:02 WARN TaskSetManager: Lost task 0.0 in stage 1.0": False,
+        "java.io.IOException: the warning's own exception": False,
+        "\tat org.apache.spark.Foo.bar(Foo.scala:1)": False,
+        'Exception in thread "main" java.lang.IllegalStateException: the JVM\'s last words': True,
+        "WARNING: A terminally deprecated method in sun.misc.Unsafe has been called": False,
+        "Terminating due to java.lang.OutOfMemoryError: Java heap space": True,
+    }
+    assert {line: noise.shows(line) for line in lines} == lines

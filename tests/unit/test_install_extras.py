@@ -1,4 +1,4 @@
-"""Two installs: `pip install kafka-scheduler` (the client and the request commands, confluent-kafka only) and
+"""Two installs: `pip install kafka-scheduler` (the client and the request commands: confluent-kafka and croniter) and
 `pip install "kafka-scheduler[server]"` (the job). Here without building anything: the server's modules are hidden
 from a child Python, which must still send requests and must name the missing extra for the job's commands; and
 the Spark connector jars a pip-installed server downloads, from a fake Maven repository.
@@ -69,7 +69,7 @@ def test_a_server_command_without_the_server_names_the_extra(command):
     assert result.stdout == ""
     assert result.stderr == (
         f"kafka-scheduler {command}: error: needs the server install (pyspark, pandas, pyarrow, "
-        f'protobuf, prometheus-client, croniter missing): pip install "kafka-scheduler[server]"\n'
+        f'protobuf, prometheus-client missing): pip install "kafka-scheduler[server]"\n'
     )
 
 
@@ -117,6 +117,11 @@ def test_the_client_and_the_request_commands_work_without_the_server():
         code, out, err = cli("schedule", "--dialect", "sky-avro", "--requests-topic", "s", "--id", "r", "--to", "out",
                              "--at", "+1m", "--bootstrap-servers", "127.0.0.1:1")
         assert (code, out) == (2, "") and err.count("\\n") == 1 and "kafka-scheduler[avro]" in err, (code, err)
+
+        # A cron is checked with the job's rules (croniter; numpy, the job's, is not needed for it).
+        code, out, err = cli("schedule", "--to", "out", "--cron", "* * * * * *", "--id", "c",
+                             "--bootstrap-servers", "127.0.0.1:1")
+        assert (code, out) == (2, "") and "more often than the minimum interval 5s" in err, (code, err)
 
         with SchedulerClient("127.0.0.1:1", app_id="billing") as client:  # connects only to send
             assert client.requests_topic == "billing-schedule-requests"

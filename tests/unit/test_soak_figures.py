@@ -1,6 +1,6 @@
-"""bench soak's figures on a hand-made ledger (bench/soak.py): the windows (lateness, early, lost, stale and cancelled
-versions with the crash suite's committed-in-time rule), the herds, flatness, the verdicts, and the PNG chart drawn
-from a result file. The scenario itself (a broker and the job for a short --duration) is
+"""bench soak's figures on a hand-made ledger (bench/soak_figures.py): the windows (lateness, early, lost, stale and
+cancelled versions with the crash suite's committed-in-time rule), the herds, flatness, the verdicts, and the PNG
+chart drawn from a result file. The scenario itself (a broker and the job for a short --duration) is
 tests/integration/test_soak.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 
 from PIL import Image
 
-from bench.soak import FOLLOW_CANCEL, FOLLOW_REPLACE, Ledger, chart, growth, summarize, window_figures
+from bench.soak_figures import FOLLOW_CANCEL, FOLLOW_REPLACE, Ledger, chart, growth, summarize, window_figures
 
 T0 = 1_000_000.0  # seconds
 T0_MS = int(T0 * 1000)

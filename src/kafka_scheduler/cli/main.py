@@ -1,4 +1,6 @@
-"""The ``kafka-scheduler`` command."""
+"""The ``kafka-scheduler`` command: its parser, the job's commands (run, submit, config, broker, demo, bench, chaos),
+and how a command's output and errors reach the user. The request commands are in request_commands.py, inspect and
+list in checkpoint_commands.py."""
 
 from __future__ import annotations
 
@@ -8,14 +10,14 @@ import logging
 import os
 import signal
 import sys
-import textwrap
 import threading
 from collections.abc import Sequence
-from datetime import UTC
 from pathlib import Path
 
 from .. import __version__
-from ..config import ConfigError, add_arguments, check_kafka_settings, kafka_settings, resolve
+from ..config import OPTION_NAMES, ConfigError, add_arguments, check_kafka_settings, env_name, resolve, shown_default
+from . import checkpoint_commands, request_commands
+from .command_line import CommandError, OneLineErrorParser
 
 DESCRIPTION = """\
 Delayed delivery for Apache Kafka: send a request now, and the scheduler delivers
@@ -49,17 +51,6 @@ reach every client: --kafka-option KEY=VALUE. Every option: docs/configuration.m
 """
 
 
-class OneLineErrorParser(argparse.ArgumentParser):
-    """Bad arguments: one line naming the problem, no usage dump and no traceback."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-class CommandError(Exception):
-    pass
-
-
 # The commands that run Spark (bench and chaos drive the job too), and what they import beyond the client's
 # confluent-kafka: the modules of the [server] extra of pyproject.toml (module: distribution).
 SERVER_COMMANDS = ("run", "submit", "inspect", "list", "demo", "bench", "chaos")
@@ -69,7 +60,6 @@ SERVER_MODULES = {
     "pyarrow": "pyarrow",
     "google.protobuf": "protobuf",
     "prometheus_client": "prometheus-client",
-    "croniter": "croniter",
 }
 
 
@@ -130,103 +120,6 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- inspect
-
-
-def _instant_ms(text: str, flag: str) -> int:
-    from datetime import datetime
-
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise CommandError(f"{flag} {text!r}: expected an ISO-8601 instant, e.g. 2026-12-24T18:00:00Z") from None
-    if moment.tzinfo is None:
-        raise CommandError(f"{flag} {text!r}: give a time zone (Z or +01:00)")
-    return int(moment.astimezone(UTC).timestamp() * 1000)
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    import time
-
-    from ..config import Config
-    from ..engine.spark.checkpoint import last_committed_batch
-    from ..engine.spark.session import build_session
-    from ..ops.inspection import Filters, inspect_checkpoint, render_json, render_table
-
-    checkpoint_dir = args.checkpoint_dir or Config(app_id=args.app_id).checkpoint_dir
-    if not os.path.isdir(checkpoint_dir) and "://" not in checkpoint_dir:
-        raise CommandError(f"no checkpoint at {checkpoint_dir} (--checkpoint-dir)")
-    filters = Filters(
-        ids=tuple(args.id),
-        destination=args.destination,
-        input_topic=args.input_topic,
-        due_from_ms=_instant_ms(args.due_from, "--from") if args.due_from else None,
-        due_until_ms=_instant_ms(args.due_until, "--to") if args.due_until else None,
-    )
-    batch = last_committed_batch(checkpoint_dir)
-    if batch is None:
-        raise CommandError(f"checkpoint {checkpoint_dir} has no committed batch yet: nothing to inspect")
-    logging.getLogger(__name__).info("inspect: starting Spark to read %s (batch %d)", checkpoint_dir, batch)
-    spark = build_session(Config(master="local[1]", app_id=args.app_id, checkpoint_dir=checkpoint_dir))
-    try:
-        found = inspect_checkpoint(spark, checkpoint_dir, filters, int(time.time() * 1000), batch, args.limit)
-    finally:
-        spark.stop()
-    print(render_json(found) if args.format == "json" else render_table(found, filters))
-    return 0
-
-
-# ---------------------------------------------------------------- list
-
-
-def cmd_list(args: argparse.Namespace) -> int:
-    import json
-    import time
-
-    from ..config import Config
-    from ..engine.spark.checkpoint import last_committed_batch
-    from ..engine.spark.session import build_session
-    from ..ops.listing import BadPageToken, StateSource, list_query, list_schedules, render_table
-
-    values = {
-        "due_after": args.due_after,
-        "due_before": args.due_before,
-        "destination": args.destination,
-        "id_prefix": args.id_prefix,
-        "kind": args.kind,
-        "limit": args.limit,
-        "page_token": args.page_token,
-    }
-    try:
-        filters, limit, cursor = list_query(values)
-    except BadPageToken as exc:
-        raise CommandError(f"--page-token: {exc}") from None
-    except ValueError as exc:
-        raise CommandError("--" + str(exc).replace("_", "-", 1)) from None
-    checkpoint_dir = args.checkpoint_dir or Config(app_id=args.app_id).checkpoint_dir
-    if not os.path.isdir(checkpoint_dir) and "://" not in checkpoint_dir:
-        raise CommandError(f"no checkpoint at {checkpoint_dir} (--checkpoint-dir)")
-    batch = last_committed_batch(checkpoint_dir)
-    if batch is None:
-        raise CommandError(f"checkpoint {checkpoint_dir} has no committed batch yet: nothing to list")
-    logging.getLogger(__name__).info("list: starting Spark to read %s (batch %d)", checkpoint_dir, batch)
-    spark = build_session(Config(master="local[1]", app_id=args.app_id, checkpoint_dir=checkpoint_dir))
-    try:
-        as_of_ms = int(time.time() * 1000)
-        started = time.monotonic()
-        found = list_schedules(StateSource(spark, checkpoint_dir, batch), filters, limit, cursor, as_of_ms, batch)
-        logging.getLogger(__name__).info(
-            "list: page read in %.1fs (%d time buckets; %s)",
-            time.monotonic() - started,
-            found.buckets_read,
-            ", ".join(f"{k} {v:.1f}s" for k, v in found.phases_s.items()),
-        )
-    finally:
-        spark.stop()
-    print(json.dumps(found.to_json(), indent=2) if args.format == "json" else render_table(found))
-    return 0
-
-
 # ---------------------------------------------------------------- broker
 
 
@@ -247,212 +140,6 @@ def cmd_broker(args: argparse.Namespace) -> int:
     logging.info("broker: stopping")
     broker.stop()
     logging.info("broker: stopped")
-    return 0
-
-
-# ---------------------------------------------------------------- client commands
-
-
-def _client(args: argparse.Namespace):
-    from ..client.scheduler_client import SchedulerClient
-
-    config = resolve(args)
-    check_kafka_settings(config)
-    # librdkafka's own connection chatter would break the one-line error rule; failures still surface.
-    return SchedulerClient(
-        config.bootstrap_servers,
-        app_id=config.app_id,
-        producer_config={**kafka_settings(config), "log_level": 0},
-        dialect=args.dialect,
-        requests_topic=args.requests_topic,
-    )
-
-
-def _check_dialect(args: argparse.Namespace) -> None:
-    """Dialect options that do not fit together: one line, before any connection."""
-    from ..client.encoders import DIALECTS
-
-    if args.dialect not in DIALECTS:  # only reachable through the environment variable
-        raise CommandError(f"KAFKA_SCHEDULER_DIALECT={args.dialect!r}: use one of {', '.join(DIALECTS)}")
-    if args.dialect != "karafka":
-        for flag, value in (
-            ("--partition", getattr(args, "partition", None)),
-            ("--partition-key", getattr(args, "partition_key", None)),
-        ):
-            if value is not None:
-                raise CommandError(f"{flag} is only supported with --dialect karafka (not {args.dialect})")
-    if args.dialect != "native":
-        if args.requests_topic is None:
-            raise CommandError(
-                f"--requests-topic is required with --dialect {args.dialect}: the topic the "
-                f"scheduler reads as a {args.dialect} input (e.g. schedules)"
-            )
-        if args.id is None:
-            raise CommandError(f"--id is required with --dialect {args.dialect}: the request id is the record key")
-    if getattr(args, "partition", None) is not None and args.partition < 0:
-        raise CommandError(f"--partition {args.partition}: must be 0 or more")
-
-
-def _headers(pairs: Sequence[str]) -> list[tuple[str, str]]:
-    headers = []
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise CommandError(f"--header {pair!r}: expected NAME=VALUE")
-        headers.append((name, value))
-    return headers
-
-
-def _value(args: argparse.Namespace) -> bytes | None:
-    if args.value_file is not None:
-        try:
-            return Path(args.value_file).read_bytes()
-        except OSError as exc:
-            raise CommandError(f"--value-file: {exc.strerror}: {args.value_file}") from None
-    return None if args.value is None else args.value.encode()
-
-
-def _via(args: argparse.Namespace) -> str:
-    return "" if args.dialect == "native" else f" ({args.dialect} on {args.requests_topic})"
-
-
-def cmd_schedule(args: argparse.Namespace) -> int:
-    from ..client.scheduler_client import encode, format_instant, parse_due
-
-    if getattr(args, "cron", None) is not None:
-        return _schedule_cron(args)
-    for flag, value in (
-        ("--timezone", getattr(args, "timezone", None)),
-        ("--missed", getattr(args, "missed", None)),
-        ("--start-at", getattr(args, "start_at", None)),
-        ("--end-at", getattr(args, "end_at", None)),
-    ):
-        if value is not None:
-            raise CommandError(f"{flag} is for a recurring schedule: give --cron EXPR")
-    if args.at is None:
-        raise CommandError("give --at WHEN (or --cron EXPR for a recurring schedule)")
-    action = "REPLACE" if args.command == "replace" else "ADD"
-    _check_dialect(args)
-    # Everything is checked before a connection is opened, so bad input costs one line and no network.
-    due, headers, value = parse_due(args.at), _headers(args.header), _value(args)
-    encode(
-        args.dialect,
-        action,
-        request_id=args.id,
-        topic=args.to,
-        due=due,
-        key=args.key,
-        value=value,
-        headers=headers,
-        target_partition=args.partition,
-        partition_key=args.partition_key,
-        max_lateness=args.max_lateness,
-    )
-    with _client(args) as client:
-        due = client.schedule(
-            args.to,
-            due,
-            value=value,
-            key=args.key,
-            headers=headers,
-            request_id=args.id,
-            action=action,
-            target_partition=args.partition,
-            partition_key=args.partition_key,
-            max_lateness=args.max_lateness,
-        )
-    ident = f" id={args.id}" if args.id else ""
-    print(
-        f"sent {action.lower() if action == 'REPLACE' else 'schedule'}{ident}{_via(args)}: deliver to {args.to} "
-        f"at {format_instant(due)}"
-    )
-    return 0
-
-
-def _schedule_cron(args: argparse.Namespace) -> int:
-    from ..client.scheduler_client import encode_cron, parse_due
-
-    if args.at is not None:
-        raise CommandError("--at and --cron do not go together: a recurring schedule fires at its expression's times")
-    if args.dialect != "native":
-        raise CommandError(f"--cron: the {args.dialect} dialect has no recurring schedules (native only)")
-    if args.id is None:
-        raise CommandError("--cron needs --id: the cron's id, to pause, resume, replace or cancel it")
-    if args.partition is not None or args.partition_key is not None:
-        raise CommandError("--partition and --partition-key are karafka only")
-    headers, value = _headers(args.header), _value(args)
-    start = None if args.start_at is None else parse_due(args.start_at)
-    end = None if args.end_at is None else parse_due(args.end_at)
-    encode_cron(
-        "native",
-        "add",
-        request_id=args.id,
-        topic=args.to,
-        expr=args.cron,
-        key=args.key,
-        value=value,
-        headers=headers,
-        timezone=args.timezone,
-        missed=args.missed,
-        start_at=start,
-        end_at=end,
-        max_lateness=args.max_lateness,
-    )
-    with _client(args) as client:
-        client.cron(
-            args.to,
-            args.cron,
-            value=value,
-            key=args.key,
-            headers=headers,
-            request_id=args.id,
-            timezone=args.timezone,
-            missed=args.missed,
-            start_at=start,
-            end_at=end,
-            max_lateness=args.max_lateness,
-        )
-    extra = "".join(
-        f", {name} {value}"
-        for name, value in (
-            ("in", args.timezone),
-            ("missed", args.missed),
-            ("from", args.start_at),
-            ("until", args.end_at),
-            ("max lateness", args.max_lateness),
-        )
-        if value
-    )
-    print(f"sent cron id={args.id}: deliver to {args.to} at every '{args.cron}'{extra}")
-    return 0
-
-
-def cmd_cancel(args: argparse.Namespace) -> int:
-    from ..client.scheduler_client import encode, encode_cron
-
-    _check_dialect(args)
-    if getattr(args, "cron", False):
-        encode_cron(args.dialect, "cancel", request_id=args.id)
-        with _client(args) as client:
-            client.cancel(args.id, cron=True)
-        print(f"sent cron cancel id={args.id}")
-        return 0
-    encode(args.dialect, "CANCEL", request_id=args.id)
-    with _client(args) as client:
-        client.cancel(args.id)
-    print(f"sent cancel id={args.id}{_via(args)}")
-    return 0
-
-
-def cmd_cron_action(args: argparse.Namespace) -> int:
-    """pause, resume."""
-    from ..client.scheduler_client import encode_cron
-
-    _check_dialect(args)
-    encode_cron(args.dialect, args.command, request_id=args.id)
-    with _client(args) as client:
-        getattr(client, args.command)(args.id)
-    print(f"sent cron {args.command} id={args.id}")
     return 0
 
 
@@ -502,121 +189,20 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 
 
-def _sender_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where requests go: the servers, the app and the Kafka options, as for `run` (flags, variables, --config)."""
-    add_arguments(parser, names={"config", "bootstrap_servers", "app_id", "kafka_options"})
-
-
 def _client_arguments(parser: argparse.ArgumentParser) -> None:
+    servers, app_id = OPTION_NAMES["bootstrap_servers"], OPTION_NAMES["app_id"]
     parser.add_argument(
-        "--bootstrap-servers",
-        default=os.environ.get("KAFKA_SCHEDULER_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-        metavar="HOST:PORT",
-        help="Kafka bootstrap servers [env KAFKA_SCHEDULER_BOOTSTRAP_SERVERS; default 127.0.0.1:9092]",
+        servers.flag,
+        default=os.environ.get(env_name(servers), servers.default),
+        metavar=servers.metavar,
+        help=f"Kafka bootstrap servers [env {env_name(servers)}; default {shown_default(servers)}]",
     )
     parser.add_argument(
-        "--app-id",
-        default=os.environ.get("KAFKA_SCHEDULER_APP_ID", "kafka-scheduler"),
-        metavar="ID",
+        app_id.flag,
+        default=os.environ.get(env_name(app_id), app_id.default),
+        metavar=app_id.metavar,
         help="the scheduler's app id: requests go to <app-id>-schedule-requests "
-        "[env KAFKA_SCHEDULER_APP_ID; default kafka-scheduler]",
-    )
-
-
-DIALECT_HELP = """\
-dialects (--dialect):
-  native    x-scheduler-* headers on <app-id>-schedule-requests (the default)
-  karafka   Karafka envelope: key = id, schedule_* headers; due time in whole seconds
-  etf1      ETF1 schedule: key = id, scheduler-* headers; due time in whole seconds;
-            a null value cancels, so --value or --value-file is needed
-  sky-avro  Sky schedule: key = id, value = Avro binary (no magic byte)
-  sky-json  Sky schedule: key = id, value = JSON with base64 key, value and headers
-Every dialect but native needs --id (the record key) and --requests-topic (the topic
-the scheduler reads with that dialect: `run --input TOPIC:DIALECT`; it must exist).
-Karafka and ETF1 carry Unix seconds: the due time is rounded up to the next second,
-so it is never early. A replace in those dialects is the same record as a schedule
-(the latest record for an id wins); a cancel is the id with a null value.
-"""
-
-
-def _dialect_arguments(parser: argparse.ArgumentParser, message: bool) -> None:
-    from ..client.encoders import DIALECTS
-
-    parser.add_argument(
-        "--dialect",
-        default=os.environ.get("KAFKA_SCHEDULER_DIALECT", "native"),
-        choices=DIALECTS,
-        metavar="{" + ",".join(DIALECTS) + "}",
-        help="wire format of the request (see below) [env KAFKA_SCHEDULER_DIALECT; default native]",
-    )
-    parser.add_argument(
-        "--requests-topic",
-        metavar="TOPIC",
-        help="topic to write the request to [default <app-id>-schedule-requests for native; "
-        "required for the other dialects]",
-    )
-    if message:
-        parser.add_argument("--partition", type=int, metavar="N", help="karafka only: deliver to partition N of --to")
-        parser.add_argument(
-            "--partition-key",
-            metavar="TEXT",
-            help="karafka only: pick the delivery partition by hashing TEXT (Kafka's murmur2 "
-            "partitioner), without making it the key",
-        )
-
-
-def _message_arguments(parser: argparse.ArgumentParser, id_required: bool, cron: bool = False) -> None:
-    parser.add_argument("--to", required=True, metavar="TOPIC", help="destination topic")
-    parser.add_argument(
-        "--at",
-        required=not cron,
-        metavar="WHEN",
-        help="due time: ISO-8601 with a zone (2026-05-24T12:30:00Z, ...+02:00) or relative "
-        "(+30s, +5m, +2h, +1d)" + (" (or --cron for a recurring schedule)" if cron else ""),
-    )
-    if cron:
-        recurring = parser.add_argument_group("recurring schedules (native only; Kaspr's CRON_ADD)")
-        recurring.add_argument(
-            "--cron",
-            metavar="EXPR",
-            help="deliver at every firing of this cron expression instead of --at: five fields, "
-            "or six with the seconds last ('* * * * * */5': every 5 s), or an alias "
-            "(@hourly); --id names the cron",
-        )
-        recurring.add_argument(
-            "--timezone", metavar="ZONE", help="IANA time zone of the expression (Europe/Paris; default UTC)"
-        )
-        recurring.add_argument(
-            "--missed",
-            choices=("replay", "skip"),
-            help="firings missed while the job was down or the cron paused: replay (the default: "
-            "delivered at once, in order) or skip",
-        )
-        recurring.add_argument("--start-at", metavar="WHEN", help="no firing before this instant")
-        recurring.add_argument("--end-at", metavar="WHEN", help="no firing after this instant")
-    parser.add_argument(
-        "--max-lateness",
-        metavar="DURATION",
-        help="native only: not delivered (rejected as expired) if it would go out later than this "
-        "after its due time (each firing's, for a cron): 10m, 1h30m, PT10M or milliseconds",
-    )
-    parser.add_argument("--key", help="key of the delivered record (default: none)")
-    value = parser.add_mutually_exclusive_group()
-    value.add_argument("--value", help="value of the delivered record (default: null, a tombstone)")
-    value.add_argument("--value-file", metavar="FILE", help="read the value's bytes from FILE")
-    parser.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a header of the delivered record; repeat for more",
-    )
-    parser.add_argument(
-        "--id",
-        required=id_required,
-        metavar="ID",
-        help="request id, to replace or cancel the schedule later"
-        + ("" if id_required else " (optional for native; the other dialects need it)"),
+        f"[env {env_name(app_id)}; default {shown_default(app_id)}]",
     )
 
 
@@ -699,83 +285,6 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
     submit.add_argument("--from-beginning", action="store_true", help="as for run: rebuild from the input topics")
     submit.set_defaults(handler=cmd_submit)
 
-    inspect = commands.add_parser(
-        "inspect",
-        help="pending schedules read from a checkpoint",
-        description="Read the pending schedules straight from a checkpoint with Spark's state data source, whether "
-        "the job runs or not (it reads the last committed batch): how many match, how many fall due "
-        "per hour (next 48 hours) and per day (next 30 days), and the first ones in full (key, value, "
-        "headers, due time, delivery id). Starts a local Spark session (a few seconds).",
-    )
-    inspect.add_argument("--checkpoint-dir", metavar="DIR", help="the job's checkpoint (default checkpoints/<app-id>)")
-    inspect.add_argument(
-        "--app-id",
-        default="kafka-scheduler",
-        metavar="ID",
-        help="the app whose default checkpoint to read (default kafka-scheduler)",
-    )
-    inspect.add_argument(
-        "--id",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="only the schedule with this request id (repeat for more); shown in full",
-    )
-    inspect.add_argument("--destination", metavar="TOPIC", help="only schedules delivered to this topic")
-    inspect.add_argument("--input-topic", metavar="TOPIC", help="only schedules requested on this input topic")
-    inspect.add_argument(
-        "--from", dest="due_from", metavar="TIME", help="only schedules due at or after this ISO-8601 instant"
-    )
-    inspect.add_argument("--to", dest="due_until", metavar="TIME", help="only schedules due before this instant")
-    inspect.add_argument(
-        "--limit",
-        type=int,
-        default=20,
-        metavar="N",
-        help="show at most N schedules, those due first (default 20; 0: counts only)",
-    )
-    inspect.add_argument("--format", choices=("table", "json"), default="table", help="output (default table)")
-    inspect.set_defaults(handler=cmd_inspect)
-
-    listing = commands.add_parser(
-        "list",
-        help="pending schedules read from a checkpoint, a page at a time",
-        description="List the pending schedules of a checkpoint by due time (then delivery id), one page at a time, "
-        "read with Spark's state data source whether the job runs or not (the last committed batch; a "
-        "local Spark session starts, a few seconds): one-shots and recurring schedules (their next "
-        "firing, with the cron's definition). Each page ends with the token of the next one: give it "
-        "to --page-token with the same filters. The state may move on between pages: no schedule is "
-        "listed twice, one pending all along is listed once, one added or replaced meanwhile shows if it "
-        "falls after the pages already read.",
-        epilog="example: kafka-scheduler list --checkpoint-dir /data/reminders --destination orders "
-        "--due-after 2026-12-24T00:00:00Z --limit 20",
-    )
-    listing.add_argument("--checkpoint-dir", metavar="DIR", help="the job's checkpoint (default checkpoints/<app-id>)")
-    listing.add_argument(
-        "--app-id",
-        default="kafka-scheduler",
-        metavar="ID",
-        help="the app whose default checkpoint to read (default kafka-scheduler)",
-    )
-    listing.add_argument("--due-after", metavar="TIME", help="only schedules due at or after this ISO-8601 instant")
-    listing.add_argument("--due-before", metavar="TIME", help="only schedules due before this ISO-8601 instant")
-    listing.add_argument("--destination", metavar="TOPIC", help="only schedules delivered to this topic")
-    listing.add_argument("--id-prefix", metavar="TEXT", help="only schedules whose request id starts with TEXT")
-    listing.add_argument("--kind", metavar="KIND", help="only one-shot or only cron (recurring) schedules")
-    listing.add_argument("--limit", default="50", metavar="N", help="schedules per page, 1 to 1000 (default 50)")
-    listing.add_argument(
-        "--page-token",
-        metavar="TOKEN",
-        help="the next page: the token the previous page printed (with the same filters)",
-    )
-    listing.add_argument(
-        "--format",
-        choices=("table", "json"),
-        default="table",
-        help="table, or json for scripts (next_page_token in it) (default table)",
-    )
-    listing.set_defaults(handler=cmd_list)
-
     config = commands.add_parser(
         "config", help="show the effective settings", description="Settings of `run`: config show prints them."
     )
@@ -841,35 +350,8 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
     demo.add_argument("--once", action="store_true", help="stop everything once the message has arrived")
     demo.set_defaults(handler=cmd_demo)
 
-    schedule = commands.add_parser(
-        "schedule",
-        help="schedule a message",
-        description=textwrap.fill(
-            "Send a request to deliver a message to --to at --at (a native ADD, or a schedule in another --dialect)."
-        ),
-        epilog=DIALECT_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _sender_arguments(schedule)
-    _message_arguments(schedule, id_required=False, cron=True)
-    _dialect_arguments(schedule, message=True)
-    schedule.set_defaults(handler=cmd_schedule)
-
-    replace = commands.add_parser(
-        "replace",
-        help="replace a pending schedule",
-        description=textwrap.fill(
-            "Send a REPLACE request: the schedule with --id now "
-            "delivers this message at --at (an unknown id acts as "
-            "a new schedule)."
-        ),
-        epilog=DIALECT_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _sender_arguments(replace)
-    _message_arguments(replace, id_required=True)
-    _dialect_arguments(replace, message=True)
-    replace.set_defaults(handler=cmd_schedule)
+    request_commands.add_parsers(commands)
+    checkpoint_commands.add_parsers(commands)
 
     bench = commands.add_parser(
         "bench",
@@ -906,44 +388,6 @@ def build_parser(checkout_commands: Sequence[str] = ()) -> argparse.ArgumentPars
         chaos.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     chaos.set_defaults(handler=cmd_chaos)
 
-    cancel = commands.add_parser(
-        "cancel",
-        help="cancel a pending schedule",
-        description=textwrap.fill("Send a CANCEL request for --id (an unknown id is a no-op)."),
-        epilog=DIALECT_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _sender_arguments(cancel)
-    cancel.add_argument("--id", required=True, metavar="ID", help="request id of the schedule")
-    cancel.add_argument(
-        "--cron",
-        action="store_true",
-        help="cancel the recurring schedule (cron) with this id: crons and one-shots have ids of "
-        "their own (native only)",
-    )
-    _dialect_arguments(cancel, message=False)
-    cancel.set_defaults(handler=cmd_cancel)
-
-    for name, what in (
-        (
-            "pause",
-            "Send a CRON_PAUSE: no firings of the cron --id until it is resumed (those "
-            "already prepared are withdrawn). An unknown or paused id is a no-op.",
-        ),
-        (
-            "resume",
-            "Send a CRON_RESUME: the cron --id fires again; with the replay policy the "
-            "firings missed while paused are delivered at once, with skip they are not. An "
-            "unknown or running id is a no-op.",
-        ),
-    ):
-        command = commands.add_parser(
-            name, help=f"{name} a recurring schedule (cron)", description=textwrap.fill(what + " Native only.")
-        )
-        _sender_arguments(command)
-        command.add_argument("--id", required=True, metavar="ID", help="the cron's id")
-        _dialect_arguments(command, message=False)
-        command.set_defaults(handler=cmd_cron_action)
     return parser
 
 
@@ -972,9 +416,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..kafka.jars import MissingJars
     from ..kafka.local_broker import BrokerError
     from ..kafka.topics import KafkaUnreachable
+    from .engine_noise import debug_enabled
+    from .engine_output import EngineOutput
 
     try:
-        return args.handler(args)
+        if args.command not in SERVER_COMMANDS:
+            return args.handler(args)
+        # The engines these commands start print onto our standard descriptors: only what matters gets through.
+        with EngineOutput(everything=debug_enabled()):
+            return args.handler(args)
     except (ConfigError, CommandError, RequestError, KafkaUnreachable, BrokerError, MissingJars) as exc:
         print(f"kafka-scheduler {args.command}: error: {exc}", file=sys.stderr)
         return 2

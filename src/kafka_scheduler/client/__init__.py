@@ -1,7 +1,7 @@
 """The client: send schedule, replace and cancel requests to the scheduler, in any dialect.
 
-Needs confluent-kafka only (and fastavro for the sky-avro dialect: ``pip install "kafka-scheduler[avro]"``);
-nothing here imports Spark.
+Needs confluent-kafka, and croniter to check a cron as the job will (and fastavro for the sky-avro dialect:
+``pip install "kafka-scheduler[avro]"``); nothing here imports Spark, pandas or numpy.
 
     from kafka_scheduler.client import SchedulerClient
     with SchedulerClient("127.0.0.1:9092", app_id="kafka-scheduler") as client:

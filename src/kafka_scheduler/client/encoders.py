@@ -226,6 +226,7 @@ def encode_native(
 # ---------------------------------------------------------------- native: recurring schedules and expiry
 
 Lateness = str | int | timedelta | None
+Interval = str | int | timedelta | None  # the job's --cron-min-interval: "5s" (as the job reads it), ms, a timedelta
 # As the scheduler reads x-scheduler-max-lateness: milliseconds, units (10m, 1h30m, 250ms, 2d) or ISO-8601 (PT10M).
 _UNITS = re.compile(r"^(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m(?!s))?(?:(\d{1,9})s)?(?:(\d{1,9})ms)?$")
 _ISO_DURATION = re.compile(r"^p(?:(\d{1,9})d)?(?:t(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,9})(?:\.(\d{1,3}))?s)?)?$")
@@ -256,20 +257,39 @@ def lateness_ms(value: Lateness) -> int:
     return ms
 
 
-def _check_expression(expr: str) -> None:
-    """The expression as croniter reads it, when croniter is installed here (it is server-side: the scheduler checks
-    every expression and rejects those it cannot use, or that fire too often)."""
+def check_cron(expr: str | None, timezone: str | None = None, min_interval: Interval = None) -> None:
+    """Refuse a cron the job would reject, with the job's own reason (engine/rules/cron.py ``problem``): an invalid
+    expression, one that never fires, an unknown time zone, or firings closer together than the job's
+    ``--cron-min-interval``. ``min_interval``: that setting (a duration as the job reads it, "5s", milliseconds or a
+    timedelta); None takes the job's default, and a refusal on it says so."""
+    from ..config import OPTION_NAMES
+    from ..config_values import format_duration_ms
+    from ..engine.rules.cron import problem
+
     if not expr or not expr.strip():
         raise RequestError("a cron needs an expression, e.g. '*/5 * * * *' or, with seconds last, '* * * * * */5'")
+    expr, zone = expr.strip(), None if timezone is None else timezone.strip()
+    reason = problem(expr, zone, 0)  # the expression and the zone, as the job reads them (trimmed)
+    if reason is not None:
+        raise RequestError(reason)
+    setting = OPTION_NAMES["cron_min_interval"]
     try:
-        from croniter import croniter
-    except ModuleNotFoundError:
-        return
-    if not croniter.is_valid(expr.strip()):
-        raise RequestError(
-            f"invalid cron expression {expr!r}: five fields, six with the seconds last "
-            f"('* * * * * */5'), or an alias like @hourly"
-        )
+        if isinstance(min_interval, timedelta):
+            min_interval_ms = setting.parse(f"{min_interval // timedelta(milliseconds=1)}ms")
+        elif isinstance(min_interval, int) and not isinstance(min_interval, bool):
+            min_interval_ms = setting.parse(f"{min_interval}ms")
+        else:
+            min_interval_ms = setting.default if min_interval is None else setting.parse(str(min_interval))
+    except ValueError as exc:
+        raise RequestError(f"the cron minimum interval {min_interval!r}: {exc}") from None
+    reason = problem(expr, zone, min_interval_ms)
+    if reason is not None:
+        if min_interval is None:
+            reason += (
+                f"; {format_duration_ms(min_interval_ms)} is the job's default: if the job runs with another "
+                f"--cron-min-interval, give it here too"
+            )
+        raise RequestError(reason)
 
 
 def encode_cron(
@@ -287,11 +307,13 @@ def encode_cron(
     start_at: datetime | None = None,
     end_at: datetime | None = None,
     max_lateness: Lateness = None,
+    min_interval: Interval = None,
 ) -> EncodedRequest:
     """A recurring schedule's request, as Kaspr's producers write it: ``add`` (CRON_ADD: deliver ``key``, ``value``
     and ``headers`` to ``topic`` at every firing of ``expr``; in ``timezone``, UTC by default; ``missed``: replay or
     skip; bounds ``start_at``/``end_at``; ``max_lateness`` for every firing), ``pause``, ``resume`` or ``cancel``.
-    Native only: the other dialects have no crons."""
+    Native only: the other dialects have no crons. An ``add`` the job would reject is refused (``check_cron``; its
+    ``min_interval``: the job's ``--cron-min-interval``, by default the job's default)."""
     _check_dialect(dialect)
     if dialect != "native":
         raise RequestError(
@@ -304,7 +326,7 @@ def encode_cron(
     if name in ("add", "cron_add", "schedule"):
         if not topic:
             raise RequestError("a cron needs a destination topic")
-        _check_expression(expr)
+        check_cron(expr, timezone, min_interval)
         if missed is not None and missed not in CRON_POLICIES:
             raise RequestError(f"missed-fire policy {missed!r}: use replay or skip")
         if start_at is not None and end_at is not None and end_at < start_at:

@@ -31,11 +31,12 @@ from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import KafkaException, Producer
 
-from ..config import REQUESTS_SUFFIX
+from ..config import OPTION_NAMES, REQUESTS_SUFFIX
 from ..kafka.topics import client_error_text
 from .encoders import (  # noqa: F401
     DIALECTS,
     HeaderList,
+    Interval,
     Lateness,
     RequestError,
     effective_due,
@@ -81,16 +82,19 @@ class SchedulerClient:
 
     ``requests_topic`` defaults to ``<app-id>-schedule-requests`` for the native dialect; for the others it
     is required: the topic the scheduler reads with that dialect (``run --input TOPIC:DIALECT``).
+    ``cron_min_interval``: the job's ``--cron-min-interval`` ("5s", milliseconds or a timedelta), which ``cron``
+    checks an expression against before sending it; None: the job's default.
     """
 
     def __init__(
         self,
         bootstrap_servers: str,
-        app_id: str = "kafka-scheduler",
+        app_id: str = OPTION_NAMES["app_id"].default,
         producer_config: dict | None = None,
         *,
         dialect: str = "native",
         requests_topic: str | None = None,
+        cron_min_interval: Interval = None,
     ):
         if dialect not in DIALECTS:
             raise RequestError(f"unknown dialect {dialect!r}: use one of {', '.join(DIALECTS)}")
@@ -102,6 +106,7 @@ class SchedulerClient:
         if requests_topic == "":
             raise RequestError("requests_topic must not be empty")
         self.dialect = dialect
+        self.cron_min_interval = cron_min_interval
         self.requests_topic = requests_topic or app_id + REQUESTS_SUFFIX
         self._bootstrap_servers = bootstrap_servers
         config = {"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "linger.ms": 5}
@@ -242,7 +247,9 @@ class SchedulerClient:
         every firing of ``expr`` (croniter's syntax: five fields, or six with the seconds last; aliases like
         @hourly), in ``timezone`` (IANA; default UTC), between ``start_at`` and ``end_at``. ``missed``: ``replay``
         (default) delivers the firings missed while the job was down or the cron paused, ``skip`` does not. The
-        same ``request_id`` replaces it."""
+        same ``request_id`` replaces it. A cron the job would reject (an invalid expression, one that never fires,
+        an unknown zone, firings closer together than the job's minimum interval) raises RequestError with the
+        job's reason, and nothing is sent."""
         record = encode_cron(
             self.dialect,
             "add",
@@ -257,6 +264,7 @@ class SchedulerClient:
             start_at=None if start_at is None else parse_due(start_at),
             end_at=None if end_at is None else parse_due(end_at),
             max_lateness=max_lateness,
+            min_interval=self.cron_min_interval,
         )
         self._send(*record, request_id)
 

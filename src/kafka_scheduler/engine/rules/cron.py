@@ -14,6 +14,9 @@ Time zones (IANA names, ``zoneinfo``) follow EventBridge Scheduler's rules for d
 So a ``30 2 * * *`` cron in Europe/Paris does not fire on the spring-forward day, and fires once, at
 the first 02:30, on the fall-back day. Without a zone, UTC (no daylight saving).
 
+The client checks a cron before sending it with ``problem``, as the job will: this module needs croniter (a
+dependency of the client install too), and numpy only for ``next_firings``, the job's.
+
 Next firings are computed for many crons at once (``next_firings``): crons with the same expression,
 zone and previous firing share one croniter call, so a million crons firing at the same instant cost
 one call, not a million.
@@ -24,9 +27,11 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _EPOCH = datetime(1970, 1, 1)
 _MS = timedelta(milliseconds=1)
@@ -213,6 +218,8 @@ def first_firing(
 def next_firings(exprs, tzs, after_ms) -> np.ndarray:
     """The next firing after each ``after_ms[i]`` of cron (``exprs[i]``, ``tzs[i]``), as int64 (-1: none). Rows
     sharing expression, zone and instant share one computation."""
+    import numpy as np  # here, not at the top: the client checks crons with this module and has no numpy
+
     count = len(after_ms)
     out = np.full(count, -1, dtype=np.int64)
     if not count:

@@ -1,0 +1,44 @@
+"""`kafka-scheduler run`'s output is the scheduler's own: a real job against the test broker, started, warmed up
+(its Python workers run and print their banners), delivering a few schedules and stopped, prints nothing but its
+own log lines. What the engines print still shows when it is an error: the JVM's own standard error, which it
+inherited from the job, carries one while the job runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from kafka_scheduler.client import SchedulerClient
+from kafka_scheduler.harness import process_tree
+
+# One of our log records: setup_logging's "%(asctime)s %(levelname)-5s %(message)s" (INFO with two spaces).
+OUR_LINE = re.compile(r"^\d\d:\d\d:\d\d (INFO  |WARNING )\S")
+
+
+def test_the_job_prints_its_own_lines_and_the_engines_errors(kafka, scheduler_factory):
+    env = {name: value for name, value in os.environ.items() if name != "KAFKA_SCHEDULER_LOG_LEVEL"}
+    scheduler = scheduler_factory(env=env).start().warm_up()
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    with SchedulerClient(kafka.bootstrap, app_id=scheduler.app_id) as client:
+        for i in range(3):
+            client.schedule(topic, "+2s", value=f"v-{i}", request_id=f"r-{i}")
+    reader.wait_for(lambda r: True, count=3, what="the deliveries", timeout=120, guard=scheduler.assert_running)
+
+    # The engine's error and a warning, printed where the JVM prints: onto the standard error it inherited.
+    [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
+    now = time.strftime("%H:%M:%S")
+    engine_error = [f"{now} ERROR Executor: an engine's error, shown", "\tat org.apache.spark.Foo.bar(Foo.scala:1)"]
+    with open(f"/proc/{jvm}/fd/2", "w") as jvm_stderr:
+        jvm_stderr.write(f"{now} WARN StateStoreProvider: an engine's warning, left out\n")
+        jvm_stderr.write("\n".join(engine_error) + "\n")
+    scheduler.wait_for_line(engine_error[-1], 30, "the engine's error in the job's output")
+    assert scheduler.stop() == 0
+
+    lines = scheduler.log().splitlines()
+    assert [line for line in lines if not OUR_LINE.match(line)] == engine_error, scheduler.log()
+    assert any("first batch done" in line for line in lines) and "stopped after" in lines[-1], scheduler.log()
+    [topics] = [line for line in lines if " INFO  topics: " in line]
+    for suffix in ("-schedule-requests", "-schedule-rejections", "-schedule-history", "-scheduler-ticks"):
+        assert scheduler.app_id + suffix in topics.split("(")[0], topics
