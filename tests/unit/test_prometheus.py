@@ -324,3 +324,90 @@ def test_the_timed_writer_reports_each_delivery_once_and_no_rejection_as_one():
     assert metrics.value("kafka_scheduler_delivered_total") == 2  # b and c
     assert metrics.value("kafka_scheduler_delivery_lateness_seconds_count") == 2
     assert metrics.value("kafka_scheduler_dead_lettered_total") == 1  # a
+
+
+def test_a_delivery_the_batch_expired_is_no_delivery_when_the_writer_writes_its_rejection():
+    """The sink hands a delivery the rules marked expired to the timed writer as a rejection that keeps its due time
+    and delivery id (and its write-back): written to the rejections topic, counted in no delivery and no lateness."""
+    from kafka_scheduler.engine.driver.timed_writer import TimedWriter
+
+    from .test_timed_writer import FakeProducer, row
+
+    metrics = SchedulerMetrics({})
+    writer = TimedWriter("unused", producer=FakeProducer(), rejections_topic="app-schedule-rejections")
+    writer.on_written = metrics.record_written
+    try:
+        now = int(time.time() * 1000)
+        long_ago = now - 2_241_000
+        writer.hold(
+            [
+                row("req-0-7", long_ago, b"late", kind="reject", topic="app-schedule-rejections"),
+                row("req-0-7", long_ago, b"late", kind="write-back", topic="req"),
+                row("req-0-8", now, b"on-time"),
+            ]
+        )
+        assert writer.wait_written(now, timeout=10)
+    finally:
+        writer.close()
+    assert metrics.value("kafka_scheduler_delivered_total") == 1  # on-time only
+    assert metrics.value("kafka_scheduler_delivery_lateness_seconds_count") == 1
+    assert metrics.value("kafka_scheduler_delivery_lateness_seconds_bucket", {"le": "5.0"}) == 1
+
+
+def test_deliveries_at_once_leave_out_the_schedules_the_rules_expired():
+    """An ADD already later than its max lateness when read is rejected as expired: not delivered at once."""
+    from kafka_scheduler.engine.processor.wheel_processor import delivered_at_once
+
+    store = wheel.MemoryShardStore()
+    now = 10_000_000
+    late = Schedule(now - 2_241_000, "out", b"k", b"v", (), "a-0-1", max_lateness_ms=1000)
+    on_time = Schedule(now - 10, "out", b"k", b"v", (), "a-0-2")
+    result = wheel.apply_requests(
+        store, [(sid("a", "1"), Request(Action.ADD, late)), (sid("a", "2"), Request(Action.ADD, on_time))], now
+    )
+    assert result.at_once == Counter({"a": 2})  # the rules count both as due when read
+    assert delivered_at_once(result) == Counter({"a": 1})
+
+
+class _ValueState:
+    def __init__(self, value=None):
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
+class _Handle:
+    def listTimers(self):
+        return iter([1_000_000])
+
+
+class _Clock:
+    def getCurrentProcessingTimeInMs(self):
+        return 900_000
+
+
+def test_a_report_tick_alone_reports_the_shards_index_size():
+    """At start the driver writes a report tick, which reaches every shard: each reports its index size, so the
+    pending gauge after a restart sums every shard, not only those a request or timer has touched since."""
+    from kafka_scheduler.engine.contract import INDEX_ENTRIES_PREFIX, KIND_TICK
+    from kafka_scheduler.engine.processor.state_store import MapStateShardStore
+    from kafka_scheduler.engine.processor.wheel_processor import WheelProcessor
+
+    processor = WheelProcessor()
+    processor.handle = _Handle()
+    processor.index_token = _ValueState((7, 0, [1], [3], 3))  # version 7, 3 entries
+    processor.store = MapStateShardStore(processor)
+    tick = pd.DataFrame({"kind": [KIND_TICK]})
+    frames = list(processor._input_frames((2,), tick, _Clock()))
+    reports = {
+        row.topic: row.n for frame in frames for row in frame.itertuples() if str(row.topic).startswith("index_")
+    }
+    assert reports == {f"{INDEX_ENTRIES_PREFIX}2": 3}
+    summary = BatchSummary(1)
+    for frame in frames:
+        for row in frame[frame["kind"] == "outcome"].itertuples():
+            summary.count_outcome(row.topic, row.n, row.n)
+    metrics = SchedulerMetrics({})
+    metrics.record_batch(summary)
+    assert metrics.value("kafka_scheduler_pending_schedules") == 3
