@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from functools import lru_cache, partial
 from importlib import resources
 
+from ..engine.rules.rejection_classes import ABOUT, OTHER
+
 log = logging.getLogger(__name__)
 
 HOUR_MS = 3_600_000
@@ -38,16 +40,6 @@ STALL_AFTER_S = 120.0  # records waiting (input lag), or a wake-up overdue, with
 LATE_P99_S = 5.0  # the p99 lateness of the last RECENT_S above this: late
 LATE_LAG_RECORDS = 10_000  # this many requests not read yet: late
 RECENT_S = 300.0
-
-REASON_CLASSES = {
-    "missing_field": "a required field is missing or empty (destination, due time, id)",
-    "bad_time": "the due time cannot be read, has no time zone, or is too far ahead",
-    "bad_destination": "the destination topic or partition is not valid",
-    "too_large": "the request is larger than the limit",
-    "malformed": "the record is not a request of its dialect",
-    "refused_by_destination": "the destination refused the delivery (missing, not authorized, too large)",
-    "other": "another reason (see x-scheduler-rejection-reason in the rejections topic)",
-}
 
 
 @lru_cache(maxsize=1)
@@ -172,7 +164,7 @@ def status_json(
                 "dialect": e["dialect"],
                 "reason_class": e["reason_class"],
                 "count": e["count"],
-                "about": REASON_CLASSES.get(e["reason_class"], REASON_CLASSES["other"]),
+                "about": ABOUT.get(e["reason_class"], ABOUT[OTHER]),
             }
             for e in rejections
         ],
