@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -133,12 +134,23 @@ def status_json(
         key=lambda e: (e["topic"], e["partition"]),
     )
     lag_total = sum(e["records"] for e in lag)
+    # Counted from the checkpoint (NaN before the first count; an earliest due of 0: none pending).
+    counted_at = total(samples, m + "counted_timestamp_seconds")
+    counted_at = None if math.isnan(counted_at) or not counted_at else counted_at
+    next_due = total(samples, m + "earliest_pending_due_timestamp_seconds") if counted_at else None
+    next_due = next_due or None
     return {
         "app_id": app_id,
         "as_of": iso(now_s),
         "uptime_s": round(now_s - started_s, 1),
         "pending": int(total(samples, m + "pending_schedules")),
+        # The next timer fires up to --lookahead plus a preparation lead before the earliest due time: not a due time.
         "next_wakeup": {"at": iso(next_wakeup), "in_s": round(next_wakeup - now_s, 3) if next_wakeup else None},
+        "next_due": {
+            "at": iso(next_due),
+            "in_s": round(next_due - now_s, 3) if next_due else None,
+            "counted_at": iso(counted_at),
+        },
         "delivered": {
             "total": int(total(samples, m + "delivered_total")),
             "at_once": int(total(samples, m + "delivered_at_once_total")),
