@@ -186,7 +186,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from ..config import Config
     from ..engine.spark.checkpoint import last_committed_batch
     from ..engine.spark.session import build_session
-    from ..ops.listing import BadPageToken, StateSource, list_query, list_schedules, render_table
+    from ..engine.spark.state_reader import CheckpointState
+    from ..ops.listing import BadPageToken, list_query, list_schedules, render_table
 
     values = {
         "due_after": args.due_after,
@@ -214,10 +215,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     try:
         as_of_ms = int(time.time() * 1000)
         started = time.monotonic()
-        found = list_schedules(StateSource(spark, checkpoint_dir, batch), filters, limit, cursor, as_of_ms, batch)
+        state = CheckpointState(spark, checkpoint_dir, batch)
+        found = list_schedules(state, filters, limit, cursor, as_of_ms, batch)
         logging.getLogger(__name__).info(
-            "list: page read in %.1fs (%d time buckets; %s)",
+            "list: page read in %.1fs (%d Spark jobs, %d time buckets; %s)",
             time.monotonic() - started,
+            state.jobs,
             found.buckets_read,
             ", ".join(f"{k} {v:.1f}s" for k, v in found.phases_s.items()),
         )

@@ -360,11 +360,11 @@ class StateReader:
 
 
 def _count_state(spark, checkpoint_dir: str, as_of_ms: int) -> PendingCounts:
-    """Counted by the executors, partition by partition (inspection.fold_pending): the chunks stay out of the
+    """Counted by the executors, partition by partition (CheckpointState.fold_pending): the chunks stay out of the
     driver's heap."""
-    from .inspection import fold_pending
+    from ..engine.spark.state_reader import CheckpointState
 
-    return merged_counts(fold_pending(spark, checkpoint_dir, partial(_count_partition, as_of_ms)))
+    return merged_counts(CheckpointState(spark, checkpoint_dir).fold_pending(partial(_count_partition, as_of_ms)))
 
 
 class UpcomingCache:
@@ -522,7 +522,8 @@ class StatusPage:
 
     def listing(self, query: dict) -> tuple[int, dict]:
         """``GET /api/schedules`` without id: a page of the listing (listing.py); 400 on a bad parameter or token."""
-        from .listing import BadPageToken, Listing, StateSource, list_query, list_schedules, schedule_view
+        from ..engine.spark.state_reader import CheckpointState
+        from .listing import BadPageToken, Listing, list_query, list_schedules, schedule_view
 
         values = {}
         for name, given in query.items():
@@ -540,7 +541,7 @@ class StatusPage:
         try:
             found = self.state.run(
                 lambda spark, checkpoint_dir, batch: list_schedules(
-                    StateSource(spark, checkpoint_dir, batch),
+                    CheckpointState(spark, checkpoint_dir, batch),
                     filters,
                     limit,
                     cursor,
@@ -638,20 +639,17 @@ class StatusPage:
     def _versions(self, kind: str, topic: str, request_id: str) -> tuple[int | None, list, list]:
         """The pending rows of the schedule (one-shot or cron) ``request_id`` of ``topic``, read from its shard, and
         the cron's row if it is paused."""
+        from ..engine.spark.state_reader import CheckpointState, shard_of
         from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, schedule_sid
-        from .listing import StateSource, as_paused, find_paused, find_sid, schedule_view, shard_of
+        from .listing import as_paused, find_schedule, schedule_view
 
         sid = schedule_sid(topic, request_id.encode(), CRON_SID_PREFIX if kind == "cron" else CLIENT_SID_PREFIX)
         as_of_ms = int(self.clock() * 1000)
         native = self._native_inputs()
 
         def read(spark, checkpoint_dir, batch):
-            import pandas as pd
-
-            shard = shard_of(spark, sid, self.shards) if self.shards else None
-            source = StateSource(spark, checkpoint_dir, batch, shard)
-            frame = find_sid(source, sid)
-            paused = find_paused(source, sid) if kind == "cron" else pd.DataFrame()
+            shard = shard_of(sid, self.shards) if self.shards else None
+            frame, paused = find_schedule(CheckpointState(spark, checkpoint_dir, batch, shard), sid, kind == "cron")
             return (
                 batch,
                 [schedule_view(row, as_of_ms, native) for _, row in frame.iterrows()],
