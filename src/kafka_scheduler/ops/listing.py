@@ -202,6 +202,7 @@ class FirstRows:
         if self._rows < self.n:
             return False
         kept = self.frame()
+        self._frames, self._rows = [kept], len(kept)  # asked at every bucket read: sorted once, kept sorted
         return len(kept) >= self.n and int(kept["due_ms"].iloc[self.n - 1]) < bound_ms
 
 

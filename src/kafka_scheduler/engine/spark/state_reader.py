@@ -71,6 +71,19 @@ def span_sql(column: str) -> tuple[str, str]:
     )
 
 
+# A tool's session (inspect, list) starts, reads a few state variables and stops: HotSpot's optimizing compiler (C2)
+# and the parallel collector's threads cost such a short-lived JVM more CPU than they save it.
+TOOL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def tool_session(app_id: str, checkpoint_dir: str):
+    """A local Spark session for a tool that reads a checkpoint (``inspect``, ``list``), not the job's."""
+    from ...config import Config
+    from .session import build_session
+
+    return build_session(Config(master="local[1]", app_id=app_id, checkpoint_dir=checkpoint_dir), TOOL_JVM_OPTIONS)
+
+
 def shard_of(sid: bytes, shards: int):
     """The shard the job keeps ``sid`` in, as a Spark column (engine/spark/query.shard_column, computed by Spark
     itself), for ``CheckpointState``'s ``shard``: no job of its own."""
@@ -187,14 +200,16 @@ class CheckpointState:
         gets to it."""
         limit = self.first_group_bytes
         group: list[tuple[Bucket, int]] = []
-        size = 0
+        size, in_group = 0, 0  # bytes and buckets of the group
         seen: set[tuple[int, int]] = set()
         struck: dict[tuple[int, int], set] = {}
         for bucket in buckets:
-            for n, nbytes in bucket.chunks:
-                if group and (size + nbytes > limit or len({(b.shard, b.key) for b, _ in group}) >= GROUP_BUCKETS):
+            for i, (n, nbytes) in enumerate(bucket.chunks):
+                if group and (size + nbytes > limit or (i == 0 and in_group >= GROUP_BUCKETS)):
                     yield from self._read(group, seen, struck)
-                    group, size, limit = [], 0, self.group_bytes
+                    group, size, in_group, limit = [], 0, 0, self.group_bytes
+                if i == 0 or not group:
+                    in_group += 1
                 group.append((bucket, n))
                 size += nbytes
         if group:
