@@ -72,16 +72,29 @@ def span_sql(column: str) -> tuple[str, str]:
 
 
 # A tool's session (inspect, list) starts, reads a few state variables and stops: HotSpot's optimizing compiler (C2)
-# and the parallel collector's threads cost such a short-lived JVM more CPU than they save it.
+# and the parallel collector's threads cost such a short-lived JVM more CPU than they save it, and so does Spark's
+# generated code (Java source per plan, compiled by Janino, then by the JIT) for the few thousand rows of a state's
+# keys and chunks (docs/measurements.md, "list on a small state").
 TOOL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+TOOL_SQL_SETTINGS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 def tool_session(app_id: str, checkpoint_dir: str):
     """A local Spark session for a tool that reads a checkpoint (``inspect``, ``list``), not the job's."""
+    import os
+
     from ...config import Config
     from .session import build_session
 
-    return build_session(Config(master="local[1]", app_id=app_id, checkpoint_dir=checkpoint_dir), TOOL_JVM_OPTIONS)
+    # spark-class's launcher is a JVM of its own, started before the driver's.
+    os.environ.setdefault("SPARK_LAUNCHER_OPTS", TOOL_JVM_OPTIONS)
+    spark = build_session(Config(master="local[1]", app_id=app_id, checkpoint_dir=checkpoint_dir), TOOL_JVM_OPTIONS)
+    for key, value in TOOL_SQL_SETTINGS.items():
+        spark.conf.set(key, value)
+    # A state store opened outside a streaming query reports to a coordinator that only the query manager starts:
+    # without it, each partition's store warned that the coordinator was not available.
+    spark.streams  # noqa: B018
+    return spark
 
 
 def shard_of(sid: bytes, shards: int):
