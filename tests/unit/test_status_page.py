@@ -22,21 +22,24 @@ from kafka_scheduler.ops.http_server import Routes, start_server
 from kafka_scheduler.ops.metrics import SchedulerMetrics
 from kafka_scheduler.ops.recent import LatenessWindow, RecentRejections
 from kafka_scheduler.ops.status_page import (
-    DAY_MS,
-    HOUR_MS,
     LATE_P99_S,
     STALL_AFTER_S,
-    PendingCounts,
     StatusPage,
-    UpcomingCache,
-    count_pending,
-    counts_json,
     health,
     iso,
-    merged_counts,
     page_html,
     snapshot,
     status_json,
+)
+from kafka_scheduler.ops.upcoming import (
+    DAY_MS,
+    HOUR_MS,
+    PendingCounts,
+    StateReader,
+    UpcomingCache,
+    count_pending,
+    counts_json,
+    merged_counts,
     upcoming_json,
 )
 
@@ -418,7 +421,6 @@ class FakeSpark:
 
 
 def test_state_reads_wait_for_spark_and_for_a_first_committed_batch(tmp_path):
-    from kafka_scheduler.ops.status_page import StateReader
 
     def read(spark, checkpoint_dir, batch):
         return ("read", checkpoint_dir, batch)
