@@ -137,3 +137,32 @@ def test_scrape_shows_outcomes_deliveries_pending_and_lateness(kafka, scheduler)
         "the input lag of the requests topic",
         interval=0.5,
     )
+
+
+def test_the_pending_gauge_counts_every_shard_after_a_restart(kafka, scheduler_factory):
+    """After a restart no request or timer has reached most shards yet: the start's report tick, which reaches every
+    shard, has each report its index, so the gauge counts all pending schedules from the first batch on."""
+    port = free_port()
+    process = scheduler_factory(app_id="metrics-restart", extra_args=("--metrics-port", str(port)))
+    requests = f"{process.app_id}-schedule-requests"
+    topic = kafka.topic()
+
+    def pending() -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            return value(metric_samples(response.read().decode()), "kafka_scheduler_pending_schedules")
+
+    def schedule(*ids: str) -> None:
+        kafka.produce_many(
+            requests, [dict(key=i.encode(), value=b"v", headers=native(topic, at(3600), i), partition=0) for i in ids]
+        )
+
+    process.start()
+    schedule("p-1", "p-2", "p-3", "p-4")
+    wait_until(lambda: pending() == 4, 90, "4 pending before the restart", interval=0.5, guard=process.assert_running)
+    assert process.stop() == 0, process.log()[-3000:]
+    process.start()
+    # Nothing is due for an hour: no timer fires and no request comes, only the start's report tick reaches the shards.
+    wait_until(lambda: pending() == 4, 90, "4 pending after the restart", interval=0.5, guard=process.assert_running)
+    schedule("p-5")
+    wait_until(lambda: pending() == 5, 90, "5 pending", interval=0.5, guard=process.assert_running)
+    assert process.stop() == 0, process.log()[-3000:]

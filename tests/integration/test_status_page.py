@@ -25,6 +25,7 @@ from PIL import Image
 from kafka_scheduler.client.scheduler_client import format_instant
 from kafka_scheduler.kafka.local_broker import free_port
 
+from .cdp import Browser
 from .support import at, metric_samples, native, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,6 +122,13 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
         dict(key=b"now-2", value=b"now", headers=native(orders, at(0), "now-2"), partition=0),
         dict(key=b"no-topic", value=b"x", headers=native(deliver_at=at(60), request_id="no-topic"), partition=0),
         dict(key=b"bad-time", value=b"x", headers=native(orders, "tomorrow", "bad-time"), partition=0),
+        # Due 37 minutes ago with a max lateness of 1 s: rejected as expired, neither a delivery nor a lateness.
+        dict(
+            key=b"too-late",
+            value=b"x",
+            headers=native(orders, at(-2241), "too-late", extra=[("x-scheduler-max-lateness", b"1s")]),
+            partition=0,
+        ),
     ]
     kafka.produce_many(requests, records)
     reader.wait_for(
@@ -152,10 +160,13 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
     status, samples = wait_until(agreeing, 20, "/api/status to agree with /metrics", interval=0.5)
     shown = page_numbers(samples)
     assert shown["pending"] == pending and shown["rejected"] == 2 and shown["delivered"] == 3, shown  # + warm-up
+    # Delivered at once: now-1, now-2 and the warm-up; too-late was expired, neither delivered nor observed late.
+    assert status["delivered"]["at_once"] == 3 and summed(samples, "kafka_scheduler_expired_total") == 1, status
     # The warm-up delivery waited for the first batch of a fresh job: late, perhaps; stalled, never.
     assert status["app_id"] == "status-page" and status["health"]["verdict"] in ("ok", "late"), status["health"]
     assert status["lateness"]["count"] == 3 and status["lateness"]["max_s"] < 60, status["lateness"]
     assert {(r["input_topic"], r["reason_class"], r["count"]) for r in status["rejections"]} == {
+        (None, "expired", 1),
         (requests, "missing_field", 1),
         (requests, "bad_time", 1),
     }, status["rejections"]
@@ -246,8 +257,34 @@ def test_status_page_agrees_with_metrics_counts_upcoming_finds_by_id_and_draws_i
     assert "h26-1" in looked_up and orders in looked_up and "order h26 #1" in looked_up and "t-h26-1" in looked_up, (
         looked_up
     )
+    # In a live tab (cdp.py), what a person sees.
+    with Browser(chromium, tmp_path / "live-profile") as browser:
+        tab = browser.open(BASE + "/?list")
+        tab.wait_for("document.body.dataset.access === 'loopback'", what="the page to know its access")
+        # From loopback the schedules are open: no login form, whatever a CSS rule says about its display.
+        assert tab.evaluate("document.getElementById('login').getClientRects().length") == 0, "a login form shows"
+        # The next due time is the earliest due time counted from the state, not the next timer's instant.
+        next_due = tab.wait_for("document.getElementById('next-due').dataset.value", what="the next due time")
+        assert ms_iso(next_due) == min(due for due, _ in plan.values()), next_due
+        # The listing's short keys stay on one line each.
+        tab.wait_for(f"{KEY_CELLS}.length > 0", what="the listing's rows")
+        assert set(tab.evaluate(f"Array.from({KEY_CELLS}).map({LINES})")) == {1}, "a short key wraps"
+        # A lateness of 37.4 minutes fits its tile on one line.
+        late = {**get_json("/api/status")[1]}
+        late["lateness"] = {**late["lateness"], "count": 3, "p50_s": 2241.0, "p99_s": 2241.0, "max_s": 2241.0}
+        fit = tab.evaluate(
+            f"(() => {{ renderStatus({json.dumps(late)});"
+            " const v = document.getElementById('lateness-p99').closest('.value');"
+            f" return [({LINES})(v), v.scrollWidth <= v.clientWidth, v.textContent]; }})()"
+        )
+        assert fit[:2] == [1, True], fit
     if os.environ.get("STATUS_PAGE_SCREENSHOT"):
         shutil.copy(shot, ROOT / os.environ["STATUS_PAGE_SCREENSHOT"])
+
+
+KEY_CELLS = "document.querySelectorAll('#schedule-rows td.key code')"
+# The lines an element's text takes: its height in lines of its own line height.
+LINES = "(e) => Math.round(e.getBoundingClientRect().height / parseFloat(getComputedStyle(e).lineHeight))"
 
 
 def ms_iso(text: str) -> int:

@@ -2,15 +2,15 @@
 
 import pandas as pd
 
-from kafka_scheduler.ops.inspection import DAY_MS, HOUR_MS, Filters, Inspection, _request_id, render_table
+from kafka_scheduler.ops.inspection import DAY_MS, HOUR_MS, Filters, Inspection, render_table, request_id
 
 
-def test_request_ids_come_out_of_client_schedule_ids_and_id_less_schedules_have_none():
-    assert _request_id(b"id:orders/order-7") == "order-7"
-    assert _request_id(b"id:orders/a/b") == "a/b", "only the topic ends at the first slash"
-    assert _request_id(b"id:orders/\xff\x00") == "0xff00"
-    assert _request_id(b"offset:orders/0/12") is None
-    assert _request_id(None) is None
+def testrequest_ids_come_out_of_client_schedule_ids_and_id_less_schedules_have_none():
+    assert request_id(b"id:orders/order-7") == "order-7"
+    assert request_id(b"id:orders/a/b") == "a/b", "only the topic ends at the first slash"
+    assert request_id(b"id:orders/\xff\x00") == "0xff00"
+    assert request_id(b"offset:orders/0/12") is None
+    assert request_id(None) is None
 
 
 def test_filters_keep_what_matches_every_given_filter():

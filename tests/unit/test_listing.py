@@ -1,6 +1,7 @@
 """The listing (``kafka-scheduler list``, ``GET /api/schedules`` without id) without Spark: paging by (due time,
-delivery id) over a state that moves on between pages, the filters, the tokens, what a page reads and keeps. The
-real state store: tests/integration/test_listing.py."""
+delivery id) over a state that moves on between pages (shards laying their buckets out each its own way), the filters,
+the tokens, what a page reads and keeps. The engine's reader of the state on local Spark: test_state_reader.py; the
+real state store of a running job: tests/integration/test_listing.py."""
 
 from __future__ import annotations
 
@@ -12,16 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.wheel import BUCKET_MS
+from kafka_scheduler.engine.spark.state_reader import Bucket, bucket_span_ms, span_sql, time_order
 from kafka_scheduler.ops import listing
 from kafka_scheduler.ops.listing import (
-    BUCKET_MS,
     BadPageToken,
     Cursor,
     ListFilters,
     decode_token,
     encode_token,
-    find_paused,
-    find_sid,
+    find_schedule,
     list_query,
     list_schedules,
     render_table,
@@ -48,11 +49,11 @@ def row(
     }
 
 
-def one_second_buckets(due_ms: int) -> int:
+def one_second_buckets(due_ms: int, shard: int = 0) -> int:
     return due_ms // BUCKET_MS
 
 
-def coarse_and_one_second_buckets(due_ms: int) -> int:
+def coarse_and_one_second_buckets(due_ms: int, shard: int = 0) -> int:
     """Bucket keys as the wheel's coarse levels lay them out (disjoint spans): every third ~68-minute span is one
     level-2 bucket; of the rest, even 64 s spans are level-1 buckets, odd ones one-second buckets."""
     if due_ms // wheel.level_width(2) % 3 == 2:
@@ -60,8 +61,15 @@ def coarse_and_one_second_buckets(due_ms: int) -> int:
     return wheel.key_at(1 if due_ms // wheel.level_width(1) % 2 == 0 else 0, due_ms)
 
 
+def a_layout_per_shard(due_ms: int, shard: int = 0) -> int:
+    """Each shard lays its buckets out its own way, as the wheel's shards do (their coarse buckets are made when
+    their own schedules come): shard 0 in level-2 buckets (~68 minutes), shard 1 in level-1 ones (64 s), shard 2 in
+    seconds. A coarse bucket of one shard then spans buckets of the others."""
+    return wheel.key_at((2, 1, 0)[shard % 3], due_ms)
+
+
 class FakeState:
-    """A BucketSource over (shard, bucket) -> chunk frames, with struck delivery ids; counts what is read."""
+    """A PendingSource over (shard, bucket) -> chunk frames, with struck delivery ids; counts what is read."""
 
     def __init__(self, rows=(), shards: int = 3, chunk_rows: int = 4, bucket_of=one_second_buckets):
         self.bucket_of = bucket_of
@@ -77,8 +85,8 @@ class FakeState:
     def add(self, rows) -> None:
         by_place: dict[tuple[int, int], list] = {}
         for r in rows:
-            shard = hash(r["sid"] or r["delivery_id"]) % self.shards
-            by_place.setdefault((shard, self.bucket_of(r["due_ms"])), []).append(r)
+            shard = sum(bytes(r["sid"] or r["delivery_id"].encode())) % self.shards
+            by_place.setdefault((shard, self.bucket_of(r["due_ms"], shard)), []).append(r)
         for (shard, bucket), found in by_place.items():
             for i in range(0, len(found), self.chunk_rows):
                 n = self._count.get((shard, bucket), 0)
@@ -90,7 +98,7 @@ class FakeState:
             if delivery_id in set(frame["delivery_id"]):
                 self.struck.setdefault((shard, bucket), set()).add(delivery_id)
 
-    def pending(self) -> list[dict]:
+    def pending_rows(self) -> list[dict]:
         return [
             r
             for (shard, bucket, _), frame in self.chunks.items()
@@ -98,53 +106,29 @@ class FakeState:
             if r["delivery_id"] not in self.struck.get((shard, bucket), set())
         ]
 
-    @staticmethod
-    def _in(bucket, low, high):
-        first, last = listing.bucket_span_s(bucket)
-        return last >= low and (high is None or first <= high)
+    def buckets(self, from_ms, before_ms, with_paused=False):
+        self.reads.append(("buckets", from_ms, before_ms, with_paused))
+        found = {}
+        for shard, key, n in self.chunks:
+            start, end = bucket_span_ms(key)
+            if (from_ms is None or end > from_ms) and (before_ms is None or start < before_ms):
+                found.setdefault((shard, key), []).append((n, len(self.chunks[(shard, key, n)])))
+        buckets = time_order(Bucket(s, k, *bucket_span_ms(k), tuple(sorted(c))) for (s, k), c in found.items())
+        paused = [pd.DataFrame(self.paused)] if with_paused and self.paused else []
+        return buckets, paused
 
-    def buckets(self, low, high, count):
-        self.reads.append(("buckets", low, high, count))
-        rows = sorted(listing.bucket_span_s(b)[1] for _, b, _ in self.chunks if self._in(b, low, high))[
-            : count * listing.CHUNKS_PER_BUCKET
-        ]
-        return sorted(set(rows))[:count], len(rows) < count * listing.CHUNKS_PER_BUCKET
-
-    def strikes(self, low, high):
-        return {k: set(v) for k, v in self.struck.items() if self._in(k[1], low, high)}
-
-    def chunks_of(self, low, high):
-        for (shard, bucket, _), frame in sorted(self.chunks.items()):
-            if self._in(bucket, low, high):
+    def pending(self, buckets):
+        for bucket in buckets:
+            gone = self.struck.get((bucket.shard, bucket.key), set())
+            for n, _ in bucket.chunks:
+                frame = self.chunks[(bucket.shard, bucket.key, n)]
                 self.rows_shipped += len(frame)
-                yield shard, bucket, frame.copy()
-
-
-class Source:
-    """The protocol's names over a FakeState."""
-
-    def __init__(self, state: FakeState):
-        self.state = state
-
-    def buckets(self, low, high, count):
-        return self.state.buckets(low, high, count)
-
-    def strikes(self, low, high):
-        return self.state.strikes(low, high)
-
-    def chunks(self, low, high):
-        return self.state.chunks_of(low, high)
-
-    def paused(self):
-        if self.state.paused:
-            yield pd.DataFrame(self.state.paused)
+                yield bucket, frame[~frame["delivery_id"].isin(gone)].copy()
 
 
 def page(state: FakeState, filters=ListFilters(), limit=3, token=None, batch=1):
     cursor = decode_token(token, filters) if token else None
-    return list_schedules(
-        Source(state), filters, limit, cursor, T0, batch, view=lambda r: (int(r["due_ms"]), r["delivery_id"])
-    )
+    return list_schedules(state, filters, limit, cursor, T0, batch, view=lambda r: (int(r["due_ms"]), r["delivery_id"]))
 
 
 def every_page(state, filters=ListFilters(), limit=3, between=lambda n: None):
@@ -196,18 +180,22 @@ def test_filters_on_due_time_destination_id_prefix_and_kind():
 
 
 def test_a_page_reads_the_first_buckets_only_and_keeps_a_bounded_number_of_rows():
-    # 600 buckets of 50 schedules: a page of 10 reads the first 16 buckets, not the state.
+    # 600 buckets of 50 schedules: a page of 10 reads the buckets up to the first that starts after its 11th schedule.
     rows = [row(T0 + b * BUCKET_MS + i, f"r-0-{b:05d}{i:02d}") for b in range(600) for i in range(50)]
     state = FakeState(rows, chunk_rows=25)
     found = page(state, limit=10)
     assert [d for _, d in found.schedules] == [f"r-0-00000{i:02d}" for i in range(10)]
-    assert state.rows_shipped <= 16 * 50, state.rows_shipped
-    assert [r[0] for r in state.reads] == ["buckets"]
-    # A filter that matches little widens the read round by round (16, 256, then the rest).
+    assert state.rows_shipped <= 2 * 50, state.rows_shipped
+    assert state.reads == [("buckets", None, None, True)], "one look at the buckets, on a first page with the paused"
+    # A filter that matches little reads on to the end.
     state.rows_shipped, state.reads = 0, []
     sparse = page(state, ListFilters(id_prefix="nothing"), limit=10)
     assert sparse.schedules == [] and sparse.next_token is None
-    assert [r[3] for r in state.reads] == [16, 256] and state.rows_shipped == len(rows)
+    assert state.rows_shipped == len(rows)
+    # A page after a cursor, or with due-time filters, looks at the buckets of its range only.
+    state.reads = []
+    page(state, ListFilters(due_after_ms=T0 + 7 * BUCKET_MS, due_before_ms=T0 + 9 * BUCKET_MS), limit=10)
+    assert state.reads == [("buckets", T0 + 7 * BUCKET_MS, T0 + 9 * BUCKET_MS, False)]
 
 
 def test_the_first_rows_are_kept_in_bounded_memory():
@@ -259,6 +247,14 @@ def test_paging_over_coarse_buckets_keeps_the_order_and_the_due_time_filters(spe
     check_paging(
         spec, limit, changes, data, step_ms=wheel.level_width(1) * 7 // 2, bucket_of=coarse_and_one_second_buckets
     )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(*PAGING_SCRIPT)
+def test_paging_over_shards_of_different_layouts_keeps_the_order(spec, limit, changes, data):
+    """A coarse bucket of one shard spans the one-second buckets of another: a page is final only once nothing
+    unread can hold a schedule due before its last one."""
+    check_paging(spec, limit, changes, data, step_ms=wheel.level_width(1) // 3, bucket_of=a_layout_per_shard)
 
 
 def check_paging(spec, limit, changes, data, step_ms, bucket_of):
@@ -415,7 +411,7 @@ def test_a_schedule_shows_its_kind_its_cron_columns_and_the_actions_the_page_off
     assert schedule_view(pd.Series(row(T0, "requests-0-4", sid=None)), T0, ["requests"])["actions"] == []
 
 
-def test_find_sid_reads_the_versions_of_one_schedule():
+def test_find_schedule_reads_the_versions_of_one_schedule():
     state = FakeState(
         [
             row(T0, "a-0-1", sid=b"id:requests/x"),
@@ -424,19 +420,20 @@ def test_find_sid_reads_the_versions_of_one_schedule():
         ]
     )
     state.strike("a-0-1")
-    assert list(find_sid(Source(state), b"id:requests/x")["delivery_id"]) == ["a-0-3"]
-    assert find_sid(Source(state), b"id:requests/z").empty
+    found, paused = find_schedule(state, b"id:requests/x")
+    assert list(found["delivery_id"]) == ["a-0-3"] and paused.empty
+    assert find_schedule(state, b"id:requests/z")[0].empty
 
 
 def test_the_table_ends_with_the_next_page_token():
     state = FakeState([row(T0 + i, f"r-0-{i}", sid=f"id:requests/r{i}".encode()) for i in range(3)])
     found = list_schedules(
-        Source(state), ListFilters(), 2, None, T0 + 1, 5, view=lambda r: schedule_view(r, T0 + 1, ["requests"])
+        state, ListFilters(), 2, None, T0 + 1, 5, view=lambda r: schedule_view(r, T0 + 1, ["requests"])
     )
     table = render_table(found)
     assert "as of batch 5" in table and "r0" in table and "(due already)" in table
     assert table.splitlines()[-1] == f"next page: --page-token {found.next_token}"
-    assert render_table(list_schedules(Source(state), ListFilters(), 5, None, T0, 5)).endswith("no more schedules")
+    assert render_table(list_schedules(state, ListFilters(), 5, None, T0, 5)).endswith("no more schedules")
 
 
 def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel():
@@ -445,16 +442,14 @@ def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel(
         row(T0 + 60_000, "requests-0-7", sid=b"cron:requests/daily", topic="mails", cron_expr="0 9 * * *"),
         row(T0 - 5_000, "requests-0-8", sid=b"cron:requests/hourly", cron_expr="0 * * * *"),
     ]
-    first = list_schedules(
-        Source(state), ListFilters(), 2, None, T0, 1, view=lambda r: schedule_view(r, T0, ["requests"])
-    )
+    first = list_schedules(state, ListFilters(), 2, None, T0, 1, view=lambda r: schedule_view(r, T0, ["requests"]))
     assert [(s["id"], s["paused"], s["actions"]) for s in first.paused] == [
         ("hourly", True, ["CRON_RESUME", "CRON_CANCEL"]),
         ("daily", True, ["CRON_RESUME", "CRON_CANCEL"]),
     ]
     assert first.to_json()["paused"] == first.paused and [s["id"] for s in first.schedules] == ["r0", "r1"]
     assert "paused crons: 2" in render_table(first)
-    later = list_schedules(Source(state), ListFilters(), 2, decode_token(first.next_token, ListFilters()), T0, 1)
+    later = list_schedules(state, ListFilters(), 2, decode_token(first.next_token, ListFilters()), T0, 1)
     assert later.paused == [] and len(later.schedules) == 1, "paused crons show on the first page only"
     for filters, ids in (
         (ListFilters(destination="mails"), ["daily"]),
@@ -462,25 +457,27 @@ def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel(
         (ListFilters(id_prefix="hour"), ["hourly"]),
         (ListFilters(due_after_ms=T0), []),
     ):
-        found = list_schedules(Source(state), filters, 5, None, T0, 1, view=lambda r: schedule_view(r, T0, []))
+        found = list_schedules(state, filters, 5, None, T0, 1, view=lambda r: schedule_view(r, T0, []))
         assert [s["id"] for s in found.paused] == ids, filters
-    assert list(find_paused(Source(state), b"cron:requests/daily")["delivery_id"]) == ["requests-0-7"]
-    assert find_paused(Source(state), b"cron:requests/weekly").empty
+    running, paused = find_schedule(state, b"cron:requests/daily", with_paused=True)
+    assert running.empty and list(paused["delivery_id"]) == ["requests-0-7"]
+    assert find_schedule(state, b"cron:requests/weekly", with_paused=True)[1].empty
 
 
 def test_the_spans_of_bucket_keys_in_spark_sql_are_the_wheels(spark):
-    """The page's bucket ranges are computed by Spark from the state's keys (StateSource): one-second keys and the
-    coarse keys of every level give the spans engine/rules/wheel.py gives them."""
+    """The reader's bucket ranges are computed by Spark from the state's keys (CheckpointState): one-second keys and
+    the coarse keys of every level give the spans engine/rules/wheel.py gives them."""
     keys = [T0 // BUCKET_MS, T0 // BUCKET_MS + 1, 0, -5] + [
         int(wheel.key_at(level, T0 + offset))
         for level in range(1, wheel.COARSE_LEVELS + 1)
         for offset in (0, 1, wheel.level_width(level) - 1, 5 * wheel.level_width(level) + 3)
     ]
-    first, last = listing._span_sql("bucket")
+    first, last = span_sql("bucket")
     rows = (
         spark.createDataFrame([(k,) for k in keys], "bucket long")
         .selectExpr("bucket", f"{first} AS first", f"{last} AS last")
         .collect()
     )
-    assert {r["bucket"]: (r["first"], r["last"]) for r in rows} == {k: listing.bucket_span_s(k) for k in keys}
-    assert len({listing.bucket_span_s(k) for k in keys}) == len(set(keys))
+    in_seconds = {k: (bucket_span_ms(k)[0] // BUCKET_MS, bucket_span_ms(k)[1] // BUCKET_MS - 1) for k in keys}
+    assert {r["bucket"]: (r["first"], r["last"]) for r in rows} == in_seconds
+    assert len(set(in_seconds.values())) == len(set(keys))

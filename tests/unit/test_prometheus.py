@@ -4,6 +4,7 @@ job: tests/integration/test_metrics.py."""
 
 from __future__ import annotations
 
+import ast
 import socket
 import time
 import urllib.request
@@ -22,49 +23,85 @@ from kafka_scheduler.ops.http_server import serve
 from kafka_scheduler.ops.input_lag import end_offsets
 from kafka_scheduler.ops.metrics import SchedulerMetrics
 
-# Reasons as the decoders and the sink write them (dialects/*.py, engine/driver/record_sink.py,
-# engine/driver/timed_writer.py).
+# Every reason text the job writes, one example each, with its class: the decoders' (dialects/*.py), the rules'
+# (engine/rules/cron.py: a CRON_ADD they refuse) and the sink's and the timed writer's (a destination's refusal, an
+# expiry, a rejection's value left out). test_every_reason_fragment_in_the_code_is_walked keeps the list whole.
 REASONS = {
+    # native
     "missing x-scheduler-deliver-to": "missing_field",
-    "missing schedule id (the record key is empty)": "missing_field",
+    "missing x-scheduler-deliver-at": "missing_field",
+    "missing x-scheduler-request-id": "missing_field",
     "empty x-scheduler-request-id": "missing_field",
     "unparseable x-scheduler-deliver-at 'tomorrow' (expected ISO-8601 like 2026-05-24T12:30:00Z)": "bad_time",
     "x-scheduler-deliver-at '2026-05-24T12:30' has no time zone (add Z or an offset like +02:00)": "bad_time",
-    "due time is more than 36525 days ahead": "bad_time",
-    "invalid scheduler-epoch 'soon' (expected Unix seconds, like 1893456000)": "bad_time",
-    "schedule_target_epoch '-5' is negative": "bad_time",
-    "invalid time 'x' (expected epoch milliseconds)": "bad_time",
-    "destination topic '__consumer_offsets' is not allowed": "bad_destination",
-    "invalid destination topic name 'a b'": "bad_destination",
-    "invalid schedule_target_partition 'x' (expected a partition number, like 0)": "bad_destination",
-    "value too large: 2000000 bytes, the limit is 1000000": "too_large",
-    "malformed JSON schedule (expected one JSON object)": "malformed",
-    "malformed Avro schedule: the value is 12 bytes longer than the schedule it holds": "malformed",
-    "invalid base64 in key": "malformed",
     "unknown x-scheduler-action 'MOVE' (expected ADD, REPLACE, CANCEL, CRON_ADD, CRON_PAUSE, CRON_RESUME or "
     "CRON_CANCEL)": "malformed",
+    "invalid x-scheduler-max-lateness '10x' (expected a positive duration like 10m, 1h30m, PT10M, or milliseconds)": (
+        "bad_max_lateness"
+    ),
+    "missing x-scheduler-cron-expr": "missing_field",
+    "invalid x-scheduler-cron-missed-fire-policy 'later' (expected replay or skip)": "bad_cron",
+    "x-scheduler-cron-end-at is before x-scheduler-cron-start-at": "bad_cron",
+    "x-scheduler-cron-start-at '2030-01-01T00:00' has no time zone (add Z or an offset like +02:00)": "bad_time",
+    "unparseable x-scheduler-cron-end-at 'soon' (expected ISO-8601 like 2026-05-24T12:30:00Z)": "bad_time",
+    # shared by the dialects (dialects/common.py)
+    "invalid destination topic name 'a b'": "bad_destination",
+    "destination topic '__consumer_offsets' is not allowed": "bad_destination",
+    "due time is more than 36525 days ahead": "bad_time",
+    "value too large: 2000000 bytes, the limit is 1000000": "too_large",
+    "missing schedule id (the record key is empty)": "missing_field",
     "duplicate header 'x-scheduler-deliver-at'": "malformed",
-    "unsupported schedule_schema_version 'x'": "malformed",
+    "invalid x-scheduler-source-offset 'x' (expected an offset, like 42)": "malformed",
+    "missing schedule_target_topic": "missing_field",
+    "no dialect for this topic": "malformed",
+    # Karafka
+    "missing schedule_schema_version": "missing_field",
+    "schedule_schema_version '2.0.0' is newer than 1.x (not supported)": "malformed",
+    "unsupported schedule_schema_version 'x' (expected 1.x, like 1.0.0)": "malformed",
+    "missing schedule_source_type": "missing_field",
+    "unknown schedule_source_type 'delete' (expected schedule, cancel or tombstone)": "malformed",
+    "missing schedule_target_epoch": "missing_field",
+    "schedule_target_epoch '-5' is negative": "bad_time",
+    "invalid schedule_target_epoch 'soon' (expected Unix seconds, like 1893456000 or 1893456000.5)": "bad_time",
+    "invalid schedule_target_partition 'x' (expected a partition number, like 0)": "bad_destination",
+    # ETF1
+    "missing scheduler-epoch": "missing_field",
+    "scheduler-epoch '-5' is negative": "bad_time",
+    "scheduler-epoch '1.5' is not a whole number of seconds": "bad_time",
+    "invalid scheduler-epoch 'soon' (expected Unix seconds, like 1893456000)": "bad_time",
+    # Sky (Avro and JSON)
+    "time -5 is negative": "bad_time",
+    "missing topic": "missing_field",
+    "malformed Avro schedule (neither the AvroSchedule schema nor its older form without headers)": "malformed",
+    "malformed Avro schedule: the value is 12 bytes longer than the schedule it holds": "malformed",
+    "header name 'caf\ufffd' is not valid UTF-8": "malformed",
+    "malformed JSON schedule (expected one JSON object)": "malformed",
+    "missing time": "missing_field",
+    "invalid time 'x' (expected epoch milliseconds)": "bad_time",
+    "missing key": "missing_field",
+    "invalid base64 in key": "malformed",
+    "invalid headers (expected an object of base64 strings)": "malformed",
+    "invalid base64 in headers h1": "malformed",
+    # the rules: a CRON_ADD (engine/rules/cron.py)
+    "x-scheduler-cron-expr '* * * * * */2' fires every 2s at times, more often than the minimum interval 5s "
+    "(--cron-min-interval)": "too_frequent",
+    "invalid x-scheduler-cron-expr '* * *' (expected a cron expression like '*/5 * * * *', or six fields with the "
+    "seconds last, like '* * * * * */5')": "bad_cron",
+    "invalid x-scheduler-cron-expr '0 0 30 2 *': it never fires": "bad_cron",
+    "unknown time zone 'Mars/Base' (expected an IANA name like Europe/Paris)": "bad_cron",
+    # the sink and the timed writer: a destination's refusal, an expiry, a rejection too large for its topic
     "destination topic 'gone' does not exist": "refused_by_destination",
     "not authorized to write to destination topic 'secret'": "refused_by_destination",
     "destination partition 7 of topic 'few' does not exist (it has 2 partitions)": "refused_by_destination",
     "record of 9000000 bytes (key, value and headers) is too large for destination topic 'small' "
     "(max.message.bytes 1000)": "refused_by_destination",
-    "expired: due 2026-11-26T09:00:00.000Z, not delivered within its max lateness of 600000 ms": "expired",
-    "x-scheduler-cron-expr '* * * * * */2' fires every 2s at times, more often than the minimum interval 5s "
-    "(--cron-min-interval)": "too_frequent",
-    "invalid x-scheduler-cron-expr '* * *' (expected a cron expression like '*/5 * * * *', or six fields with the "
-    "seconds last, like '* * * * * */5')": "malformed",
-    "invalid x-scheduler-cron-expr '0 0 30 2 *': it never fires": "malformed",
-    "unknown time zone 'Mars/Base' (expected an IANA name like Europe/Paris)": "bad_time",
-    "missing x-scheduler-cron-expr": "missing_field",
-    "x-scheduler-cron-end-at is before x-scheduler-cron-start-at": "bad_time",
-    "x-scheduler-cron-start-at '2030-01-01T00:00' has no time zone (add Z or an offset like +02:00)": "bad_time",
-    "invalid x-scheduler-cron-missed-fire-policy 'later' (expected replay or skip)": "malformed",
-    "invalid x-scheduler-max-lateness '10x' (expected a positive duration like 10m, 1h30m, PT10M, or milliseconds)": (
-        "malformed"
+    "destination topic 'odd' refused the record (Broker: Policy violation)": "refused_by_destination",
+    "record of 9000000 bytes (key, value and headers) is too large for destination topic 'small' "
+    "(max.message.bytes 1000); its value is left out: the rejections topic takes no record that large": (
+        "refused_by_destination"
     ),
-    "something nobody wrote yet": "other",
+    "expired: due 2026-11-26T09:00:00.000Z, not delivered within its max lateness of 600000 ms": "expired",
+    "its value is left out: the rejections topic takes no record that large": "too_large",
 }
 
 
@@ -76,7 +113,66 @@ def test_each_rejection_reason_falls_in_its_class(reason, expected):
 def test_a_quoted_value_never_picks_the_class():
     # The quoted topic name mentions time and size: the reason is still about the destination.
     assert reason_class("destination topic 'time-too-large' is not allowed") == "bad_destination"
-    assert reason_class(None) == "other" and set(REASONS.values()) == set(CLASSES)
+
+
+def test_every_class_is_explained_and_none_is_left_for_other():
+    from kafka_scheduler.engine.rules.rejection_classes import ABOUT, OTHER
+
+    assert set(REASONS.values()) == set(CLASSES) - {OTHER}, "every class names a reason the job writes"
+    assert set(ABOUT) == set(CLASSES) and all(ABOUT.values())
+    assert reason_class("something nobody wrote yet") == OTHER and reason_class(None) == OTHER
+
+
+def _reason_fragments(path, inside) -> set[str]:
+    """The literal text in the nodes ``inside(node)`` picks in the module at ``path`` (calls, functions): string
+    constants and the constant parts of f-strings, each run of text between two interpolations on its own."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and ast.get_docstring(node) is not None
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if inside(node):
+            for part in ast.walk(node):
+                if isinstance(part, ast.Constant) and isinstance(part.value, str) and id(part) not in docstrings:
+                    found.add(part.value)
+    return found
+
+
+def test_every_reason_fragment_in_the_code_is_walked():
+    """Each piece of reason text in the code that writes reasons appears in an example above: a reason added without
+    a class (and its wording) fails here."""
+    from pathlib import Path
+
+    import kafka_scheduler
+
+    root = Path(kafka_scheduler.__file__).parent
+
+    def spark_lit(node):
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "lit"
+
+    def called(name):
+        return lambda node: isinstance(node, ast.Call) and getattr(node.func, "id", None) == name
+
+    def function(name):
+        return lambda node: isinstance(node, ast.FunctionDef) and node.name == name
+
+    fragments = set()
+    for path in sorted((root / "dialects").glob("*.py")):
+        fragments |= _reason_fragments(path, spark_lit)
+    engine = root / "engine"
+    fragments |= _reason_fragments(engine / "driver" / "record_sink.py", spark_lit)
+    fragments |= _reason_fragments(engine / "driver" / "timed_writer.py", function("refusal_reason"))
+    fragments |= _reason_fragments(engine / "rules" / "cron.py", called("CronError"))
+    fragments |= _reason_fragments(engine / "rules" / "cron.py", function("problem"))
+    fragments |= _reason_fragments(engine / "rules" / "rejection_classes.py", function("expired_reason"))
+    # Plain texts only: an expression's literal with no space is a name, a quote, a format (e.g. "'", "ADD", "base64").
+    prose = {f.strip("' ") for f in fragments if " " in f.strip() and not f.startswith("yyyy")}
+    prose = {f for f in prose if f}
+    unseen = sorted(f for f in prose if not any(f in reason for reason in REASONS))
+    assert not unseen, f"reason texts without an example (and so without a checked class): {unseen}"
 
 
 def test_rejection_rows_are_counted_per_input_topic_and_class():
@@ -324,3 +420,90 @@ def test_the_timed_writer_reports_each_delivery_once_and_no_rejection_as_one():
     assert metrics.value("kafka_scheduler_delivered_total") == 2  # b and c
     assert metrics.value("kafka_scheduler_delivery_lateness_seconds_count") == 2
     assert metrics.value("kafka_scheduler_dead_lettered_total") == 1  # a
+
+
+def test_a_delivery_the_batch_expired_is_no_delivery_when_the_writer_writes_its_rejection():
+    """The sink hands a delivery the rules marked expired to the timed writer as a rejection that keeps its due time
+    and delivery id (and its write-back): written to the rejections topic, counted in no delivery and no lateness."""
+    from kafka_scheduler.engine.driver.timed_writer import TimedWriter
+
+    from .test_timed_writer import FakeProducer, row
+
+    metrics = SchedulerMetrics({})
+    writer = TimedWriter("unused", producer=FakeProducer(), rejections_topic="app-schedule-rejections")
+    writer.on_written = metrics.record_written
+    try:
+        now = int(time.time() * 1000)
+        long_ago = now - 2_241_000
+        writer.hold(
+            [
+                row("req-0-7", long_ago, b"late", kind="reject", topic="app-schedule-rejections"),
+                row("req-0-7", long_ago, b"late", kind="write-back", topic="req"),
+                row("req-0-8", now, b"on-time"),
+            ]
+        )
+        assert writer.wait_written(now, timeout=10)
+    finally:
+        writer.close()
+    assert metrics.value("kafka_scheduler_delivered_total") == 1  # on-time only
+    assert metrics.value("kafka_scheduler_delivery_lateness_seconds_count") == 1
+    assert metrics.value("kafka_scheduler_delivery_lateness_seconds_bucket", {"le": "5.0"}) == 1
+
+
+def test_deliveries_at_once_leave_out_the_schedules_the_rules_expired():
+    """An ADD already later than its max lateness when read is rejected as expired: not delivered at once."""
+    from kafka_scheduler.engine.processor.wheel_processor import delivered_at_once
+
+    store = wheel.MemoryShardStore()
+    now = 10_000_000
+    late = Schedule(now - 2_241_000, "out", b"k", b"v", (), "a-0-1", max_lateness_ms=1000)
+    on_time = Schedule(now - 10, "out", b"k", b"v", (), "a-0-2")
+    result = wheel.apply_requests(
+        store, [(sid("a", "1"), Request(Action.ADD, late)), (sid("a", "2"), Request(Action.ADD, on_time))], now
+    )
+    assert result.at_once == Counter({"a": 2})  # the rules count both as due when read
+    assert delivered_at_once(result) == Counter({"a": 1})
+
+
+class _ValueState:
+    def __init__(self, value=None):
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
+class _Handle:
+    def listTimers(self):
+        return iter([1_000_000])
+
+
+class _Clock:
+    def getCurrentProcessingTimeInMs(self):
+        return 900_000
+
+
+def test_a_report_tick_alone_reports_the_shards_index_size():
+    """At start the driver writes a report tick, which reaches every shard: each reports its index size, so the
+    pending gauge after a restart sums every shard, not only those a request or timer has touched since."""
+    from kafka_scheduler.engine.contract import INDEX_ENTRIES_PREFIX, KIND_TICK
+    from kafka_scheduler.engine.processor.state_store import MapStateShardStore
+    from kafka_scheduler.engine.processor.wheel_processor import WheelProcessor
+
+    processor = WheelProcessor()
+    processor.handle = _Handle()
+    processor.index_token = _ValueState((7, 0, [1], [3], 3))  # version 7, 3 entries
+    processor.store = MapStateShardStore(processor)
+    tick = pd.DataFrame({"kind": [KIND_TICK]})
+    frames = list(processor._input_frames((2,), tick, _Clock()))
+    reports = {
+        row.topic: row.n for frame in frames for row in frame.itertuples() if str(row.topic).startswith("index_")
+    }
+    assert reports == {f"{INDEX_ENTRIES_PREFIX}2": 3}
+    summary = BatchSummary(1)
+    for frame in frames:
+        for row in frame[frame["kind"] == "outcome"].itertuples():
+            summary.count_outcome(row.topic, row.n, row.n)
+    metrics = SchedulerMetrics({})
+    metrics.record_batch(summary)
+    assert metrics.value("kafka_scheduler_pending_schedules") == 3

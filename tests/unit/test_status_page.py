@@ -22,20 +22,24 @@ from kafka_scheduler.ops.http_server import Routes, start_server
 from kafka_scheduler.ops.metrics import SchedulerMetrics
 from kafka_scheduler.ops.recent import LatenessWindow, RecentRejections
 from kafka_scheduler.ops.status_page import (
-    DAY_MS,
-    HOUR_MS,
     LATE_P99_S,
     STALL_AFTER_S,
-    PendingCounts,
     StatusPage,
-    UpcomingCache,
-    count_pending,
-    counts_json,
     health,
-    merged_counts,
+    iso,
     page_html,
     snapshot,
     status_json,
+)
+from kafka_scheduler.ops.upcoming import (
+    DAY_MS,
+    HOUR_MS,
+    PendingCounts,
+    StateReader,
+    UpcomingCache,
+    count_pending,
+    counts_json,
+    merged_counts,
     upcoming_json,
 )
 
@@ -146,6 +150,22 @@ def test_status_json_shows_the_values_of_the_registry():
     assert status["health"]["verdict"] == "ok" and status["app_id"] == "reminders"
     assert status["rejections"][0]["reason_class"] == "missing_field" and status["rejections"][0]["about"]
     json.dumps(status)  # all of it JSON
+
+
+def test_the_next_due_time_is_the_earliest_counted_due_time_not_the_next_timer():
+    """The next timer fires up to --lookahead plus a lead before the earliest due time: the page shows both, each for
+    what it is, and the due time is the count's (NaN before the first count: not known)."""
+    metrics = fed_metrics()
+    due_s, timer_s, counted_s = T0 + 1810.0, T0 + 10.0, T0 - 5.0
+    metrics.follow_next_wakeup(lambda: int(timer_s * 1000))
+    page = StatusPage(metrics, "reminders", started_s=T0 - 60, clock=lambda: T0)
+    assert page.status()["next_due"] == {"at": None, "in_s": None, "counted_at": None}
+    metrics.follow_state_counts(lambda: (4, int(due_s * 1000), counted_s))
+    status = page.status()
+    assert status["next_due"] == {"at": iso(due_s), "in_s": 1810.0, "counted_at": iso(counted_s)}
+    assert status["next_wakeup"] == {"at": iso(timer_s), "in_s": 10.0}
+    metrics.follow_state_counts(lambda: (0, None, counted_s))  # nothing pending
+    assert page.status()["next_due"] == {"at": None, "in_s": None, "counted_at": iso(counted_s)}
 
 
 def test_status_json_of_a_job_that_did_nothing_yet():
@@ -401,7 +421,6 @@ class FakeSpark:
 
 
 def test_state_reads_wait_for_spark_and_for_a_first_committed_batch(tmp_path):
-    from kafka_scheduler.ops.status_page import StateReader
 
     def read(spark, checkpoint_dir, batch):
         return ("read", checkpoint_dir, batch)

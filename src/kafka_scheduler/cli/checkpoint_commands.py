@@ -108,7 +108,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     from ..config import Config
     from ..engine.spark.checkpoint import last_committed_batch
-    from ..engine.spark.session import build_session
+    from ..engine.spark.state_reader import tool_session
     from ..ops.inspection import Filters, inspect_checkpoint, render_json, render_table
 
     checkpoint_dir = args.checkpoint_dir or Config(app_id=args.app_id).checkpoint_dir
@@ -125,7 +125,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if batch is None:
         raise CommandError(f"checkpoint {checkpoint_dir} has no committed batch yet: nothing to inspect")
     logging.getLogger(__name__).info("inspect: starting Spark to read %s (batch %d)", checkpoint_dir, batch)
-    spark = build_session(Config(master="local[1]", app_id=args.app_id, checkpoint_dir=checkpoint_dir))
+    spark = tool_session(args.app_id, checkpoint_dir)
     try:
         found = inspect_checkpoint(spark, checkpoint_dir, filters, int(time.time() * 1000), batch, args.limit)
     finally:
@@ -140,8 +140,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     from ..config import Config
     from ..engine.spark.checkpoint import last_committed_batch
-    from ..engine.spark.session import build_session
-    from ..ops.listing import BadPageToken, StateSource, list_query, list_schedules, render_table
+    from ..engine.spark.state_reader import CheckpointState, tool_session
+    from ..ops.listing import BadPageToken, list_query, list_schedules, render_table
 
     values = {
         "due_after": args.due_after,
@@ -165,14 +165,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     if batch is None:
         raise CommandError(f"checkpoint {checkpoint_dir} has no committed batch yet: nothing to list")
     logging.getLogger(__name__).info("list: starting Spark to read %s (batch %d)", checkpoint_dir, batch)
-    spark = build_session(Config(master="local[1]", app_id=args.app_id, checkpoint_dir=checkpoint_dir))
+    spark = tool_session(args.app_id, checkpoint_dir)
     try:
         as_of_ms = int(time.time() * 1000)
         started = time.monotonic()
-        found = list_schedules(StateSource(spark, checkpoint_dir, batch), filters, limit, cursor, as_of_ms, batch)
+        state = CheckpointState(spark, checkpoint_dir, batch)
+        found = list_schedules(state, filters, limit, cursor, as_of_ms, batch)
         logging.getLogger(__name__).info(
-            "list: page read in %.1fs (%d time buckets; %s)",
+            "list: page read in %.1fs (%d Spark jobs, %d time buckets; %s)",
             time.monotonic() - started,
+            state.jobs,
             found.buckets_read,
             ", ".join(f"{k} {v:.1f}s" for k, v in found.phases_s.items()),
         )

@@ -1,31 +1,28 @@
 """Pending schedules read straight from a checkpoint (``kafka-scheduler inspect``), whether the job runs or not.
 
-Spark's state data source (format ``statestore``) reads the state of the last committed batch: the wheel's
-``chunks`` (Arrow blobs of schedules, engine/processor/blobs.py) less the versions its ``strikes`` took out (replaced
-or cancelled since the chunk was written). A schedule written at its due time stays in a chunk until a later
-batch retires it, so schedules due before the last committed batch are counted apart ("due, not yet
-retired"): delivered or about to be.
+The engine's reader of the state (engine/spark/state_reader.py, Spark's state data source) gives the pending
+schedules of the last committed batch, less the versions replaced or cancelled since they were written. A schedule
+written at its due time stays in the state until a later batch retires it, so schedules due before the read are
+counted apart ("due, not yet retired"): delivered or about to be.
 
-A running cron is one chunk row: its pending firing (``due_ms``, delivery id ``<activation>@<instant>``) with its
-definition in the ``cron_*`` columns (``cron_expr`` not null); its later firings are computed (``FiringCounter``,
-``next_firings``). A paused cron has no row in the chunks: its definition is in the ``paused`` state variable
-(``paused_frames``), ``due_ms`` there being where a replay would resume.
+A running cron is one pending schedule: its pending firing (``due_ms``, delivery id ``<activation>@<instant>``) with
+its definition in the ``cron_*`` columns (``cron_expr`` not null); its later firings are computed (``FiringCounter``,
+``next_firings``). A paused cron has no pending firing: the reader gives it apart, ``due_ms`` being where a replay
+would resume.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 
 import numpy as np
 import pandas as pd
 
-from ..engine.processor.blobs import from_blob
 from ..engine.rules import cron as crons
+from ..engine.spark.state_reader import CheckpointState
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
 
 HOUR_MS = 3_600_000
@@ -73,27 +70,27 @@ class Inspection:
 
     def to_json(self) -> dict:
         return {
-            "as_of": _iso(self.as_of_ms),
+            "as_of": iso_ms(self.as_of_ms),
             "batch": self.batch,
             "matching": self.matching,
             "due_not_retired": self.overdue,
             "crons": self.crons,
             "paused_crons": self.paused_count,
-            "per_hour": {_iso(h): n for h, n in sorted(self.per_hour.items())},
-            "per_day": {_iso(d)[:10]: n for d, n in sorted(self.per_day.items())},
+            "per_hour": {iso_ms(h): n for h, n in sorted(self.per_hour.items())},
+            "per_day": {iso_ms(d)[:10]: n for d, n in sorted(self.per_day.items())},
             "firings_estimated_from": None
             if self.firings_estimated_from_ms is None
-            else _iso(self.firings_estimated_from_ms)[:10],
+            else iso_ms(self.firings_estimated_from_ms)[:10],
             "schedules": self.schedules,
             "paused": self.paused,
         }
 
 
-def _iso(ms: int) -> str:
+def iso_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _text(data) -> str | None:
+def shown_text(data) -> str | None:
     if data is None:
         return None
     data = bytes(data)
@@ -103,7 +100,12 @@ def _text(data) -> str | None:
         return "0x" + data.hex()
 
 
-def _request_id(sid) -> str | None:
+def header_views(headers) -> list[dict]:
+    """A schedule's headers as JSON-ready values: their keys, and their values as text (or hex)."""
+    return [{"key": h["key"], "value": shown_text(h["value"])} for h in (headers if headers is not None else [])]
+
+
+def request_id(sid) -> str | None:
     """The request id of a client schedule id (b"id:<topic>/<id>", or a cron's b"cron:<topic>/<id>"); None for
     schedules sent without one."""
     if sid is None or (isinstance(sid, float) and pd.isna(sid)):
@@ -111,7 +113,7 @@ def _request_id(sid) -> str | None:
     sid = bytes(sid)
     for prefix in (CLIENT_SID_PREFIX, CRON_SID_PREFIX):
         if sid.startswith(prefix):
-            return _text(sid[len(prefix) :].split(b"/", 1)[1])
+            return shown_text(sid[len(prefix) :].split(b"/", 1)[1])
     return None
 
 
@@ -121,18 +123,16 @@ def _input_topic(delivery_id: str) -> str:
 
 def schedule_view(row) -> dict:
     """One schedule in full, as JSON-ready values."""
-    headers = [
-        {"key": h["key"], "value": _text(h["value"])} for h in (row["headers"] if row["headers"] is not None else [])
-    ]
+    headers = header_views(row["headers"])
     view = {
         "id": row["id"],
-        "due": _iso(int(row["due_ms"])),
+        "due": iso_ms(int(row["due_ms"])),
         "due_ms": int(row["due_ms"]),
         "destination": row["topic"],
         "input_topic": row["input_topic"],
         "delivery_id": row["delivery_id"],
-        "key": _text(row["key"]),
-        "value": _text(row["value"]),
+        "key": shown_text(row["key"]),
+        "value": shown_text(row["value"]),
         "headers": headers,
     }
     if not pd.isna(row["partition"]):
@@ -161,7 +161,7 @@ def cron_view(row) -> dict:
     for name in ("start", "end"):
         bound = _optional(row.get(f"cron_{name}_ms"))
         if bound is not None:
-            view["cron"][f"{name}_at"] = _iso(int(bound))
+            view["cron"][f"{name}_at"] = iso_ms(int(bound))
     view["paused"] = bool(row.get("paused", False))
     return view
 
@@ -173,111 +173,11 @@ def _optional(value):
     return value
 
 
-def state_variable(spark, checkpoint_dir: str, name: str, batch: int | None = None):
-    """One state variable of the job's checkpoint (as of ``batch``; None: the newest committed), as a DataFrame."""
-    reader = spark.read.format("statestore").option("stateVarName", name)
-    if batch is not None:
-        reader = reader.option("batchId", batch)
-    return reader.load(checkpoint_dir)
-
-
-def _chunks_and_strikes(spark, checkpoint_dir: str):
-    """The state's chunks (shard, bucket, data) and, per shard and bucket, the delivery ids struck from them
-    (shard, bucket, struck)."""
-    from pyspark.sql import functions as F
-
-    struck = (
-        state_variable(spark, checkpoint_dir, "strikes")
-        .select(
-            F.col("key.shard").alias("shard"),
-            F.col("user_map_key.bucket").alias("bucket"),
-            F.col("user_map_value.delivery_ids").alias("ids"),
-        )
-        .groupBy("shard", "bucket")
-        .agg(F.flatten(F.collect_list("ids")).alias("struck"))
+def named(frame: pd.DataFrame, **extra) -> pd.DataFrame:
+    """Entries with their request ``id`` and ``input_topic`` (a Python call per schedule: counts go without)."""
+    return frame.assign(
+        id=[request_id(s) for s in frame["sid"]], input_topic=[_input_topic(d) for d in frame["delivery_id"]], **extra
     )
-    chunks = state_variable(spark, checkpoint_dir, "chunks").select(
-        F.col("key.shard").alias("shard"),
-        F.col("user_map_key.bucket").alias("bucket"),
-        F.col("user_map_value.data").alias("data"),
-    )
-    return chunks, struck
-
-
-def _unstruck(data: bytes, struck) -> pd.DataFrame:
-    """A chunk's entries without the ones struck from it."""
-    frame = from_blob(data)
-    if struck is not None and len(struck):
-        frame = frame[~frame["delivery_id"].isin(list(struck))]
-    return frame
-
-
-def pending_frames(spark, checkpoint_dir: str, named: bool = True) -> Iterator[pd.DataFrame]:
-    """Pending schedules, a chunk at a time: the entry columns plus (``named``) ``id`` and ``input_topic``, which
-    cost a Python call per schedule, so a count leaves them out."""
-    chunks, struck = _chunks_and_strikes(spark, checkpoint_dir)
-    gone = {(row["shard"], row["bucket"]): row["struck"] for row in struck.toLocalIterator()}
-    for row in chunks.toLocalIterator():
-        frame = _unstruck(row["data"], gone.get((row["shard"], row["bucket"])))
-        if not len(frame):
-            continue
-        if named:
-            frame = frame.assign(
-                id=[_request_id(s) for s in frame["sid"]], input_topic=[_input_topic(d) for d in frame["delivery_id"]]
-            )
-        yield frame
-
-
-def fold_pending(spark, checkpoint_dir: str, fold: Callable[[Iterator[pd.DataFrame]], str]) -> list[str]:
-    """``fold`` run on the executors over each partition's pending schedules (frames as ``pending_frames(named=
-    False)`` yields them); its results. A count reads every chunk of the state: brought to the driver
-    (``toLocalIterator`` holds a whole partition in the driver's heap at a time) it ran the job's 1 GB heap out
-    under a soak's load, which a few numbers per partition do not."""
-    from pyspark.sql import functions as F
-
-    chunks, struck = _chunks_and_strikes(spark, checkpoint_dir)
-    # Broadcast: the strikes are few beside the chunks, which then are not shuffled.
-    rows = (
-        chunks.join(F.broadcast(struck), ["shard", "bucket"], "left")
-        .select("data", "struck")
-        .mapInPandas(partial(_fold_partition, fold), "result string")
-        .collect()
-    )
-    return [row["result"] for row in rows]
-
-
-def _fold_partition(fold: Callable[[Iterator[pd.DataFrame]], str], batches: Iterator[pd.DataFrame]):
-    def frames() -> Iterator[pd.DataFrame]:
-        for batch in batches:
-            for data, struck in zip(batch["data"], batch["struck"]):
-                frame = _unstruck(data, struck)
-                if len(frame):
-                    yield frame
-
-    yield pd.DataFrame({"result": [fold(frames())]})
-
-
-def paused_frames(spark, checkpoint_dir: str) -> Iterator[pd.DataFrame]:
-    """Paused crons (few): one-row entries frames, with ``id``, ``input_topic`` and ``paused`` (True); ``due_ms`` is
-    where a replay would resume, ``delivery_id`` the activation the cron was paused in."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.utils import AnalysisException
-
-    try:
-        rows = (
-            state_variable(spark, checkpoint_dir, "paused")
-            .select(F.col("user_map_value.data").alias("data"))
-            .toLocalIterator()
-        )
-        for row in rows:
-            frame = from_blob(row["data"])
-            yield frame.assign(
-                id=[_request_id(s) for s in frame["sid"]],
-                input_topic=[_input_topic(d) for d in frame["delivery_id"]],
-                paused=True,
-            )
-    except AnalysisException:  # a checkpoint written before paused crons existed
-        return
 
 
 # The most firings of one cron expression (and zone) the counts enumerate; beyond, per-day counts are estimated.
@@ -362,8 +262,12 @@ def inspect_checkpoint(
         as_of_ms, as_of_ms // HOUR_MS * HOUR_MS + 48 * HOUR_MS, as_of_ms // DAY_MS * DAY_MS + 30 * DAY_MS
     )
     shown: list[pd.DataFrame] = []
-    for frame in pending_frames(spark, checkpoint_dir):
-        frame = filters.keep(frame)
+    state = CheckpointState(spark, checkpoint_dir, batch)
+    buckets, paused = state.buckets(filters.due_from_ms, filters.due_until_ms, with_paused=True)
+    for _, frame in state.pending(buckets):
+        if not len(frame):
+            continue
+        frame = filters.keep(named(frame))
         if not len(frame):
             continue
         due = frame["due_ms"].astype("int64")
@@ -382,8 +286,8 @@ def inspect_checkpoint(
     if shown and limit:
         earliest = _earliest(pd.concat(shown), limit)
         found.schedules = [schedule_view(row) for _, row in earliest.iterrows()]
-    for frame in paused_frames(spark, checkpoint_dir):
-        frame = filters.keep(frame)
+    for frame in paused:
+        frame = filters.keep(named(frame, paused=True))
         found.paused_count += len(frame)
         found.paused += [schedule_view(row) for _, row in frame.iterrows()][: max(0, limit - len(found.paused))]
     return found
@@ -396,7 +300,7 @@ def _earliest(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
 def render_table(found: Inspection, filters: Filters) -> str:
     """The inspection as text: totals, counts per hour (next 48 hours) and per day (next 30 days), schedules."""
     lines = [
-        f"pending schedules in the checkpoint as of batch {found.batch} (read {_iso(found.as_of_ms)}): "
+        f"pending schedules in the checkpoint as of batch {found.batch} (read {iso_ms(found.as_of_ms)}): "
         f"{found.matching:,} matching"
         + (
             f", {found.overdue:,} of them due already (delivered or about to be, until a batch retires them)"
@@ -408,12 +312,12 @@ def render_table(found: Inspection, filters: Filters) -> str:
     hours = [(h, n) for h, n in sorted(found.per_hour.items()) if start_hour <= h < start_hour + 48 * HOUR_MS]
     if hours:
         lines += ["", "due per hour, next 48 hours (UTC):"]
-        lines += [f"  {_iso(h)[:13].replace('T', ' ')}:00  {n:>10,}" for h, n in hours]
+        lines += [f"  {iso_ms(h)[:13].replace('T', ' ')}:00  {n:>10,}" for h, n in hours]
     start_day = found.as_of_ms // DAY_MS * DAY_MS
     days = [(d, n) for d, n in sorted(found.per_day.items()) if start_day <= d < start_day + 30 * DAY_MS]
     if days:
         lines += ["", "due per day, next 30 days (UTC):"]
-        lines += [f"  {_iso(d)[:10]}  {n:>10,}" for d, n in days]
+        lines += [f"  {iso_ms(d)[:10]}  {n:>10,}" for d, n in days]
     later = sum(n for d, n in found.per_day.items() if d >= start_day + 30 * DAY_MS)
     if later:
         lines.append(f"  later       {later:>10,}")
@@ -425,7 +329,7 @@ def render_table(found: Inspection, filters: Filters) -> str:
         ]
         if found.firings_estimated_from_ms is not None:
             lines.append(
-                f"  (firings per day estimated from {_iso(found.firings_estimated_from_ms)[:10]} on: more "
+                f"  (firings per day estimated from {iso_ms(found.firings_estimated_from_ms)[:10]} on: more "
                 f"than {FIRINGS_COUNTED:,} firings of one expression)"
             )
     if found.schedules:

@@ -13,13 +13,13 @@ after the pages already read; one cancelled or delivered meanwhile is not shown 
 state moved on (``continued_from_batch`` differs from ``batch``). A token given with other filters, or damaged, is
 refused (``BadPageToken``: a 400, or exit 2).
 
-**Cost.** The state store is keyed by (shard, time bucket): a bucket holds one second, or, far ahead, a coarse span
-of 64ᴸ seconds (engine/rules/wheel.py, "Coarse levels"); the spans of a shard's buckets never overlap, so buckets are
-read in the order of the seconds they span. A page reads the distinct buckets from the first wanted one on (a small
-Spark job that ships bucket numbers only), then the chunks and strikes of the first few of them, and widens (16, then
-256 buckets, then all the rest) only while fewer than ``limit`` + 1 schedules matched. Chunks are decoded one at a time
-and only the ``limit`` + 1 first schedules are kept, so a page holds a few chunks in memory, not the state. Filters
-on the due time narrow the buckets read; the others (destination, id prefix, kind) are applied to each chunk.
+**Cost.** The state is read through the engine's reader (engine/spark/state_reader.py), pinned to the page's batch:
+first the buckets that may hold schedules due in the range wanted, in time order (one Spark job: keys and sizes, no
+data; with the paused crons on a first page), then their chunks less their strikes, in that order, a Spark job per
+group of chunks of a few MiB, and only as far as the page needs: once ``limit`` + 1 matching schedules are due before
+the start of the next bucket not read, no later bucket can hold one due earlier, and the reading stops. Only the
+``limit`` + 1 first schedules are kept. Filters on the due time narrow the buckets read; the others (destination, id
+prefix, kind) are applied to each chunk, so a filter that matches few schedules reads more.
 
 **Kinds.** A schedule id (``sid``) of ``cron:`` names a recurring schedule: its row is the cron's next firing, and its
 ``cron_*`` columns (the cron's definition, written by the cron engine) are shown under ``cron`` as ``inspect`` shows
@@ -42,17 +42,15 @@ from typing import Protocol
 
 import pandas as pd
 
-from ..engine.rules.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
+from ..engine.spark.state_reader import Bucket
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
-from .inspection import _iso, _text, cron_view, state_variable  # the same forms as inspect shows, the same reader
+from .inspection import cron_view, header_views, iso_ms, shown_text  # the same forms as inspect shows
 
 KINDS = ("one-shot", "cron")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 TOKEN_VERSION = 1
 MAX_TOKEN_CHARS = 4096
-ROUNDS = (16, 256, None)  # buckets read per round while a page is not full; None: all that remain
-CHUNKS_PER_BUCKET = 4  # chunks looked at per bucket wanted when finding a round's buckets (shards, small chunks)
 
 
 class BadPageToken(ValueError):
@@ -198,130 +196,31 @@ class FirstRows:
             return pd.DataFrame()
         return pd.concat(self._frames).sort_values(["due_ms", "delivery_id"], kind="stable").head(self.n)
 
-    @property
-    def full(self) -> bool:
+    def final_before(self, bound_ms: int) -> bool:
+        """Whether the first ``n`` rows are all due before ``bound_ms``: with nothing unread due before it, they are
+        the first ``n`` of everything."""
         if self._rows < self.n:
             return False
-        return len(self.frame()) >= self.n
+        kept = self.frame()
+        self._frames, self._rows = [kept], len(kept)  # asked at every bucket read: sorted once, kept sorted
+        return len(kept) >= self.n and int(kept["due_ms"].iloc[self.n - 1]) < bound_ms
 
 
-# ---------------------------------------------------------------- the state, read by bucket range
+# ---------------------------------------------------------------- the state, read in time order
 
 
-def bucket_span_s(key: int) -> tuple[int, int]:
-    """The first and the last second (both included) of the due times bucket ``key`` holds."""
-    start_ms, end_ms = key_range(key)
-    return start_ms // BUCKET_MS, end_ms // BUCKET_MS - 1
+class PendingSource(Protocol):
+    """The wheel's state of one committed batch (engine/spark/state_reader.CheckpointState)."""
 
+    def buckets(
+        self, from_ms: int | None, before_ms: int | None, with_paused: bool = False
+    ) -> tuple[list[Bucket], list[pd.DataFrame]]:
+        """The buckets that may hold schedules due in [from_ms, before_ms) in time order (by the first due time each
+        may hold), and the paused crons' frames when asked."""
 
-def _span_sql(column: str) -> tuple[str, str]:
-    """``bucket_span_s`` of a bucket key column, as two Spark SQL expressions (first second, last second)."""
-    offset = f"({column} - {COARSE_BASE})"
-    width = f"CAST(pow({LEVEL_FANOUT}, pmod({offset}, {LEVEL_SLOTS})) AS BIGINT)"
-    index = f"({offset} div {LEVEL_SLOTS})"
-    return (
-        f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE {index} * {width} END",
-        f"CASE WHEN {column} < {COARSE_MIN} THEN {column} ELSE ({index} + 1) * {width} - 1 END",
-    )
-
-
-class BucketSource(Protocol):
-    """The wheel's state of one committed batch, read by ranges of seconds (both ends included; None: open): the
-    buckets whose span (``bucket_span_s``) meets the range."""
-
-    def buckets(self, low: int, high: int | None, count: int) -> tuple[list[int], bool]:
-        """The first distinct buckets holding chunks due in [low, high], as the last second of each, ascending: at
-        most ``count``, found among the first ``count`` * CHUNKS_PER_BUCKET chunks (so perhaps fewer); and whether
-        that is all the range holds."""
-
-    def strikes(self, low: int, high: int | None) -> dict[tuple[int, int], set]:
-        """(shard, bucket) -> delivery ids struck out of the bucket's chunks."""
-
-    def paused(self) -> Iterator[pd.DataFrame]:
-        """Frames of paused crons (the chunk columns; ``due_ms`` is where a replay would resume)."""
-
-    def chunks(self, low: int, high: int | None) -> Iterator[tuple[int, int, pd.DataFrame]]:
-        """(shard, bucket, frame of the chunk) for each chunk in the range, one at a time."""
-
-
-def shard_of(spark, sid: bytes, shards: int) -> int:
-    """The shard the job keeps ``sid`` in: engine/spark/query.shard_column, computed by Spark itself."""
-    from pyspark.sql import functions as F
-
-    return spark.range(1).select(F.pmod(F.xxhash64(F.lit(bytearray(sid))), F.lit(shards)).cast("int")).first()[0]
-
-
-class StateSource:
-    """BucketSource over Spark's state data source, pinned to ``batch`` (None: the newest committed batch); only
-    ``shard``'s state if given."""
-
-    def __init__(self, spark, checkpoint_dir: str, batch: int | None, shard: int | None = None):
-        self.spark, self.checkpoint_dir, self.batch, self.shard = spark, checkpoint_dir, batch, shard
-
-    def _state(self, name: str):
-        from pyspark.sql import functions as F
-
-        frame = state_variable(self.spark, self.checkpoint_dir, name, self.batch)
-        return frame if self.shard is None else frame.where(F.col("key.shard") == self.shard)
-
-    def _in_range(self, frame, low: int, high: int | None):
-        from pyspark.sql import functions as F
-
-        first, last = (F.expr(e) for e in _span_sql("user_map_key.bucket"))
-        return frame.where(last >= low if high is None else (last >= low) & (first <= high))
-
-    def buckets(self, low, high, count):
-        from pyspark.sql import functions as F
-
-        # The first chunks' buckets, one Spark job without a shuffle (a top-N per task), not a distinct and a sort.
-        wanted = count * CHUNKS_PER_BUCKET
-        rows = (
-            self._in_range(self._state("chunks"), low, high)
-            .select(F.expr(_span_sql("user_map_key.bucket")[1]).alias("last"))
-            .orderBy("last")
-            .limit(wanted)
-        )
-        rows = rows.collect()
-        return sorted({row["last"] for row in rows})[:count], len(rows) < wanted
-
-    def strikes(self, low, high):
-        from pyspark.sql import functions as F
-
-        struck: dict[tuple[int, int], set] = {}
-        rows = self._in_range(self._state("strikes"), low, high).select(
-            F.col("key.shard").alias("shard"),
-            F.col("user_map_key.bucket").alias("bucket"),
-            F.col("user_map_value.delivery_ids").alias("ids"),
-        )
-        for row in rows.toLocalIterator():
-            struck.setdefault((row["shard"], row["bucket"]), set()).update(row["ids"] or ())
-        return struck
-
-    def paused(self):
-        from pyspark.sql import functions as F
-        from pyspark.sql.utils import AnalysisException
-
-        from ..engine.processor.blobs import from_blob
-
-        try:
-            rows = self._state("paused").select(F.col("user_map_value.data").alias("data")).collect()
-        except AnalysisException:  # a checkpoint written before paused crons existed
-            return
-        for row in rows:
-            yield from_blob(row["data"])
-
-    def chunks(self, low, high):
-        from pyspark.sql import functions as F
-
-        from ..engine.processor.blobs import from_blob
-
-        rows = self._in_range(self._state("chunks"), low, high).select(
-            F.col("key.shard").alias("shard"),
-            F.col("user_map_key.bucket").alias("bucket"),
-            F.col("user_map_value.data").alias("data"),
-        )
-        for row in rows.toLocalIterator():
-            yield row["shard"], row["bucket"], from_blob(row["data"])
+    def pending(self, buckets: Iterable[Bucket]) -> Iterator[tuple[Bucket, pd.DataFrame]]:
+        """The pending rows of ``buckets`` (less their strikes), a chunk at a time, in the order given; read as the
+        caller goes on."""
 
 
 @dataclass
@@ -335,11 +234,11 @@ class Listing:
     next_token: str | None = None
     continued_from_batch: int | None = None  # the batch of the page before (from the token)
     buckets_read: int = 0
-    phases_s: dict = field(default_factory=dict)  # seconds spent finding buckets, reading strikes, reading chunks
+    phases_s: dict = field(default_factory=dict)  # seconds spent finding the buckets, reading their chunks
 
     def to_json(self) -> dict:
         return {
-            "as_of": _iso(self.as_of_ms),
+            "as_of": iso_ms(self.as_of_ms),
             "batch": self.batch,
             "filters": self.filters.to_json(),
             "limit": self.limit,
@@ -354,61 +253,44 @@ class Listing:
 
 
 def list_schedules(
-    source: BucketSource,
+    source: PendingSource,
     filters: ListFilters,
     limit: int,
     cursor: Cursor | None,
     as_of_ms: int,
     batch: int | None,
     view: Callable | None = None,
-    rounds: Iterable[int | None] = ROUNDS,
 ) -> Listing:
     """One page: the first ``limit`` schedules matching ``filters`` after ``cursor``, and the token of the next page
     if there is more."""
     view = view or (lambda row: schedule_view(row, as_of_ms))
     listing = Listing(as_of_ms, batch, filters, limit, continued_from_batch=cursor.batch if cursor else None)
-    low_ms = max([m for m in (filters.due_after_ms, cursor.due_ms if cursor else None) if m is not None], default=None)
-    low = low_ms // BUCKET_MS if low_ms is not None else -(2**62)
-    high = (filters.due_before_ms - 1) // BUCKET_MS if filters.due_before_ms is not None else None
-    first = FirstRows(limit + 1)  # one more than shown: is there a next page?
-    for count in rounds:
-        if high is not None and low > high:
-            break
-        started = time.monotonic()
-        if count is None:
-            upper, last_round = high, True
-        else:
-            found, exhausted = source.buckets(low, high, count)
-            if not found:
-                break
-            upper, last_round = found[-1], exhausted and len(found) < count
-            listing.buckets_read += len(found)
-        found_s = time.monotonic()
-        struck = source.strikes(low, upper)
-        struck_s = time.monotonic()
-        for shard, bucket, frame in source.chunks(low, upper):
-            gone = struck.get((shard, bucket))
-            if gone:
-                frame = frame[~frame["delivery_id"].isin(gone)]
-            first.add(keep(frame, filters, cursor))
-        for phase, seconds in (
-            ("buckets", found_s - started),
-            ("strikes", struck_s - found_s),
-            ("chunks", time.monotonic() - struck_s),
-        ):
-            listing.phases_s[phase] = listing.phases_s.get(phase, 0.0) + seconds
-        # Every bucket after ``upper`` is due later than every row of the buckets read: a full page is final.
-        if first.full or last_round or upper is None:
-            break
-        low = upper + 1
-    if (
+    from_ms = max([m for m in (filters.due_after_ms, cursor.due_ms if cursor else None) if m is not None], default=None)
+    before_ms = filters.due_before_ms
+    with_paused = (
         cursor is None
         and filters.due_after_ms is None
         and filters.due_before_ms is None
         and filters.kind in (None, "cron")
-    ):
+    )
+    started = time.monotonic()
+    empty = from_ms is not None and before_ms is not None and from_ms >= before_ms
+    buckets, paused_frames = ([], []) if empty else source.buckets(from_ms, before_ms, with_paused)
+    found_s = time.monotonic()
+    first = FirstRows(limit + 1)  # one more than shown: is there a next page?
+    current = None
+    for bucket, frame in source.pending(buckets):
+        if bucket is not current:
+            # Every bucket before this one in time order is read: what is due before its start is all seen.
+            if current is not None and first.final_before(bucket.start_ms):
+                break
+            current = bucket
+            listing.buckets_read += 1
+        first.add(keep(frame, filters, cursor))
+    listing.phases_s = {"buckets": found_s - started, "chunks": time.monotonic() - found_s}
+    if with_paused:
         paused = FirstRows(MAX_LIMIT)
-        for frame in source.paused():
+        for frame in paused_frames:
             paused.add(keep(frame, filters, None))
         listing.paused = [view(as_paused(row)) for _, row in paused.frame().iterrows()]
     rows = first.frame()
@@ -427,20 +309,18 @@ def schedule_view(row, as_of_ms: int, native_inputs: Iterable[str] = ()) -> dict
     the page's actions (native requests it can write for it: ``native_inputs`` are the job's native input topics)."""
     kind, topic, request_id = sid_parts(row.get("sid"))
     input_topic = topic or request_of(str(row["delivery_id"]))[0]
-    headers = [
-        {"key": h["key"], "value": _text(h["value"])} for h in (row["headers"] if row["headers"] is not None else [])
-    ]
+    headers = header_views(row["headers"])
     view = {
         "kind": kind,
-        "id": _text(request_id),
-        "due": _iso(int(row["due_ms"])),
+        "id": shown_text(request_id),
+        "due": iso_ms(int(row["due_ms"])),
         "due_ms": int(row["due_ms"]),
         "due_already": int(row["due_ms"]) < as_of_ms,
         "destination": row["topic"],
         "input_topic": input_topic,
         "delivery_id": row["delivery_id"],
-        "key": _text(row["key"]),
-        "value": _text(row["value"]),
+        "key": shown_text(row["key"]),
+        "value": shown_text(row["value"]),
         "headers": headers,
     }
     partition = row.get("partition")
@@ -464,7 +344,7 @@ def _plain(value):
     if value is None or value is pd.NA:
         return None
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _text(value)
+        return shown_text(value)
     if hasattr(value, "item") and not isinstance(value, (list, dict)):
         try:
             value = value.item()
@@ -482,7 +362,7 @@ def _plain(value):
 def render_table(listing: Listing) -> str:
     """The page as text: one line per schedule, then how to get the next page."""
     lines = [
-        f"pending schedules as of batch {listing.batch} (read {_iso(listing.as_of_ms)}), by due time: "
+        f"pending schedules as of batch {listing.batch} (read {iso_ms(listing.as_of_ms)}), by due time: "
         f"{len(listing.schedules)} shown"
         + (
             f"; the state moved on since batch {listing.continued_from_batch}"
@@ -570,21 +450,17 @@ def as_paused(row: pd.Series) -> pd.Series:
     return pd.concat([row, pd.Series({"paused": True})])
 
 
-def find_paused(source: BucketSource, sid: bytes) -> pd.DataFrame:
-    """The paused cron ``sid`` (one row, or none)."""
-    found = FirstRows(1_000)
-    for frame in source.paused():
-        found.add(frame[[s is not None and not isinstance(s, float) and bytes(s) == sid for s in frame["sid"]]])
-    return found.frame()
+def find_schedule(source: PendingSource, sid: bytes, with_paused: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The pending rows of one schedule id, and (``with_paused``) its paused cron's row: a source narrowed to the
+    id's shard reads a fraction of the state."""
 
+    def of_sid(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[[s is not None and not isinstance(s, float) and bytes(s) == sid for s in frame["sid"]]]
 
-def find_sid(source: BucketSource, sid: bytes) -> pd.DataFrame:
-    """The pending rows of one schedule id (a source narrowed to its shard reads a fraction of the state)."""
-    found = FirstRows(1_000)
-    struck = source.strikes(-(2**62), None)
-    for shard, bucket, frame in source.chunks(-(2**62), None):
-        gone = struck.get((shard, bucket))
-        if gone:
-            frame = frame[~frame["delivery_id"].isin(gone)]
-        found.add(frame[[s is not None and not isinstance(s, float) and bytes(s) == sid for s in frame["sid"]]])
-    return found.frame()
+    buckets, paused_frames = source.buckets(None, None, with_paused)
+    found, paused = FirstRows(1_000), FirstRows(1_000)
+    for _, frame in source.pending(buckets):
+        found.add(of_sid(frame))
+    for frame in paused_frames:
+        paused.add(of_sid(frame))
+    return found.frame(), paused.frame()

@@ -92,7 +92,7 @@ class SchedulerMetrics:
             registry=registry,
         )
         # Counted from the checkpoint by a state read that a scrape (or the status page) starts when the last is
-        # stale (status_page.UpcomingCache): NaN until the first read.
+        # stale (upcoming.UpcomingCache): NaN until the first read.
         self.counted_pending = Gauge(
             PREFIX + "counted_pending_schedules",
             "All pending schedules not yet due (with "

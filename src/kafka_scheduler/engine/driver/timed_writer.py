@@ -329,12 +329,10 @@ class TimedWriter(DueQueue):
                 log.error("timed writer: %d record(s) not written, not even as rejections: %s", len(lost), lost[0][2])
         if self.on_written is not None:
             failed = {id(held) for held, *_ in refused} | {id(held) for held, _ in again}
+            # A delivery the batch expired comes as a rejection that keeps its due time and delivery id: no delivery.
+            written = [h for h in taken if h.due_ms > 0 and h.delivery_id[:1] != "\0" and id(h) not in failed]
             self.on_written(
-                [
-                    started - h.due_ms
-                    for h in taken
-                    if h.due_ms > 0 and h.delivery_id[:1] != "\0" and id(h) not in failed
-                ],
+                [started - h.due_ms for h in written if "deliver" in h.record_kinds()],
                 len(refused),
                 len(expired),
             )

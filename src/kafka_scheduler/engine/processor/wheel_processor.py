@@ -17,6 +17,7 @@ from pyspark.sql.types import (
     DataType,
 )
 
+from ...protocol import request_of
 from ..contract import (
     DELIVERED_AT_ONCE,
     INDEX_ENTRIES_PREFIX,
@@ -27,12 +28,14 @@ from ..contract import (
     REJECTIONS_SHARD,
     SKIPPED_FIRINGS,
 )
-from ..rules.schedule import Action, Request, is_internal
+from ..rules.schedule import Action, Request, input_topic_of, is_cron, is_internal
 from ..rules.wheel import (
     DEFAULT_CRON_MIN_INTERVAL_MS,
     ENTRY_COLUMNS,
     INDEX_COLUMNS,
+    BatchResult,
     apply_requests,
+    expired_mask,
     fire,
     missing,
     named_rows,
@@ -81,6 +84,23 @@ def parsed_state_schemas() -> dict:
     """DDL -> StructType of every state schema, parsed on the driver once. Given DDL, a task's init asks the JVM to
     parse each schema (a round trip and a parse per schema, in every task of every batch)."""
     return {ddl: DataType.fromDDL(ddl) for _, *schemas in STATE_VARIABLES.values() for ddl in schemas}
+
+
+def delivered_at_once(result: BatchResult) -> Counter:
+    """Per input topic, the schedules due when read that the call delivers: the rules' ``at_once`` less those later
+    than their max lateness, which go to the rejections topic as expired. Among a call's emitted rows, the expired
+    ones that are no cron firing are exactly those (a row prepared ahead is not due yet)."""
+    expired = Counter()
+    for frame in result.emitted:
+        late = expired_mask(frame)
+        if not late.any():
+            continue
+        for sid, delivery_id in zip(frame["sid"][late], frame["delivery_id"][late]):
+            if sid is not None and not isinstance(sid, float) and is_cron(bytes(sid)):
+                continue
+            client = sid is not None and not isinstance(sid, float) and input_topic_of(sid)
+            expired[client or request_of(delivery_id)[0]] += 1
+    return result.at_once - expired
 
 
 class WheelProcessor(StatefulProcessor):
@@ -135,7 +155,10 @@ class WheelProcessor(StatefulProcessor):
                 yield timer_frame(armed)
             frame = frame[~ticks].reset_index(drop=True)
             if not len(frame):
-                yield batch_time_frame(timerValues.getCurrentProcessingTimeInMs())
+                # The start's report tick is the one call every shard gets: its index size too, or the pending
+                # gauge would sum only the shards a request or a timer has reached since the start.
+                self.store.use_shard(int(key[0]))
+                yield from self._reports(int(key[0]), timerValues.getCurrentProcessingTimeInMs())
                 return
         if int(key[0]) == REJECTIONS_SHARD:
             yield records_frame(
@@ -210,7 +233,7 @@ class WheelProcessor(StatefulProcessor):
             yield timer_frame(self.new_timers)
         yield outcomes_frame(
             result.by_topic
-            + Counter({(DELIVERED_AT_ONCE, t): n for t, n in result.at_once.items()})
+            + Counter({(DELIVERED_AT_ONCE, t): n for t, n in delivered_at_once(result).items()})
             + Counter({SKIPPED_FIRINGS: result.skipped})
         )
         yield from self._reports(shard, now_ms)

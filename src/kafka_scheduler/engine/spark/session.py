@@ -31,8 +31,11 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def spark_settings(config: Config) -> dict[str, str]:
+def spark_settings(config: Config, jvm_options: str = "") -> dict[str, str]:
+    """``jvm_options``: more options for the JVM (engine/spark/state_reader.py gives a tool's short-lived one its
+    own)."""
     java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()} {EXIT_ON_OUT_OF_MEMORY}"
+    java_options += f" {jvm_options}" if jvm_options else ""
     settings = {
         "spark.app.name": f"kafka-scheduler:{config.app_id}",
         "spark.sql.shuffle.partitions": str(config.partitions),
@@ -91,7 +94,7 @@ def spark_settings(config: Config) -> dict[str, str]:
     return settings
 
 
-def build_session(config: Config):
+def build_session(config: Config, jvm_options: str = ""):
     # The Python workers must run the interpreter that has this package and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -102,7 +105,7 @@ def build_session(config: Config):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    for key, value in spark_settings(config).items():
+    for key, value in spark_settings(config, jvm_options).items():
         builder = builder.config(key, value)
     with engine_deaf_to_sigterm():  # only the driver acts on a stop (stop_signals.py)
         spark = builder.getOrCreate()
