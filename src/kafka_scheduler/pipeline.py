@@ -25,7 +25,7 @@ from .engine.driver.early_cancels import CancelWatcher
 from .engine.driver.exactly_once import TransactionalSender, herd_member, transactional_id
 from .engine.driver.record_sink import RecordSink
 from .engine.driver.timed_writer import PRODUCER_MAX_BYTES, TimedWriter, Wakeups, producer_config
-from .engine.rules.wheel import BUCKET_MS
+from .engine.rules.buckets import BUCKET_MS
 from .engine.spark.checkpoint import (
     LocalFiles,
     checkpoint_files,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.buckets import COARSE_LEVELS, key_at, level_width
 from kafka_scheduler.ops import listing
 from kafka_scheduler.ops.listing import (
     BUCKET_MS,
@@ -55,9 +55,9 @@ def one_second_buckets(due_ms: int) -> int:
 def coarse_and_one_second_buckets(due_ms: int) -> int:
     """Bucket keys as the wheel's coarse levels lay them out (disjoint spans): every third ~68-minute span is one
     level-2 bucket; of the rest, even 64 s spans are level-1 buckets, odd ones one-second buckets."""
-    if due_ms // wheel.level_width(2) % 3 == 2:
-        return wheel.key_at(2, due_ms)
-    return wheel.key_at(1 if due_ms // wheel.level_width(1) % 2 == 0 else 0, due_ms)
+    if due_ms // level_width(2) % 3 == 2:
+        return key_at(2, due_ms)
+    return key_at(1 if due_ms // level_width(1) % 2 == 0 else 0, due_ms)
 
 
 class FakeState:
@@ -256,9 +256,7 @@ def test_paging_while_state_moves_on_lists_no_schedule_twice_and_every_one_pendi
 def test_paging_over_coarse_buckets_keeps_the_order_and_the_due_time_filters(spec, limit, changes, data):
     """Dues ~3.5 minutes to ~2.5 hours apart in level-1, level-2 and one-second buckets (the wheel's coarse levels):
     bucket keys no longer follow the due times, their spans do."""
-    check_paging(
-        spec, limit, changes, data, step_ms=wheel.level_width(1) * 7 // 2, bucket_of=coarse_and_one_second_buckets
-    )
+    check_paging(spec, limit, changes, data, step_ms=level_width(1) * 7 // 2, bucket_of=coarse_and_one_second_buckets)
 
 
 def check_paging(spec, limit, changes, data, step_ms, bucket_of):
@@ -472,9 +470,9 @@ def test_the_spans_of_bucket_keys_in_spark_sql_are_the_wheels(spark):
     """The page's bucket ranges are computed by Spark from the state's keys (StateSource): one-second keys and the
     coarse keys of every level give the spans engine/rules/wheel.py gives them."""
     keys = [T0 // BUCKET_MS, T0 // BUCKET_MS + 1, 0, -5] + [
-        int(wheel.key_at(level, T0 + offset))
-        for level in range(1, wheel.COARSE_LEVELS + 1)
-        for offset in (0, 1, wheel.level_width(level) - 1, 5 * wheel.level_width(level) + 3)
+        int(key_at(level, T0 + offset))
+        for level in range(1, COARSE_LEVELS + 1)
+        for offset in (0, 1, level_width(level) - 1, 5 * level_width(level) + 3)
     ]
     first, last = listing._span_sql("bucket")
     rows = (

@@ -25,7 +25,7 @@ from kafka_scheduler.engine.processor.output import (
     withdraw_frame,
 )
 from kafka_scheduler.engine.processor.wheel_processor import STATE_VARIABLES, WheelProcessor, parsed_state_schemas
-from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.entries import entries_frame
 from kafka_scheduler.engine.rules.schedule import Cron, Schedule
 from kafka_scheduler.engine.spark.query import record_rows
 from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID
@@ -35,7 +35,7 @@ NOW = 1_900_000_000_000
 
 def deliveries(n: int, start: int = 0, partitioned: bool = False) -> pd.DataFrame:
     """``n`` delivery rows; ``partitioned``: with an explicit partition (the Int32 columns of other dialects)."""
-    entries = wheel.entries_frame(
+    entries = entries_frame(
         [
             Schedule(
                 NOW + i,
@@ -149,7 +149,7 @@ def test_the_sink_reads_each_row_with_its_headers_zipped_and_a_deliverys_id_last
         cron=Cron("* * * * * */5", "UTC", "skip", NOW, None),
     )
     bare_firing = Schedule(NOW + 7_000, "out", None, b"x", (), "in-0-8@1", cron=firing.cron)
-    entries = wheel.entries_frame(
+    entries = entries_frame(
         [firing, Schedule(NOW + 1, "out", None, b"x", (), "in-0-3"), bare_firing],
         [(b"cron:in/a", b"d" * 16), (None, None), (b"cron:in/b", b"e" * 16)],
     )

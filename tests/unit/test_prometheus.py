@@ -14,9 +14,11 @@ import pytest
 
 from kafka_scheduler.engine.driver.batch_summary import BatchSummary
 from kafka_scheduler.engine.processor.output import outcomes_frame, rejection_counts
-from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.batch import apply_requests
+from kafka_scheduler.engine.rules.entries import entries_frame
 from kafka_scheduler.engine.rules.rejection_classes import CLASSES, reason_class
 from kafka_scheduler.engine.rules.schedule import Action, Outcome, Request, Schedule, input_topic_of
+from kafka_scheduler.engine.rules.store import MemoryShardStore
 from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.ops.http_server import serve
 from kafka_scheduler.ops.input_lag import end_offsets
@@ -115,13 +117,13 @@ def test_input_topic_of_every_id_form():
 
 
 def test_wheel_counts_outcomes_and_deliveries_at_once_per_input_topic():
-    store = wheel.MemoryShardStore()
+    store = MemoryShardStore()
     now = 1_000_000
 
     def add(topic, rid, due):
         return sid(topic, rid), Request(Action.ADD, Schedule(due, "out", b"k", b"v", (), f"{topic}-0-{rid}"))
 
-    result = wheel.apply_requests(
+    result = apply_requests(
         store,
         [
             add("a", "1", now + 5000),
@@ -145,17 +147,17 @@ def test_wheel_counts_outcomes_and_deliveries_at_once_per_input_topic():
 
 
 def test_bulk_adds_are_counted_per_input_topic_too():
-    store = wheel.MemoryShardStore()
+    store = MemoryShardStore()
     now = 1_000_000
     schedules = [
         Schedule(now + 3000, "out", b"k", b"v", (), "in-0-1"),
         Schedule(now - 5, "out", b"k", b"v", (), "in-0-2"),
     ]
-    anonymous = wheel.entries_frame(schedules).drop(columns=["sid", "digest"]).assign(src_topic=["x", "y"])
-    keyed = wheel.entries_frame([Schedule(now + 3000, "out", b"k", b"v", (), "z-0-3")]).assign(
+    anonymous = entries_frame(schedules).drop(columns=["sid", "digest"]).assign(src_topic=["x", "y"])
+    keyed = entries_frame([Schedule(now + 3000, "out", b"k", b"v", (), "z-0-3")]).assign(
         sid=[sid("z", "3")], action=[Action.ADD.value], src_topic=["z"]
     )
-    result = wheel.apply_requests(store, [], now, anonymous, keyed=keyed)
+    result = apply_requests(store, [], now, anonymous, keyed=keyed)
     assert result.by_topic == Counter(
         {(Outcome.SCHEDULED, "x"): 1, (Outcome.SCHEDULED, "y"): 1, (Outcome.SCHEDULED, "z"): 1}
     )

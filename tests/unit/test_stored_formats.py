@@ -15,15 +15,9 @@ import pyarrow as pa
 
 from kafka_scheduler.engine.processor.blobs import CHUNK_SCHEMA, DELTA_SCHEMA, from_blob, ipc_table, to_blob
 from kafka_scheduler.engine.processor.wheel_processor import STATE_VARIABLES
+from kafka_scheduler.engine.rules.digests import cron_digest, digest, digest_of_entry
+from kafka_scheduler.engine.rules.entries import entries_frame, named_rows, schedules_of
 from kafka_scheduler.engine.rules.schedule import Cron, Schedule, WriteBack
-from kafka_scheduler.engine.rules.wheel import (
-    cron_digest,
-    digest,
-    digest_of_entry,
-    entries_frame,
-    named_rows,
-    schedules_of,
-)
 
 STORED = Path(__file__).parent / "stored"
 

@@ -49,7 +49,7 @@ NORMALIZED_COLUMNS = (
     "src_partition",
     "src_offset",
     "src_ts_ms",
-    "entry_bytes",  # rough stored size of the schedule, to bound state chunks (wheel.entry_bytes)
+    "entry_bytes",  # rough stored size of the schedule, to bound state chunks (``entries.entry_bytes``)
     "completes",  # COMPLETE only: delivery id of the version a write-back completes; null = the pending one
     "partition",  # explicit destination partition (int), or null
     "partition_key",  # bytes that pick the destination partition (Kafka's murmur2 partitioner), or null
@@ -150,7 +150,7 @@ def internal_sid() -> Column:
 
 
 def entry_bytes(key: Column, value: Column, headers: Column) -> Column:
-    """Same estimate as ``wheel.entry_bytes``."""
+    """Same estimate as ``entries.entry_bytes`` (engine/rules/)."""
     header_bytes = F.aggregate(
         headers,
         F.lit(0).cast("long"),

@@ -46,7 +46,7 @@ OUTPUT_SCHEMA = StructType(
         StructField("wb_key", BinaryType()),
         StructField("wb_headers", HEADERS_TYPE),
         StructField("history", BooleanType()),
-        # deliveries only: emitted ahead of its due time, for the driver's timed writer (see wheel.apply_requests)
+        # deliveries only: emitted ahead of its due time, for the driver's timed writer (see ``batch.apply_requests``)
         StructField("prepared", BooleanType()),
         # deliveries (and expired ones): later than due + this, the sink or the timed writer rejects it as expired
         StructField("max_lateness_ms", LongType()),

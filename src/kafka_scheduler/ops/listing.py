@@ -14,7 +14,7 @@ state moved on (``continued_from_batch`` differs from ``batch``). A token given 
 refused (``BadPageToken``: a 400, or exit 2).
 
 **Cost.** The state store is keyed by (shard, time bucket): a bucket holds one second, or, far ahead, a coarse span
-of 64ᴸ seconds (engine/rules/wheel.py, "Coarse levels"); the spans of a shard's buckets never overlap, so buckets are
+of 64ᴸ seconds (engine/rules/buckets.py, "Coarse levels"); the spans of a shard's buckets never overlap, so buckets are
 read in the order of the seconds they span. A page reads the distinct buckets from the first wanted one on (a small
 Spark job that ships bucket numbers only), then the chunks and strikes of the first few of them, and widens (16, then
 256 buckets, then all the rest) only while fewer than ``limit`` + 1 schedules matched. Chunks are decoded one at a time
@@ -42,7 +42,7 @@ from typing import Protocol
 
 import pandas as pd
 
-from ..engine.rules.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
+from ..engine.rules.buckets import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
 from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
 from .inspection import _iso, _text, cron_view, state_variable  # the same forms as inspect shows, the same reader
 

@@ -9,13 +9,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..rules.cells import header_pairs, missing
+from ..rules.entries import NULLABLE_INT_COLUMNS, with_entry_columns
 from ..rules.index_cache import IndexEntry
-from ..rules.wheel import (
-    NULLABLE_INT_COLUMNS,
-    header_pairs,
-    missing,
-    with_entry_columns,
-)
 
 HEADERS_ARROW_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -123,7 +119,7 @@ def to_blob(entries: pd.DataFrame) -> bytes:
 
 
 def flags(values: pd.Series) -> np.ndarray:
-    """``wheel.flag`` of every cell, without a Python call per row: a missing one is False."""
+    """``cells.flag`` of every cell, without a Python call per row: a missing one is False."""
     if values.dtype == bool:
         return values.to_numpy()
     present = values.notna().to_numpy()

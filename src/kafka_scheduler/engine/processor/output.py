@@ -23,13 +23,10 @@ from ..contract import (
     OUTPUT_COLUMNS,
     outcome_key,
 )
+from ..rules.batch import expired_mask
+from ..rules.cells import header_pairs, missing
 from ..rules.partitioning import partition_hash
 from ..rules.rejection_classes import reason_class
-from ..rules.wheel import (
-    expired_mask,
-    header_pairs,
-    missing,
-)
 from .blobs import flags, header_lists, nullable_ints
 
 
@@ -96,7 +93,7 @@ def has_values(entries: pd.DataFrame, column: str) -> bool:
 def deliveries_frame(entries: pd.DataFrame, now_ms: int | None = None) -> pd.DataFrame:
     """Delivery rows; with ``now_ms``, those due after it are marked prepared (for the timed writer). A cron's firing
     carries ``x-scheduler-cron-fire-timestamp`` (its instant in Unix seconds, as Kaspr writes it); rows marked
-    ``expired`` (wheel.mark_expired) are of kind ``expired``: the sink rejects them."""
+    ``expired`` (``batch.mark_expired``) are of kind ``expired``: the sink rejects them."""
     crons = entries["cron_expr"].notna().to_numpy() if "cron_expr" in entries else np.zeros(len(entries), bool)
     names, values = header_lists(entries["headers"])
     for row in np.flatnonzero(crons):
@@ -146,7 +143,7 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: int | None = None) -> pd.Dat
 
 
 def rejections_frame(rejected: pd.DataFrame, rejections_topic: str) -> pd.DataFrame:
-    """CRON_ADDs the rules refused (wheel.BatchResult.rejected) as rejection records, as the decoder writes them: the
+    """CRON_ADDs the rules refused (``BatchResult.rejected``) as rejection records, as the decoder writes them: the
     request's key, value and headers as read, the reason and the request's source."""
 
     def headers(raw, reason, delivery_id):

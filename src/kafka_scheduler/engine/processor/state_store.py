@@ -1,14 +1,13 @@
-"""``ShardStore`` (engine/rules/wheel.py) over the processor's Spark state variables and the shard's timers."""
+"""``ShardStore`` (engine/rules/store.py) over the processor's Spark state variables and the shard's timers."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from ..rules.buckets import BucketInfo
+from ..rules.entries import ENTRY_COLUMNS
 from ..rules.index_cache import IndexCache, IndexToken, cache_for
-from ..rules.wheel import (
-    ENTRY_COLUMNS,
-    BucketInfo,
-)
+from ..rules.store import CHUNK_INDEX_COLUMNS
 from .blobs import delta_blob, delta_of_blob, from_blob, ipc_table, to_blob
 
 
@@ -77,8 +76,8 @@ class MapStateShardStore:
     def chunk_index(self, bucket, n):
         value = self.p.chunks.getValue((bucket, n))
         if value is None:
-            return pd.DataFrame(columns=["sid", "due_ms", "delivery_id", "digest"])
-        return ipc_table(value[0]).select(["sid", "due_ms", "delivery_id", "digest"]).to_pandas()
+            return pd.DataFrame(columns=CHUNK_INDEX_COLUMNS)
+        return ipc_table(value[0]).select(CHUNK_INDEX_COLUMNS).to_pandas()
 
     def index_size(self) -> tuple[int, int]:
         """(version, entries) of the shard's index as state has them (no sync of the cache)."""

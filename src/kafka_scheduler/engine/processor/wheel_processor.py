@@ -1,4 +1,4 @@
-"""The Spark side of the bulk layout (``wheel.py``): a pandas ``StatefulProcessor`` keyed by shard.
+"""The Spark side of the bulk layout (engine/rules/): a pandas ``StatefulProcessor`` keyed by shard.
 
 Requests arrive as pandas frames (Arrow batches); chunks of schedules are stored as
 Arrow IPC blobs (lz4), so the add and fire paths move schedules in bulk and make state
@@ -27,17 +27,11 @@ from ..contract import (
     REJECTIONS_SHARD,
     SKIPPED_FIRINGS,
 )
+from ..rules.batch import apply_requests, fire
+from ..rules.cells import missing
+from ..rules.cron_rules import DEFAULT_CRON_MIN_INTERVAL_MS
+from ..rules.entries import ENTRY_COLUMNS, INDEX_COLUMNS, named_rows, schedule_of_entry
 from ..rules.schedule import Action, Request, is_internal
-from ..rules.wheel import (
-    DEFAULT_CRON_MIN_INTERVAL_MS,
-    ENTRY_COLUMNS,
-    INDEX_COLUMNS,
-    apply_requests,
-    fire,
-    missing,
-    named_rows,
-    schedule_of_entry,
-)
 from .blobs import header_lists
 from .input import log_order, unpacked
 from .output import (
@@ -71,7 +65,7 @@ STATE_VARIABLES = {
     "armed": ("armed", "timer_ms long", "buckets array<long>"),
     # Paused crons: the definition (a one-row chunk blob), keyed by the cron's sid (added with issue 19).
     "paused": ("paused", "sid binary", "data binary"),
-    # Where the buckets are among the levels (wheel.Levels): one value per shard, read once per call that files or
+    # Where the buckets are among the levels (``buckets.Levels``): one value per shard, read once per call that files or
     # locates a schedule. A checkpoint without it gets it from its bucket keys (added for spread dues).
     "levels": ("levels", "fine_mark long, coarse array<long>, listed array<long>"),
 }
@@ -86,7 +80,7 @@ def parsed_state_schemas() -> dict:
 class WheelProcessor(StatefulProcessor):
     """``window_ms``: schedules due up to this far after the batch time are prepared (emitted for the
     driver's timed writer, kept in state until retired); ``run`` names the driver process whose writer
-    holds what this run prepares (wheel.BucketInfo's prepare mark); ``started_ms``: when it started (a skip cron's
+    holds what this run prepares (``buckets.BucketInfo``'s prepare mark); ``started_ms``: when it started (a skip cron's
     firing due before was missed); ``rejections_topic``: where CRON_ADDs the rules refuse go; ``parsed_schemas``:
     ``parsed_state_schemas()``, made on the driver (without it, each task's init has the JVM parse each DDL)."""
 

@@ -1,7 +1,8 @@
 """The request model, free of Spark: schedules, requests, actions and outcomes, and the COMPLETE rule.
 
-The rules that fold a batch's requests per id and decide what is due live in ``wheel.py`` (the state
-layout, behind its ``ShardStore`` interface), tested against a reference model in milliseconds.
+The rules that fold a batch's requests per id and decide what is due live in ``batch.py`` and the modules beside it
+(the state layout behind the ``ShardStore`` interface of ``store.py``), tested against a reference model in
+milliseconds.
 """
 
 from __future__ import annotations
