@@ -8,7 +8,8 @@ import pyarrow as pa
 
 from kafka_scheduler.engine.processor import blobs, output
 from kafka_scheduler.engine.rules.batch import mark_expired
-from kafka_scheduler.engine.rules.entries import ENTRY_COLUMNS, entries_frame, schedules_of
+from kafka_scheduler.engine.rules.entries import entries_frame, schedules_of
+from kafka_scheduler.engine.rules.fields import ENTRY_COLUMNS
 from kafka_scheduler.engine.rules.schedule import Cron, Schedule
 from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP
 

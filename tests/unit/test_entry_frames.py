@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kafka_scheduler.engine.processor.blobs import from_blob, to_blob
 from kafka_scheduler.engine.rules import entries
+from kafka_scheduler.engine.rules.fields import ENTRY_COLUMNS
 from kafka_scheduler.engine.rules.schedule import Cron, Schedule, WriteBack
 
 # Times and lengths up to 2**53 ms (the year 287,396): pandas holds an int column with a gap as float64, exact
@@ -48,7 +49,7 @@ schedules = st.builds(
 @given(st.lists(schedules, max_size=6), st.booleans())
 def test_schedules_come_back_from_their_entries_frame_and_from_a_chunk(items, through_a_chunk):
     frame = entries.entries_frame(items)
-    assert list(frame.columns) == entries.ENTRY_COLUMNS and len(frame) == len(items)
+    assert list(frame.columns) == ENTRY_COLUMNS and len(frame) == len(items)
     if through_a_chunk:
         frame = from_blob(to_blob(frame))
     assert entries.schedules_of(frame) == items

@@ -44,6 +44,7 @@ from ..contract import (
     KIND_WITHDRAW,
     KIND_WRITE_BACK,
 )
+from ..rules.fields import RECORD_COLUMNS  # the columns of _records's rows (kind and due_ms kept for the hold)
 from .batch_summary import BatchSummary
 from .exactly_once import HERD_TASK_RESULT, herd_member, write_herd_partition
 from .herd_writer import HOLD_SLICE_MS, HerdWriter, slice_end_ms, slice_start_ms
@@ -70,21 +71,6 @@ def framed_bytes(payload: int) -> int:
     """The most a record can take in a record batch, from its ``payload_bytes`` (which count header framing)."""
     return payload + RECORD_FRAMING_BYTES + payload // 8192
 
-
-# The columns of _records's rows (kind and due_ms kept for the hold).
-RECORD_COLUMNS = [
-    "kind",
-    "topic",
-    "partition",
-    "key",
-    "value",
-    "headers",
-    "due_ms",
-    "prepared",
-    "delivery_id",
-    "max_lateness_ms",
-    "sid",
-]
 
 # Clock slack when exactly-once forgets ledger keys of schedules a committed batch retired.
 LEDGER_TRIM_MARGIN_MS = 1000

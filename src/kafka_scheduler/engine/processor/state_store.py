@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..rules.buckets import BucketInfo
-from ..rules.entries import ENTRY_COLUMNS
+from ..rules.entries import empty_entries
 from ..rules.index_cache import IndexCache, IndexToken, cache_for
 from ..rules.store import CHUNK_INDEX_COLUMNS
 from .blobs import delta_blob, delta_of_blob, from_blob, ipc_table, to_blob
@@ -108,7 +108,7 @@ class MapStateShardStore:
 
     def chunk_get(self, bucket, n):
         value = self.p.chunks.getValue((bucket, n))
-        return from_blob(value[0]) if value is not None else pd.DataFrame(columns=ENTRY_COLUMNS)
+        return from_blob(value[0]) if value is not None else empty_entries()
 
     def chunk_put(self, bucket, n, entries):
         self.p.chunks.updateValue((bucket, n), (to_blob(entries),))

@@ -30,7 +30,8 @@ from ..contract import (
 from ..rules.batch import apply_requests, fire
 from ..rules.cells import missing
 from ..rules.cron_rules import DEFAULT_CRON_MIN_INTERVAL_MS
-from ..rules.entries import ENTRY_COLUMNS, INDEX_COLUMNS, named_rows, schedule_of_entry
+from ..rules.entries import named_rows, schedule_of_entry
+from ..rules.fields import ENTRY_COLUMNS, INDEX_COLUMNS
 from ..rules.schedule import Action, Request, is_internal
 from .blobs import header_lists
 from .input import log_order, unpacked

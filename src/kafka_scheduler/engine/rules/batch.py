@@ -15,7 +15,8 @@ from .buckets import is_coarse
 from .cells import missing
 from .cron_rules import DEFAULT_CRON_MIN_INTERVAL_MS, apply_cron_requests, register_fresh_crons
 from .digests import digest, digest_of_entry
-from .entries import ENTRY_COLUMNS, entries_frame, named_rows, schedule_of_entry, with_entry_columns
+from .entries import entries_frame, named_rows, schedule_of_entry, with_entry_columns
+from .fields import ENTRY_COLUMNS
 from .index_cache import IndexEntry
 from .schedule import Action, Outcome, Request, Schedule, completes, input_topic_of, is_cron, is_internal
 from .shard import ShardTransaction

@@ -16,7 +16,8 @@ from .batch_result import BatchResult
 from .buckets import FAR_FUTURE_MS
 from .cells import missing, optional_int
 from .digests import cron_digest, cron_digest_of_entry
-from .entries import ENTRY_COLUMNS, entries_frame, named_rows, schedule_of_entry
+from .entries import entries_frame, named_rows, schedule_of_entry
+from .fields import ENTRY_COLUMNS
 from .index_cache import PAUSED_MS, IndexEntry
 from .schedule import Action, Cron, Outcome, Schedule, activation_of, firing_id, input_topic_of
 from .shard import ShardTransaction

@@ -8,44 +8,20 @@ import collections
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
 
 from ...protocol import ENTRY_OVERHEAD_BYTES
 from .cells import flag, headers_of, missing, optional_bytes, optional_int
+from .fields import ENTRY, HEADERS, Field, fields_in
 from .schedule import Cron, Schedule, WriteBack
 
-ENTRY_COLUMNS = [
-    "due_ms",
-    "topic",
-    "key",
-    "value",
-    "headers",
-    "delivery_id",
-    "entry_bytes",
-    # what some dialects add (null for native requests): see schedule.Schedule
-    "partition",
-    "partition_key",
-    "wb_topic",
-    "wb_partition",
-    "wb_key",
-    "wb_headers",
-    "history",
-    # the client id and digest of the version (null without request id): rebuild the index
-    "sid",
-    "digest",
-    # expiry (null: none), and a cron's definition (null for one-shots): see schedule.Cron
-    "max_lateness_ms",
-    "cron_expr",
-    "cron_tz",
-    "cron_policy",
-    "cron_start_ms",
-    "cron_end_ms",
-]
-INDEX_COLUMNS = ["sid", "digest"]
-CRON_COLUMNS = ["cron_expr", "cron_tz", "cron_policy", "cron_start_ms", "cron_end_ms"]
-NULLABLE_INT_COLUMNS = ("partition", "wb_partition", "max_lateness_ms", "cron_start_ms", "cron_end_ms")
+ENTRY_FIELDS = fields_in(ENTRY)
+# An entry column is the Schedule's field of its name, or with one of these prefixes the field of its part
+# (``wb_topic``: ``write_back.topic``, ``cron_expr``: ``cron.expr``).
+PART_PREFIXES = {"wb_": "write_back", "cron_": "cron"}
 
 
 def entry_bytes(schedule: Schedule) -> int:
@@ -67,57 +43,65 @@ def entry_bytes(schedule: Schedule) -> int:
 
 
 def entries_frame(schedules: Iterable[Schedule], ids: Iterable[tuple] | None = None) -> pd.DataFrame:
-    """``ids``: (sid, digest) of each schedule; None: schedules without request id."""
-    rows = []
-    for s, (sid, version_digest) in zip(schedules, ids if ids is not None else itertools.repeat((None, None))):
-        back, definition = s.write_back, s.cron
-        rows.append(
-            (
-                s.due_ms,
-                s.topic,
-                s.key,
-                s.value,
-                list(s.headers),
-                s.delivery_id,
-                entry_bytes(s),
-                s.partition,
-                s.partition_key,
-                *(
-                    (None, None, None, None)
-                    if back is None
-                    else (back.topic, back.partition, back.key, list(back.headers))
-                ),
-                s.history,
-                sid,
-                version_digest,
-                s.max_lateness_ms,
-                *(
-                    (None,) * 5
-                    if definition is None
-                    else (definition.expr, definition.tz, definition.policy, definition.start_ms, definition.end_ms)
-                ),
-            )
-        )
-    if not rows:
-        return _NO_ENTRIES.copy()
-    frame = pd.DataFrame(rows, columns=ENTRY_COLUMNS)
-    # Column by column, and only those pandas made numeric: astype with a mapping concatenates every column again
-    # (2.3 of the 3.6 ms a call took; a batch of the model tests makes several).
-    for column in NULLABLE_INT_COLUMNS:
-        if frame[column].dtype != object:
-            frame[column] = frame[column].astype(object)
-    return frame
+    """``ids``: (sid, digest) of each schedule; None: schedules without request id. Built column by column, each
+    column with its dtype (fields.py), so that frames made here and chunks read back concatenate alike."""
+    schedules = list(schedules)
+    if not schedules:
+        return empty_entries()
+    ids = list(ids) if ids is not None else [(None, None)] * len(schedules)
+    parts = {"": schedules, **{prefix: [getattr(s, part) for s in schedules] for prefix, part in PART_PREFIXES.items()}}
+    columns = {}
+    for field in ENTRY_FIELDS:
+        columns[field.name] = _typed(field, _column(field, schedules, parts, ids))
+    return pd.DataFrame(columns)
 
 
-_NO_ENTRIES = pd.DataFrame([], columns=ENTRY_COLUMNS)
+def _column(field: Field, schedules: list, parts: dict, ids: list) -> list:
+    name = field.name
+    if name in ("sid", "digest"):
+        return [pair[name == "digest"] for pair in ids]
+    if name == "entry_bytes":
+        return list(map(entry_bytes, schedules))
+    prefix = next((p for p in PART_PREFIXES if name.startswith(p)), "")
+    get = attrgetter(name[len(prefix) :])
+    values = [None if part is None else get(part) for part in parts[prefix]]
+    if field.type is HEADERS:
+        return [None if v is None else list(v) for v in values]
+    return values
+
+
+def _typed(field: Field, values: list):
+    """A column's values (Python values, None for null) with the dtype of its field (nullable ints as Int32/Int64);
+    built from numpy, as ``pd.array`` infers the type of each value first (most of a small frame's time)."""
+    if field.pandas == "object":
+        return values
+    if field.pandas in ("Int32", "Int64"):
+        n = len(values)
+        mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
+        data = np.fromiter((0 if v is None else v for v in values), dtype=field.pandas.lower(), count=n)
+        return pd.arrays.IntegerArray(data, mask)
+    return np.array(values, dtype=field.pandas)
+
+
+@functools.cache
+def _no_entries() -> pd.DataFrame:
+    return pd.DataFrame({f.name: pd.Series(dtype=f.pandas) for f in ENTRY_FIELDS})
+
+
+def empty_entries() -> pd.DataFrame:
+    """An entries frame of no rows, every column of its dtype."""
+    return _no_entries().copy()
 
 
 def with_entry_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """A frame with every entry column: those a chunk written before them lacks are null."""
-    absent = [c for c in ENTRY_COLUMNS if c not in frame.columns]
+    """A frame with every entry column: those a chunk written before them lacks are null (a flag: false)."""
+    absent = [f for f in ENTRY_FIELDS if f.name not in frame.columns]
     if not absent:
         return frame
-    return frame.assign(**{c: pd.Series([None] * len(frame), index=frame.index, dtype=object) for c in absent})
+    n = len(frame)
+    return frame.assign(
+        **{f.name: pd.Series(_typed(f, [False if f.pandas == "bool" else None] * n), index=frame.index) for f in absent}
+    )
 
 
 def cron_of_entry(r) -> Cron | None:

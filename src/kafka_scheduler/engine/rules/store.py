@@ -40,7 +40,8 @@ from typing import Protocol
 import pandas as pd
 
 from .buckets import BucketInfo
-from .entries import ENTRY_COLUMNS, with_entry_columns
+from .entries import with_entry_columns
+from .fields import ENTRY_COLUMNS
 from .index_cache import IndexCache, IndexToken, stored_index
 
 # What a rebuild of the index reads of a chunk (``ShardStore.chunk_index``).
