@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+from pyspark.sql import Row
 
 from kafka_scheduler.engine.processor.blobs import CHUNK_SCHEMA, DELTA_SCHEMA, from_blob, ipc_table, to_blob
 from kafka_scheduler.engine.processor.wheel_processor import STATE_VARIABLES
+from kafka_scheduler.engine.rules.buckets import BUCKET_INFO_DDL, BucketInfo
 from kafka_scheduler.engine.rules.digests import cron_digest, digest, digest_of_entry
 from kafka_scheduler.engine.rules.entries import entries_frame, named_rows, schedules_of
 from kafka_scheduler.engine.rules.schedule import Cron, Schedule, WriteBack
@@ -183,3 +185,25 @@ def test_digests_are_those_stored_in_checkpoints():
     frame = entries_frame(SCHEDULES, IDS)
     assert [(digest(s).hex(), cron_digest(s).hex()) for s in SCHEDULES] == PINNED_DIGESTS
     assert [digest_of_entry(r).hex() for r in named_rows(frame)] == [d for d, _ in PINNED_DIGESTS]
+
+
+def test_a_bucket_info_is_the_state_row_spark_hands_over():
+    assert PINNED_STATE_VARIABLES["buckets"][2] == BUCKET_INFO_DDL
+    info = BucketInfo(3, 5_000, 4, [(0, 4096), (2, 17)], [(3, 2)], [(1, 900)], "run-1", 4_999)
+    assert info.to_row() == (3, 5_000, 4, [(0, 4096), (2, 17)], [(3, 2)], [(1, 900)], "run-1", 4_999)
+    row = Row(
+        created_seq=3,
+        timer_ms=5_000,
+        next_n=4,
+        chunks=[Row(n=0, bytes=4096), Row(n=2, bytes=17)],
+        strikes=[Row(n=3, count=2)],
+        fires=[Row(seq=1, rule_ms=900)],
+        prep_run="run-1",
+        prep_through=4_999,
+    )
+    assert BucketInfo.from_row(row) == info
+    # A value written before the prepare mark or with empty lists: nulls read as empty.
+    old = Row(
+        created_seq=1, timer_ms=2, next_n=0, chunks=None, strikes=None, fires=None, prep_run=None, prep_through=-1
+    )
+    assert BucketInfo.from_row(old) == BucketInfo(1, 2)

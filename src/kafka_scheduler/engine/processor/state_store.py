@@ -11,23 +11,6 @@ from ..rules.store import CHUNK_INDEX_COLUMNS
 from .blobs import delta_blob, delta_of_blob, from_blob, ipc_table, to_blob
 
 
-def _pairs(cells) -> list:
-    return [(int(c[0]), int(c[1])) for c in cells or ()]
-
-
-def _bucket_info(value) -> BucketInfo:
-    return BucketInfo(
-        int(value[0]),
-        int(value[1]),
-        int(value[2]),
-        _pairs(value[3]),
-        _pairs(value[4]),
-        _pairs(value[5]),
-        value[6] or "",
-        int(value[7]),
-    )
-
-
 class MapStateShardStore:
     """``ShardStore`` over the processor's state variables and the shard's timers (``processor``: a WheelProcessor,
     whose ``init`` made them)."""
@@ -68,7 +51,7 @@ class MapStateShardStore:
         self.p.deltas.removeKey((version, part))
 
     def bucket_items(self):
-        return [(int(key[0]), _bucket_info(value)) for key, value in self.p.buckets.iterator()]
+        return [(int(key[0]), BucketInfo.from_row(value)) for key, value in self.p.buckets.iterator()]
 
     def bucket_keys(self):
         return [int(key[0]) for key in self.p.buckets.keys()]  # noqa: SIM118 - a Spark MapState, not a dict
@@ -86,22 +69,10 @@ class MapStateShardStore:
 
     def bucket_get(self, bucket):
         value = self.p.buckets.getValue((bucket,))
-        return None if value is None else _bucket_info(value)
+        return None if value is None else BucketInfo.from_row(value)
 
     def bucket_put(self, bucket, info):
-        self.p.buckets.updateValue(
-            (bucket,),
-            (
-                info.created_seq,
-                info.timer_ms,
-                info.next_n,
-                info.chunks,
-                info.strikes,
-                info.fires,
-                info.prep_run,
-                info.prep_through,
-            ),
-        )
+        self.p.buckets.updateValue((bucket,), info.to_row())
 
     def bucket_remove(self, bucket):
         self.p.buckets.removeKey((bucket,))

@@ -28,6 +28,7 @@ from ..contract import (
     SKIPPED_FIRINGS,
 )
 from ..rules.batch import apply_requests, fire
+from ..rules.buckets import BUCKET_INFO_DDL
 from ..rules.cells import missing
 from ..rules.cron_rules import DEFAULT_CRON_MIN_INTERVAL_MS
 from ..rules.entries import named_rows, schedule_of_entry
@@ -54,13 +55,7 @@ STATE_VARIABLES = {
     "seq": ("seq", "seq long"),
     "index_token": ("index_token", "version long, base long, nonces array<long>, sizes array<long>, entries long"),
     "deltas": ("index_deltas", "version long, part int", "data binary"),
-    "buckets": (
-        "buckets",
-        "bucket long",
-        "created_seq long, timer_ms long, next_n int, chunks array<struct<n:long,bytes:long>>, "
-        "strikes array<struct<n:long,count:long>>, fires array<struct<seq:long,rule_ms:long>>, "
-        "prep_run string, prep_through long",
-    ),
+    "buckets": ("buckets", "bucket long", BUCKET_INFO_DDL),
     "chunks": ("chunks", "bucket long, n int", "data binary"),
     "strikes": ("strikes", "bucket long, n int", "delivery_ids array<string>"),
     "armed": ("armed", "timer_ms long", "buckets array<long>"),

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -189,33 +190,59 @@ def aligned_lead_ms(lead_ms: int) -> int:
     return 1000 << (-(-lead_ms // 1000) - 1).bit_length()
 
 
+def _ddl(ddl: str) -> dict:
+    """The metadata of a field of the ``buckets`` state value: its Spark SQL type. The state schema (BUCKET_INFO_DDL)
+    and the value's row are derived from the fields, in their order."""
+    return {"ddl": ddl}
+
+
 @dataclass
 class BucketInfo:
-    created_seq: int
-    timer_ms: int  # the one live timer of the bucket (any other timer naming it is stale)
-    next_n: int = 0  # numbers chunks and strike lists; never reused within the bucket
-    chunks: list = field(default_factory=list)  # [(n, bytes)] of the live schedule chunks
-    strikes: list = field(default_factory=list)  # [(n, count)] of the strike lists
-    fires: list = field(default_factory=list)  # [(seq, rule time)] of partial fires (no longer read)
+    """A bucket's metadata: the ``buckets`` state value (its schema is in checkpoints: never reorder, retype or rename
+    a field; tests/unit/test_stored_formats.py pins it)."""
+
+    created_seq: int = field(metadata=_ddl("long"))
+    # the one live timer of the bucket (any other timer naming it is stale)
+    timer_ms: int = field(metadata=_ddl("long"))
+    # numbers chunks and strike lists; never reused within the bucket
+    next_n: int = field(default=0, metadata=_ddl("int"))
+    # [(n, bytes)] of the live schedule chunks
+    chunks: list = field(default_factory=list, metadata=_ddl("array<struct<n:long,bytes:long>>"))
+    # [(n, count)] of the strike lists
+    strikes: list = field(default_factory=list, metadata=_ddl("array<struct<n:long,count:long>>"))
+    # [(seq, rule time)] of partial fires (no longer read)
+    fires: list = field(default_factory=list, metadata=_ddl("array<struct<seq:long,rule_ms:long>>"))
     # The prepare mark: in run ``prep_run``, every schedule of the bucket due by ``prep_through`` was emitted
     # (prepared for the timed writer, or written). Another run's mark means nothing: its writer is gone.
-    prep_run: str = ""
-    prep_through: int = -1
+    prep_run: str = field(default="", metadata=_ddl("string"))
+    prep_through: int = field(default=-1, metadata=_ddl("long"))
 
     def copy(self) -> BucketInfo:
-        return BucketInfo(
-            self.created_seq,
-            self.timer_ms,
-            self.next_n,
-            list(self.chunks),
-            list(self.strikes),
-            list(self.fires),
-            self.prep_run,
-            self.prep_through,
-        )
+        return BucketInfo(*(list(value) if isinstance(value, list) else value for value in self.to_row()))
 
     def prepared_through(self, run: str) -> int | None:
         return self.prep_through if run and self.prep_run == run else None
+
+    def to_row(self) -> tuple:
+        """The state value, field by field."""
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    @classmethod
+    def from_row(cls, row) -> BucketInfo:
+        """From the state value (a Row, or any sequence in field order)."""
+        return cls(*(_read(f.metadata["ddl"], value) for f, value in zip(dataclasses.fields(cls), row)))
+
+
+def _read(ddl: str, value):
+    """A stored value as BucketInfo holds it: pairs as (int, int) tuples, a null string as ""."""
+    if ddl.startswith("array<struct<"):
+        return [(int(pair[0]), int(pair[1])) for pair in value or ()]
+    if ddl == "string":
+        return value or ""
+    return int(value)
+
+
+BUCKET_INFO_DDL = ", ".join(f"{f.name} {f.metadata['ddl']}" for f in dataclasses.fields(BucketInfo))
 
 
 def record_fire(fires: list, seq: int, rule_ms: int) -> list:
