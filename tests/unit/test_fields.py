@@ -97,9 +97,7 @@ def same_arrow_type(a: pa.DataType, b: pa.DataType) -> bool:
     if pa.types.is_list(a) and pa.types.is_list(b):
         return same_arrow_type(a.value_type, b.value_type)
     if pa.types.is_struct(a) and pa.types.is_struct(b):
-        return [f.name for f in a] == [f.name for f in b] and all(
-            same_arrow_type(x.type, y.type) for x, y in zip(a, b)
-        )
+        return [f.name for f in a] == [f.name for f in b] and all(same_arrow_type(x.type, y.type) for x, y in zip(a, b))
     return a == b
 
 

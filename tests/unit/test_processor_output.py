@@ -3,6 +3,7 @@ worker converts them to Arrow, and the state schemas parsed on the driver (parse
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 
 import pandas as pd
@@ -16,6 +17,7 @@ from kafka_scheduler.engine.contract import OUTPUT_COLUMNS, OUTPUT_SCHEMA
 from kafka_scheduler.engine.processor.input import pack_by_shard, unpacked
 from kafka_scheduler.engine.processor.output import (
     MERGED_ROWS,
+    OUTPUT_DTYPES,
     batch_time_frame,
     deliveries_frame,
     merged,
@@ -106,6 +108,16 @@ def test_a_large_frame_passes_before_the_call_goes_on():
 
     first = next(merged(call()))
     assert len(first) == MERGED_ROWS + 1 and produced == ["small", "large"]
+
+
+def test_a_calls_frames_merge_with_one_dtype_per_column_and_no_pandas_warning():
+    """Frames of every kind (timers, outcomes, withdrawals, native and partitioned deliveries, an empty outcome frame)
+    concatenate with nothing for pandas to guess: its FutureWarning on all-null columns is an error here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        [out] = merged(iter(a_call([1, 7, 3])))
+    assert {name: str(dtype) for name, dtype in out.dtypes.items()} == OUTPUT_DTYPES
+    assert spark_rows([out]) == spark_rows(a_call([1, 7, 3]))
 
 
 def test_a_call_of_small_frames_yields_one_frame_and_a_call_of_one_yields_it():

@@ -15,7 +15,7 @@ from .buckets import is_coarse
 from .cells import missing
 from .cron_rules import DEFAULT_CRON_MIN_INTERVAL_MS, apply_cron_requests, register_fresh_crons
 from .digests import digest, digest_of_entry
-from .entries import entries_frame, named_rows, schedule_of_entry, with_entry_columns
+from .entries import entries_frame, named_rows, schedule_of_entry, with_entry_columns, with_entry_dtypes
 from .fields import ENTRY_COLUMNS
 from .index_cache import IndexEntry
 from .schedule import Action, Outcome, Request, Schedule, completes, input_topic_of, is_cron, is_internal
@@ -174,14 +174,16 @@ def apply_requests(
             anonymous = anonymous.drop(columns=["src_topic"])
         else:
             bulk_topics.append(np.full(len(anonymous), "", dtype=object))
-        bulk.append(anonymous.assign(sid=None, digest=None) if "sid" not in anonymous else anonymous)
+        bulk.append(with_entry_dtypes(anonymous.assign(sid=None, digest=None) if "sid" not in anonymous else anonymous))
     if fresh is not None and len(fresh):
         fresh_later = (fresh["due_ms"] > now_ms).to_numpy()
         digests = np.full(len(fresh), None, dtype=object)
         for i, r in zip(np.flatnonzero(fresh_later), named_rows(fresh[fresh_later])):
             digests[i] = digest_of_entry(r)
             index.put(bytes(r.sid), IndexEntry(int(r.due_ms), r.delivery_id, digests[i]))
-        bulk.append(fresh[ENTRY_COLUMNS].assign(digest=digests, sid=[bytes(s) for s in fresh["sid"]]))
+        bulk.append(
+            with_entry_dtypes(fresh[ENTRY_COLUMNS].assign(digest=digests, sid=[bytes(s) for s in fresh["sid"]]))
+        )
         bulk_topics.append(
             fresh["src_topic"].to_numpy()
             if "src_topic" in fresh

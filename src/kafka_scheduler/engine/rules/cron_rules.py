@@ -16,7 +16,7 @@ from .batch_result import BatchResult
 from .buckets import FAR_FUTURE_MS
 from .cells import missing, optional_int
 from .digests import cron_digest, cron_digest_of_entry
-from .entries import entries_frame, named_rows, schedule_of_entry
+from .entries import entries_frame, named_rows, schedule_of_entry, with_entry_dtypes
 from .fields import ENTRY_COLUMNS
 from .index_cache import PAUSED_MS, IndexEntry
 from .schedule import Action, Cron, Outcome, Schedule, activation_of, firing_id, input_topic_of
@@ -241,7 +241,7 @@ def register_fresh_crons(
         filed["sid"], filed["due_ms"], filed["delivery_id"], filed["digest"]
     ):
         index.put(sid, IndexEntry(int(due_ms), delivery_id, version_digest))
-    return filed[ENTRY_COLUMNS]
+    return with_entry_dtypes(filed[ENTRY_COLUMNS])
 
 
 def _hashable(key: tuple) -> tuple:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ...protocol import ENTRY_OVERHEAD_BYTES
 from .cells import flag, headers_of, missing, optional_bytes, optional_int
-from .fields import ENTRY, HEADERS, Field, fields_in
+from .fields import ENTRY, HEADERS, INDEX_COLUMNS, Field, fields_in
 from .schedule import Cron, Schedule, WriteBack
 
 ENTRY_FIELDS = fields_in(ENTRY)
@@ -58,8 +58,9 @@ def entries_frame(schedules: Iterable[Schedule], ids: Iterable[tuple] | None = N
 
 def _column(field: Field, schedules: list, parts: dict, ids: list) -> list:
     name = field.name
-    if name in ("sid", "digest"):
-        return [pair[name == "digest"] for pair in ids]
+    if name in INDEX_COLUMNS:  # ids are (sid, digest) pairs
+        position = INDEX_COLUMNS.index(name)
+        return [pair[position] for pair in ids]
     if name == "entry_bytes":
         return list(map(entry_bytes, schedules))
     prefix = next((p for p in PART_PREFIXES if name.startswith(p)), "")
@@ -102,6 +103,21 @@ def with_entry_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(
         **{f.name: pd.Series(_typed(f, [False if f.pandas == "bool" else None] * n), index=frame.index) for f in absent}
     )
+
+
+def with_entry_dtypes(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each entry column it has of its field's dtype (a frame of rows with a due time). Request frames
+    come from Arrow, which holds a nullable int column as float64 (NaN for null) or as int64 (no null in the batch),
+    and a due time as float64 if some request of the batch has none. Concatenated with entries frames, such columns
+    leave pandas to pick a dtype among those of the frames where they are not all null (and warn that it will stop
+    leaving the all-null ones out)."""
+    changed = [f for f in ENTRY_FIELDS if f.name in frame.columns and str(frame[f.name].dtype) != f.pandas]
+    if not changed:
+        return frame
+    typed = frame.copy(deep=False)  # the columns left as they are stay shared
+    for f in changed:
+        typed[f.name] = frame[f.name].astype(f.pandas)
+    return typed
 
 
 def cron_of_entry(r) -> Cron | None:

@@ -40,7 +40,7 @@ from typing import Protocol
 import pandas as pd
 
 from .buckets import BucketInfo
-from .entries import with_entry_columns
+from .entries import with_entry_columns, with_entry_dtypes
 from .fields import ENTRY_COLUMNS
 from .index_cache import IndexCache, IndexToken, stored_index
 
@@ -152,7 +152,10 @@ class MemoryShardStore:
         return self.chunks[(bucket, n)].copy()
 
     def chunk_put(self, bucket, n, entries):
-        self.chunks[(bucket, n)] = with_entry_columns(entries[[c for c in ENTRY_COLUMNS if c in entries]]).copy()
+        # As a chunk read back from its blob: every column, each of its dtype.
+        self.chunks[(bucket, n)] = with_entry_dtypes(
+            with_entry_columns(entries[[c for c in ENTRY_COLUMNS if c in entries]])
+        ).copy()
 
     def chunk_remove(self, bucket, n):
         self.chunks.pop((bucket, n), None)
