@@ -468,7 +468,7 @@ def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel(
 
 def test_the_spans_of_bucket_keys_in_spark_sql_are_the_wheels(spark):
     """The page's bucket ranges are computed by Spark from the state's keys (StateSource): one-second keys and the
-    coarse keys of every level give the spans engine/rules/wheel.py gives them."""
+    coarse keys of every level give the spans engine/rules/buckets.py gives them."""
     keys = [T0 // BUCKET_MS, T0 // BUCKET_MS + 1, 0, -5] + [
         int(key_at(level, T0 + offset))
         for level in range(1, COARSE_LEVELS + 1)
