@@ -38,7 +38,7 @@ def main() -> None:
     from bench.harness import write_result
     from kafka_scheduler.engine.contract import OUTPUT_SCHEMA
     from kafka_scheduler.engine.processor import blobs, output
-    from kafka_scheduler.engine.rules import wheel
+    from kafka_scheduler.engine.rules.entries import entries_frame
     from kafka_scheduler.engine.rules.schedule import Schedule
 
     now = 1_900_000_000_000
@@ -46,7 +46,7 @@ def main() -> None:
         Schedule(now + i, "out", b"key-%d" % i, b"v" * 100, (("x-bench-sent-ms", b"1900000000000"),), f"requests-0-{i}")
         for i in range(args.rows)
     ]
-    entries = wheel.entries_frame(schedules, [(None, None)] * args.rows)
+    entries = entries_frame(schedules, [(None, None)] * args.rows)
     blob = blobs.to_blob(entries)
     output_type = StructType([StructField("_0", OUTPUT_SCHEMA)])
 

@@ -26,7 +26,7 @@ from .engine.driver.exactly_once import TransactionalSender, herd_member, transa
 from .engine.driver.producing import PRODUCER_MAX_BYTES, producer_config
 from .engine.driver.record_sink import RecordSink
 from .engine.driver.timed_writer import TimedWriter, Wakeups
-from .engine.rules.wheel import BUCKET_MS
+from .engine.rules.buckets import BUCKET_MS
 from .engine.spark.checkpoint import (
     LocalFiles,
     checkpoint_files,

@@ -5,8 +5,6 @@ Kept free of Spark imports so the client library stays light. Delivery ids have 
 (delivery_ids.py, with their Spark SQL twins); ``request_of`` is read from here too.
 """
 
-from .delivery_ids import request_of as request_of
-
 PREFIX = "x-scheduler-"
 ACTION = PREFIX + "action"
 DELIVER_TO = PREFIX + "deliver-to"

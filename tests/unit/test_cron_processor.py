@@ -7,7 +7,9 @@ import pandas as pd
 import pyarrow as pa
 
 from kafka_scheduler.engine.processor import blobs, output
-from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.batch import mark_expired
+from kafka_scheduler.engine.rules.entries import entries_frame, schedules_of
+from kafka_scheduler.engine.rules.fields import ENTRY_COLUMNS
 from kafka_scheduler.engine.rules.schedule import Cron, Schedule
 from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP
 
@@ -32,7 +34,7 @@ def headers(rows, row: int) -> list:
 
 
 def test_a_firing_is_delivered_with_kaspr_fire_timestamp_and_its_own_delivery_id():
-    frame = wheel.entries_frame([firing(), Schedule(1_767_225_605_500, "out", None, b"x", (), "requests-0-3")])
+    frame = entries_frame([firing(), Schedule(1_767_225_605_500, "out", None, b"x", (), "requests-0-3")])
     rows = output.deliveries_frame(frame, now_ms=1_767_225_600_000)
     assert list(rows["kind"]) == ["deliver", "deliver"]
     assert headers(rows, 0) == [("h", b"1"), (CRON_FIRE_TIMESTAMP, b"1767225605")]
@@ -43,9 +45,7 @@ def test_a_firing_is_delivered_with_kaspr_fire_timestamp_and_its_own_delivery_id
 
 
 def test_rows_marked_expired_are_emitted_as_expired_with_their_max_lateness():
-    frame = wheel.mark_expired(
-        wheel.entries_frame([firing(10_000, lateness=500), firing(10_000, lateness=5000)]), now_ms=11_000
-    )
+    frame = mark_expired(entries_frame([firing(10_000, lateness=500), firing(10_000, lateness=5000)]), now_ms=11_000)
     rows = output.deliveries_frame(frame, now_ms=11_000)
     assert list(rows["kind"]) == ["expired", "deliver"]
     assert list(rows["max_lateness_ms"]) == [500, 5000]
@@ -78,14 +78,14 @@ def test_a_cron_add_the_rules_refuse_is_rejected_as_the_decoder_would():
 
 
 def test_chunks_keep_cron_columns_and_chunks_written_before_them_read_as_one_shots():
-    frame = wheel.entries_frame(
+    frame = entries_frame(
         [firing(lateness=600_000), Schedule(5, "out", None, None, (), "t-0-1")],
         [(b"cron:requests/a", b"d" * 16), (None, None)],
     )
     back = blobs.from_blob(blobs.to_blob(frame))
-    assert wheel.schedules_of(back) == wheel.schedules_of(frame)
+    assert schedules_of(back) == schedules_of(frame)
     # A chunk of the format before issue 19: no expiry or cron columns.
-    old_schema = pa.schema([f for f in blobs.CHUNK_SCHEMA if f.name in wheel.ENTRY_COLUMNS[:16]])
+    old_schema = pa.schema([f for f in blobs.CHUNK_SCHEMA if f.name in ENTRY_COLUMNS[:16]])
     old = blobs.ipc_bytes(
         pa.Table.from_pandas(
             frame.iloc[1:][[f.name for f in old_schema]].assign(
@@ -96,5 +96,5 @@ def test_chunks_keep_cron_columns_and_chunks_written_before_them_read_as_one_sho
         )
     )
     read = blobs.from_blob(old)
-    assert list(read.columns) == wheel.ENTRY_COLUMNS
-    assert wheel.schedules_of(read) == [Schedule(5, "out", None, None, (), "t-0-1")]
+    assert list(read.columns) == ENTRY_COLUMNS
+    assert schedules_of(read) == [Schedule(5, "out", None, None, (), "t-0-1")]

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_scheduler.engine.processor.blobs import from_blob, to_blob
-from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules import entries
+from kafka_scheduler.engine.rules.fields import ENTRY_COLUMNS
 from kafka_scheduler.engine.rules.schedule import Cron, Schedule, WriteBack
 
 # Times and lengths up to 2**53 ms (the year 287,396): pandas holds an int column with a gap as float64, exact
@@ -47,16 +48,16 @@ schedules = st.builds(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(schedules, max_size=6), st.booleans())
 def test_schedules_come_back_from_their_entries_frame_and_from_a_chunk(items, through_a_chunk):
-    frame = wheel.entries_frame(items)
-    assert list(frame.columns) == wheel.ENTRY_COLUMNS and len(frame) == len(items)
+    frame = entries.entries_frame(items)
+    assert list(frame.columns) == ENTRY_COLUMNS and len(frame) == len(items)
     if through_a_chunk:
         frame = from_blob(to_blob(frame))
-    assert wheel.schedules_of(frame) == items
+    assert entries.schedules_of(frame) == items
 
 
-@pytest.mark.parametrize("rows_at_a_time", [1, 2, wheel.NAMED_ROWS_SLICE])
+@pytest.mark.parametrize("rows_at_a_time", [1, 2, entries.NAMED_ROWS_SLICE])
 def test_named_rows_are_the_rows_itertuples_gives(monkeypatch, rows_at_a_time):
-    monkeypatch.setattr(wheel, "NAMED_ROWS_SLICE", rows_at_a_time)
+    monkeypatch.setattr(entries, "NAMED_ROWS_SLICE", rows_at_a_time)
     frame = pd.DataFrame(
         {
             "due_ms": [5, 6, 7],
@@ -68,7 +69,7 @@ def test_named_rows_are_the_rows_itertuples_gives(monkeypatch, rows_at_a_time):
         }
     )
     expected = list(frame.itertuples(index=False))
-    rows = list(wheel.named_rows(frame))
+    rows = list(entries.named_rows(frame))
     assert (
         [row._fields for row in rows]
         == [row._fields for row in expected]
@@ -77,4 +78,4 @@ def test_named_rows_are_the_rows_itertuples_gives(monkeypatch, rows_at_a_time):
     as_python = lambda value: repr(int(value) if isinstance(value, np.integer) else value)
     assert [list(map(as_python, row)) for row in rows] == [list(map(as_python, row)) for row in expected]
     assert [type(row.partition) for row in rows] == [int, type(pd.NA), int]  # Python ints, not numpy's
-    assert list(wheel.named_rows(frame.iloc[:0])) == []
+    assert list(entries.named_rows(frame.iloc[:0])) == []

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine.rules import wheel
-from kafka_scheduler.engine.rules.wheel import BUCKET_MS
+from kafka_scheduler.engine.rules.buckets import BUCKET_MS, COARSE_LEVELS, key_at, level_width
 from kafka_scheduler.engine.spark.state_reader import Bucket, bucket_span_ms, span_sql, time_order
 from kafka_scheduler.ops import listing
 from kafka_scheduler.ops.listing import (
@@ -56,16 +55,16 @@ def one_second_buckets(due_ms: int, shard: int = 0) -> int:
 def coarse_and_one_second_buckets(due_ms: int, shard: int = 0) -> int:
     """Bucket keys as the wheel's coarse levels lay them out (disjoint spans): every third ~68-minute span is one
     level-2 bucket; of the rest, even 64 s spans are level-1 buckets, odd ones one-second buckets."""
-    if due_ms // wheel.level_width(2) % 3 == 2:
-        return wheel.key_at(2, due_ms)
-    return wheel.key_at(1 if due_ms // wheel.level_width(1) % 2 == 0 else 0, due_ms)
+    if due_ms // level_width(2) % 3 == 2:
+        return key_at(2, due_ms)
+    return key_at(1 if due_ms // level_width(1) % 2 == 0 else 0, due_ms)
 
 
 def a_layout_per_shard(due_ms: int, shard: int = 0) -> int:
     """Each shard lays its buckets out its own way, as the wheel's shards do (their coarse buckets are made when
     their own schedules come): shard 0 in level-2 buckets (~68 minutes), shard 1 in level-1 ones (64 s), shard 2 in
     seconds. A coarse bucket of one shard then spans buckets of the others."""
-    return wheel.key_at((2, 1, 0)[shard % 3], due_ms)
+    return key_at((2, 1, 0)[shard % 3], due_ms)
 
 
 class FakeState:
@@ -244,9 +243,7 @@ def test_paging_while_state_moves_on_lists_no_schedule_twice_and_every_one_pendi
 def test_paging_over_coarse_buckets_keeps_the_order_and_the_due_time_filters(spec, limit, changes, data):
     """Dues ~3.5 minutes to ~2.5 hours apart in level-1, level-2 and one-second buckets (the wheel's coarse levels):
     bucket keys no longer follow the due times, their spans do."""
-    check_paging(
-        spec, limit, changes, data, step_ms=wheel.level_width(1) * 7 // 2, bucket_of=coarse_and_one_second_buckets
-    )
+    check_paging(spec, limit, changes, data, step_ms=level_width(1) * 7 // 2, bucket_of=coarse_and_one_second_buckets)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -254,7 +251,7 @@ def test_paging_over_coarse_buckets_keeps_the_order_and_the_due_time_filters(spe
 def test_paging_over_shards_of_different_layouts_keeps_the_order(spec, limit, changes, data):
     """A coarse bucket of one shard spans the one-second buckets of another: a page is final only once nothing
     unread can hold a schedule due before its last one."""
-    check_paging(spec, limit, changes, data, step_ms=wheel.level_width(1) // 3, bucket_of=a_layout_per_shard)
+    check_paging(spec, limit, changes, data, step_ms=level_width(1) // 3, bucket_of=a_layout_per_shard)
 
 
 def check_paging(spec, limit, changes, data, step_ms, bucket_of):
@@ -466,11 +463,11 @@ def test_paused_crons_are_listed_apart_on_the_first_page_with_resume_and_cancel(
 
 def test_the_spans_of_bucket_keys_in_spark_sql_are_the_wheels(spark):
     """The reader's bucket ranges are computed by Spark from the state's keys (CheckpointState): one-second keys and
-    the coarse keys of every level give the spans engine/rules/wheel.py gives them."""
+    the coarse keys of every level give the spans engine/rules/buckets.py gives them."""
     keys = [T0 // BUCKET_MS, T0 // BUCKET_MS + 1, 0, -5] + [
-        int(wheel.key_at(level, T0 + offset))
-        for level in range(1, wheel.COARSE_LEVELS + 1)
-        for offset in (0, 1, wheel.level_width(level) - 1, 5 * wheel.level_width(level) + 3)
+        int(key_at(level, T0 + offset))
+        for level in range(1, COARSE_LEVELS + 1)
+        for offset in (0, 1, level_width(level) - 1, 5 * level_width(level) + 3)
     ]
     first, last = span_sql("bucket")
     rows = (

@@ -12,8 +12,8 @@ import pytest
 
 from kafka_scheduler import dialects
 from kafka_scheduler.dialects.common import NORMALIZED_COLUMNS, DecodeSettings
+from kafka_scheduler.engine.rules.entries import entry_bytes
 from kafka_scheduler.engine.rules.schedule import Schedule
-from kafka_scheduler.engine.rules.wheel import entry_bytes
 from kafka_scheduler.protocol import REJECTIONS_SID
 
 KAFKA_SCHEMA = (

@@ -3,6 +3,7 @@ worker converts them to Arrow, and the state schemas parsed on the driver (parse
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 
 import pandas as pd
@@ -16,6 +17,7 @@ from kafka_scheduler.engine.contract import OUTPUT_COLUMNS, OUTPUT_SCHEMA
 from kafka_scheduler.engine.processor.input import pack_by_shard, unpacked
 from kafka_scheduler.engine.processor.output import (
     MERGED_ROWS,
+    OUTPUT_DTYPES,
     batch_time_frame,
     deliveries_frame,
     merged,
@@ -25,7 +27,7 @@ from kafka_scheduler.engine.processor.output import (
     withdraw_frame,
 )
 from kafka_scheduler.engine.processor.wheel_processor import STATE_VARIABLES, WheelProcessor, parsed_state_schemas
-from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.entries import entries_frame
 from kafka_scheduler.engine.rules.schedule import Cron, Schedule
 from kafka_scheduler.engine.spark.query import record_rows
 from kafka_scheduler.protocol import CRON_FIRE_TIMESTAMP, DELIVERY_ID
@@ -35,7 +37,7 @@ NOW = 1_900_000_000_000
 
 def deliveries(n: int, start: int = 0, partitioned: bool = False) -> pd.DataFrame:
     """``n`` delivery rows; ``partitioned``: with an explicit partition (the Int32 columns of other dialects)."""
-    entries = wheel.entries_frame(
+    entries = entries_frame(
         [
             Schedule(
                 NOW + i,
@@ -108,6 +110,16 @@ def test_a_large_frame_passes_before_the_call_goes_on():
     assert len(first) == MERGED_ROWS + 1 and produced == ["small", "large"]
 
 
+def test_a_calls_frames_merge_with_one_dtype_per_column_and_no_pandas_warning():
+    """Frames of every kind (timers, outcomes, withdrawals, native and partitioned deliveries, an empty outcome frame)
+    concatenate with nothing for pandas to guess: its FutureWarning on all-null columns is an error here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        [out] = merged(iter(a_call([1, 7, 3])))
+    assert {name: str(dtype) for name, dtype in out.dtypes.items()} == OUTPUT_DTYPES
+    assert spark_rows([out]) == spark_rows(a_call([1, 7, 3]))
+
+
 def test_a_call_of_small_frames_yields_one_frame_and_a_call_of_one_yields_it():
     assert len(list(merged(iter(a_call([1, 7]))))) == 1
     alone = batch_time_frame(NOW)
@@ -149,7 +161,7 @@ def test_the_sink_reads_each_row_with_its_headers_zipped_and_a_deliverys_id_last
         cron=Cron("* * * * * */5", "UTC", "skip", NOW, None),
     )
     bare_firing = Schedule(NOW + 7_000, "out", None, b"x", (), "in-0-8@1", cron=firing.cron)
-    entries = wheel.entries_frame(
+    entries = entries_frame(
         [firing, Schedule(NOW + 1, "out", None, b"x", (), "in-0-3"), bare_firing],
         [(b"cron:in/a", b"d" * 16), (None, None), (b"cron:in/b", b"e" * 16)],
     )

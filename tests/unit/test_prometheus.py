@@ -15,9 +15,11 @@ import pytest
 
 from kafka_scheduler.engine.driver.batch_summary import BatchSummary
 from kafka_scheduler.engine.processor.output import outcomes_frame, rejection_counts
-from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.batch import apply_requests
+from kafka_scheduler.engine.rules.entries import entries_frame
 from kafka_scheduler.engine.rules.rejection_classes import CLASSES, reason_class
 from kafka_scheduler.engine.rules.schedule import Action, Outcome, Request, Schedule, input_topic_of
+from kafka_scheduler.engine.rules.store import MemoryShardStore
 from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.ops.http_server import serve
 from kafka_scheduler.ops.input_lag import end_offsets
@@ -211,13 +213,13 @@ def test_input_topic_of_every_id_form():
 
 
 def test_wheel_counts_outcomes_and_deliveries_at_once_per_input_topic():
-    store = wheel.MemoryShardStore()
+    store = MemoryShardStore()
     now = 1_000_000
 
     def add(topic, rid, due):
         return sid(topic, rid), Request(Action.ADD, Schedule(due, "out", b"k", b"v", (), f"{topic}-0-{rid}"))
 
-    result = wheel.apply_requests(
+    result = apply_requests(
         store,
         [
             add("a", "1", now + 5000),
@@ -241,17 +243,17 @@ def test_wheel_counts_outcomes_and_deliveries_at_once_per_input_topic():
 
 
 def test_bulk_adds_are_counted_per_input_topic_too():
-    store = wheel.MemoryShardStore()
+    store = MemoryShardStore()
     now = 1_000_000
     schedules = [
         Schedule(now + 3000, "out", b"k", b"v", (), "in-0-1"),
         Schedule(now - 5, "out", b"k", b"v", (), "in-0-2"),
     ]
-    anonymous = wheel.entries_frame(schedules).drop(columns=["sid", "digest"]).assign(src_topic=["x", "y"])
-    keyed = wheel.entries_frame([Schedule(now + 3000, "out", b"k", b"v", (), "z-0-3")]).assign(
+    anonymous = entries_frame(schedules).drop(columns=["sid", "digest"]).assign(src_topic=["x", "y"])
+    keyed = entries_frame([Schedule(now + 3000, "out", b"k", b"v", (), "z-0-3")]).assign(
         sid=[sid("z", "3")], action=[Action.ADD.value], src_topic=["z"]
     )
-    result = wheel.apply_requests(store, [], now, anonymous, keyed=keyed)
+    result = apply_requests(store, [], now, anonymous, keyed=keyed)
     assert result.by_topic == Counter(
         {(Outcome.SCHEDULED, "x"): 1, (Outcome.SCHEDULED, "y"): 1, (Outcome.SCHEDULED, "z"): 1}
     )
@@ -454,11 +456,11 @@ def test_deliveries_at_once_leave_out_the_schedules_the_rules_expired():
     """An ADD already later than its max lateness when read is rejected as expired: not delivered at once."""
     from kafka_scheduler.engine.processor.wheel_processor import delivered_at_once
 
-    store = wheel.MemoryShardStore()
+    store = MemoryShardStore()
     now = 10_000_000
     late = Schedule(now - 2_241_000, "out", b"k", b"v", (), "a-0-1", max_lateness_ms=1000)
     on_time = Schedule(now - 10, "out", b"k", b"v", (), "a-0-2")
-    result = wheel.apply_requests(
+    result = apply_requests(
         store, [(sid("a", "1"), Request(Action.ADD, late)), (sid("a", "2"), Request(Action.ADD, on_time))], now
     )
     assert result.at_once == Counter({"a": 2})  # the rules count both as due when read

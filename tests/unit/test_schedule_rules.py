@@ -1,6 +1,6 @@
 """The state layout and the timed writer against a reference model of the protocol, without Spark.
 
-``WheelEngine`` (wheel.py, plus a model of the driver's timed writer) plays
+``WheelEngine`` (engine/rules/: batch.py and the modules beside it, plus a model of the driver's timed writer) plays
 the part of Spark's transformWithState: per micro-batch they hand each grouping key its
 requests at once, in log order, at the batch time, then fire every timer at or before the
 batch time. A restart keeps only what a checkpoint keeps (state and timers) and may change
@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
+import pkgutil
+import sys
 import uuid
 import zlib
 from collections import Counter
@@ -31,9 +34,23 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from kafka_scheduler import delivery_ids
 from kafka_scheduler.config import Config
+from kafka_scheduler.delivery_ids import activation_of, firing_id
+from kafka_scheduler.engine import rules
 from kafka_scheduler.engine.processor.input import log_order
-from kafka_scheduler.engine.rules import cron, index_cache, wheel
+from kafka_scheduler.engine.rules import batch as batch_rules
+from kafka_scheduler.engine.rules import cron, index_cache
+from kafka_scheduler.engine.rules.batch import expired_mask, mark_expired, step
+from kafka_scheduler.engine.rules.buckets import BUCKET_MS, BucketInfo
+from kafka_scheduler.engine.rules.cron_rules import (
+    DEFAULT_CRON_MIN_INTERVAL_MS,
+    replayed_firing_id,
+    resumed_at,
+    withdraw_firing,
+)
+from kafka_scheduler.engine.rules.digests import digest
+from kafka_scheduler.engine.rules.entries import entries_frame, schedule_of_entry, schedules_of
 from kafka_scheduler.engine.rules.schedule import (
     Action,
     Cron,
@@ -41,9 +58,12 @@ from kafka_scheduler.engine.rules.schedule import (
     Request,
     Schedule,
     WriteBack,
-    firing_id,
+    completes,
     is_cron,
+    is_internal,
 )
+from kafka_scheduler.engine.rules.shard import ShardTransaction
+from kafka_scheduler.engine.rules.store import MemoryShardStore
 from kafka_scheduler.engine.spark.checkpoint import settle_state_settings
 from kafka_scheduler.protocol import SOURCE_OFFSET
 
@@ -122,10 +142,10 @@ class WheelEngine:
         else:
             config = Config(partitions=partitions, given=(("partitions", "--partitions"),))
         self.checkpoint = checkpoint
-        self.shards = settle_state_settings(config, wheel.BUCKET_MS, checkpoint)[0].shards
+        self.shards = settle_state_settings(config, BUCKET_MS, checkpoint)[0].shards
         checkpoint.commit()
         self.timers: set[tuple[int, int]] = set()
-        self.stores = [wheel.MemoryShardStore(shard, self.timers) for shard in range(self.shards)]
+        self.stores = [MemoryShardStore(shard, self.timers) for shard in range(self.shards)]
         self.run = uuid.uuid4().hex  # a new process: its timed writer starts empty
         self.started: int | None = None  # when this run started: its first batch's time
         self.held: dict[str, Schedule] = {}  # the timed writer: prepared deliveries, written at their due time
@@ -149,7 +169,7 @@ class WheelEngine:
         per_shard: dict[int, list] = {}
         anonymous: dict[int, list] = {}
         for key, request in requests:
-            if wheel.is_internal(key):  # as the processor does: filed in bulk
+            if is_internal(key):  # as the processor does: filed in bulk
                 anonymous.setdefault(self.shard_of(key), []).append(request.schedule)
             else:
                 per_shard.setdefault(self.shard_of(key), []).append((key, request))
@@ -163,19 +183,19 @@ class WheelEngine:
             is_alone = [named[key] == 1 and r.action in (Action.ADD, Action.REPLACE) for key, r in of_shard]
             is_cron_add = [named[key] == 1 and r.action is Action.CRON_ADD for key, r in of_shard]
             alone = [pair for pair, a in zip(of_shard, is_alone) if a]
-            keyed = wheel.entries_frame([r.schedule for _, r in alone], [(key, None) for key, _ in alone]).assign(
+            keyed = entries_frame([r.schedule for _, r in alone], [(key, None) for key, _ in alone]).assign(
                 action=[r.action.value for _, r in alone]
             )
             adds = [pair for pair, a in zip(of_shard, is_cron_add) if a]
-            cron_adds = wheel.entries_frame([r.schedule for _, r in adds], [(key, None) for key, _ in adds]).assign(
+            cron_adds = entries_frame([r.schedule for _, r in adds], [(key, None) for key, _ in adds]).assign(
                 raw_headers=[r.raw_headers for _, r in adds],
                 delivery_id=[r.activation or r.schedule.delivery_id for _, r in adds],
             )
-            result = wheel.apply_requests(
+            result = batch_rules.apply_requests(
                 self.stores[shard],
                 [pair for pair, a, c in zip(of_shard, is_alone, is_cron_add) if not a and not c],
                 now,
-                wheel.entries_frame(anonymous.get(shard, [])),
+                entries_frame(anonymous.get(shard, [])),
                 self.lookahead_ms,
                 self.run,
                 keyed,
@@ -191,7 +211,7 @@ class WheelEngine:
         for timer in sorted(t for t in self.timers if t[0] <= now):
             self.timers.discard(timer)
             emitted.extend(
-                wheel.fire(
+                batch_rules.fire(
                     self.stores[timer[1]],
                     timer[0],
                     now,
@@ -203,7 +223,7 @@ class WheelEngine:
             )
         self.prepared, self.expired = [], []
         for frame in emitted:
-            for schedule, expired in zip(wheel.schedules_of(frame), wheel.expired_mask(frame)):
+            for schedule, expired in zip(schedules_of(frame), expired_mask(frame)):
                 if expired:
                     assert schedule.due_ms <= now, f"at {now}: {schedule} prepared ahead and marked expired"
                     self.expired.append(schedule)
@@ -311,7 +331,7 @@ class Reference:
     version is the engine's choice within the rule (due by batch time + lookahead, and at the latest when
     due by batch time + the least lookahead in force since it was filed); everything else is exact."""
 
-    def __init__(self, lookahead_ms: int, min_interval_ms: int = wheel.DEFAULT_CRON_MIN_INTERVAL_MS):
+    def __init__(self, lookahead_ms: int, min_interval_ms: int = DEFAULT_CRON_MIN_INTERVAL_MS):
         self.lookahead_ms = lookahead_ms
         self.min_interval_ms = min_interval_ms
         self.pending: dict[bytes, Version] = {}
@@ -441,8 +461,9 @@ class Reference:
         )
         if skipped is not None and skipped > missed:
             # A batch run again with the stopped job's earlier time may prepare a skip cron's firing due after that
-            # time but before this process started: missed all the same (wheel._Shard._skipped). Preparing it now
-            # is the engine's choice, within the lookahead; what a batch prepares is the earliest first.
+            # time but before this process started: missed all the same (ShardTransaction.missed_skip_firings).
+            # Preparing it now is the engine's choice, within the lookahead; what a batch prepares is the earliest
+            # first.
             early = sorted(
                 (version.next, i, version)
                 for i, version in enumerate(self.crons.values())
@@ -459,7 +480,7 @@ class Reference:
             assert skipped == missed, f"at {now}: {skipped} firings skipped, expected {missed}"
         last: dict[str, int] = {}
         for firing in engine_firings:  # in order, per cron activation
-            activation = wheel.activation_of(firing.delivery_id)
+            activation = activation_of(firing.delivery_id)
             assert firing.due_ms > last.get(activation, -(2**62)), f"at {now}: firings out of order: {engine_firings}"
             last[activation] = firing.due_ms
         delivered = [s for s in delivered if s.cron is None]
@@ -482,7 +503,7 @@ class Reference:
             assert is_expired == too_late, f"at {now}: {schedule} {'expired' if is_expired else 'delivered'}"
             del self.pending[key]
         for schedule in sorted([s for s in prepared if s.cron is not None], key=lambda s: s.due_ms):
-            versions = [v for v in self.crons.values() if v.activation == wheel.activation_of(schedule.delivery_id)]
+            versions = [v for v in self.crons.values() if v.activation == activation_of(schedule.delivery_id)]
             assert versions, f"at {now}: prepared firing {schedule} of no running cron"
             version = versions[0]
             assert version.active and schedule == version.firing(version.next), (
@@ -789,7 +810,7 @@ def requests_of(
             if not done:
                 continue
             key, delivered = done[-1 - op.resend % len(done)]
-            if wheel.is_internal(key):
+            if is_internal(key):
                 continue  # nothing can name a schedule sent without an id
             request = (
                 Request(Action.CANCEL, None)
@@ -804,7 +825,7 @@ def requests_of(
                 named = (
                     [(key, current.delivery_id)]
                     if current is not None
-                    else [(k, s.delivery_id) for k, s in pending.items() if s is not None and not wheel.is_internal(k)]
+                    else [(k, s.delivery_id) for k, s in pending.items() if s is not None and not is_internal(k)]
                     or versions[-1:]
                 )
             elif op.target == "older":
@@ -836,7 +857,7 @@ def requests_of(
                 if op.kind.startswith("TWEAK"):
                     fields[op.tweak] = TWEAKED[op.tweak](fields[op.tweak])
                 request = Request(request.action, Schedule(**fields))
-            if wheel.is_internal(key):
+            if is_internal(key):
                 key = anon(offset)
         elif op.kind == "CANCEL":
             key, request = sid(op.id), Request(Action.CANCEL, None)
@@ -1008,9 +1029,23 @@ def _no_next_firings(self):
     return iter(())
 
 
-ORIGINAL_STEP, ORIGINAL_DIGEST, ORIGINAL_FIRE, ORIGINAL_ARM = wheel.step, wheel.digest, wheel.fire, wheel._Shard.arm
+ORIGINAL_STEP, ORIGINAL_DIGEST, ORIGINAL_FIRE, ORIGINAL_ARM = step, digest, batch_rules.fire, ShardTransaction.arm
 ORIGINAL_FIRST_FIRING = cron.first_firing
-ORIGINAL_SCHEDULE_OF_ENTRY = wheel.schedule_of_entry
+ORIGINAL_SCHEDULE_OF_ENTRY = schedule_of_entry
+# The delivery ids' grammar is the rules' too (a firing's id), kept outside rules/ for the client.
+RULES_MODULES = [
+    importlib.import_module(f"{rules.__name__}.{m.name}") for m in pkgutil.iter_modules(rules.__path__)
+] + [delivery_ids]
+
+
+def everywhere(function, replacement) -> list:
+    """Patches of ``function`` in the rules module that defines it and in every rules module that imported it by name:
+    a patch of one module does not reach a ``from x import f`` elsewhere, and a rule left unpatched there would go on
+    being tested under a mutant that no longer breaks it."""
+    holders = [m for m in RULES_MODULES if getattr(m, function.__name__, None) is function]
+    assert sys.modules[function.__module__] in holders, function
+    return [(module, function.__name__, replacement) for module in holders]
+
 
 # Each broken rule: what it patches, the tests that must catch it, and the layouts they run on. The
 # tests are the property test above ("model"; run here derandomized, so the check is repeatable)
@@ -1031,12 +1066,11 @@ DOWNTIME_EXAMPLE = "test_firings_missed_while_the_job_was_down_are_replayed_in_o
 PAUSE_EXAMPLE = "test_a_pause_withdraws_the_held_firing_and_a_resume_replays_or_skips"
 FIRINGS_EXAMPLE = "test_a_cron_fires_at_each_instant_with_a_delivery_id_of_its_own"
 WHEEL = BOTH = [WheelEngine]
-COMPLETES = [(wheel, "completes")]
 MUTANTS = {
     "fire leaves delivered ids in the index": (
         # (After a partial fire the prepare mark also tells the delivered version is gone: the partial-fire
         # example cannot catch this one.)
-        [(wheel._Shard, "forget", _forget_nothing), (index_cache.IndexSession, "forget_due", _forget_nothing_due)],
+        [(ShardTransaction, "forget", _forget_nothing), (index_cache.IndexSession, "forget_due", _forget_nothing_due)],
         ["model", RECREATED_EXAMPLE],
         WHEEL,
     ),
@@ -1047,128 +1081,128 @@ MUTANTS = {
     ),
     "a bucket's ids leave the index one by one only": (
         # A bucket partly retired: its due ids leave one by one.
-        [(wheel._Shard, "forget", _forget_nothing)],
+        [(ShardTransaction, "forget", _forget_nothing)],
         ["model"],
         WHEEL,
     ),
     "identical replace counted as replaced": (
-        [(wheel, "step", _identical_replace_counted_as_replaced)],
+        everywhere(ORIGINAL_STEP, _identical_replace_counted_as_replaced),
         ["model"],
         WHEEL,
     ),
-    "digest ignores headers": ([(wheel, "digest", _digest_without("headers"))], ["model"], WHEEL),
-    "digest ignores the key": ([(wheel, "digest", _digest_without("key"))], ["model"], WHEEL),
-    "digest ignores the value": ([(wheel, "digest", _digest_without("value"))], ["model"], WHEEL),
-    "digest ignores the topic": ([(wheel, "digest", _digest_without("topic"))], ["model"], WHEEL),
-    "strikes skipped at fire": ([(wheel, "fire", _fire_ignoring_strikes)], ["model"], WHEEL),
-    "timers armed without the lookahead": ([(wheel._Shard, "arm", _timers_without_lookahead)], ["model"], WHEEL),
+    "digest ignores headers": (everywhere(ORIGINAL_DIGEST, _digest_without("headers")), ["model"], WHEEL),
+    "digest ignores the key": (everywhere(ORIGINAL_DIGEST, _digest_without("key")), ["model"], WHEEL),
+    "digest ignores the value": (everywhere(ORIGINAL_DIGEST, _digest_without("value")), ["model"], WHEEL),
+    "digest ignores the topic": (everywhere(ORIGINAL_DIGEST, _digest_without("topic")), ["model"], WHEEL),
+    "strikes skipped at fire": (everywhere(ORIGINAL_FIRE, _fire_ignoring_strikes), ["model"], WHEEL),
+    "timers armed without the lookahead": ([(ShardTransaction, "arm", _timers_without_lookahead)], ["model"], WHEEL),
     # Prepared deliveries (the timed writer): withdrawn, written once, and re-emitted after a crash.
     "replaced or cancelled prepared versions are not withdrawn": (
-        [(wheel._Shard, "may_be_held", lambda self, entry: False)],
+        [(ShardTransaction, "may_be_held", lambda self, entry: False)],
         ["model"],
         WHEEL,
     ),
     "prepared versions due by now still count as pending": (
-        [(wheel._Shard, "written", lambda self, entry: False)],
+        [(ShardTransaction, "written", lambda self, entry: False)],
         ["model"],
         WHEEL,
     ),
     "the prepare mark of another run counts": (
-        [(wheel.BucketInfo, "prepared_through", lambda self, run: self.prep_through if self.prep_run else None)],
+        [(BucketInfo, "prepared_through", lambda self, run: self.prep_through if self.prep_run else None)],
         ["model"],
         WHEEL,
     ),
     # COMPLETE, write-backs and the fields the write-back dialects add.
     "complete ignores the named version": (
-        [(owner, name, _completes_whatever_is_pending) for owner, name in COMPLETES],
+        everywhere(completes, _completes_whatever_is_pending),
         ["model", OLD_WRITE_BACK_EXAMPLE, RESEND_WRITE_BACK_EXAMPLE],
         BOTH,
     ),
     "complete never completes": (
-        [(owner, name, _completes_nothing) for owner, name in COMPLETES],
+        everywhere(completes, _completes_nothing),
         ["model", REBUILD_EXAMPLE],
         BOTH,
     ),
     "digest ignores the write-back": (
-        [(wheel, "digest", _digest_without("write_back"))],
+        everywhere(ORIGINAL_DIGEST, _digest_without("write_back")),
         ["model", OLD_WRITE_BACK_EXAMPLE, DIALECT_FIELDS_EXAMPLE],
         WHEEL,
     ),
     "digest ignores the partition": (
-        [(wheel, "digest", _digest_without("partition"))],
+        everywhere(ORIGINAL_DIGEST, _digest_without("partition")),
         ["model", DIALECT_FIELDS_EXAMPLE],
         WHEEL,
     ),
     "digest ignores the partition key": (
-        [(wheel, "digest", _digest_without("partition_key"))],
+        everywhere(ORIGINAL_DIGEST, _digest_without("partition_key")),
         ["model", DIALECT_FIELDS_EXAMPLE],
         WHEEL,
     ),
     "digest ignores the history flag": (
-        [(wheel, "digest", _digest_without("history"))],
+        everywhere(ORIGINAL_DIGEST, _digest_without("history")),
         ["model", DIALECT_FIELDS_EXAMPLE],
         WHEEL,
     ),
     "entries lose the partition": (
-        [(wheel, "schedule_of_entry", _entries_without("partition"))],
+        everywhere(ORIGINAL_SCHEDULE_OF_ENTRY, _entries_without("partition")),
         ["model", FIELDS_EXAMPLE],
         WHEEL,
     ),
     "entries lose the partition key": (
-        [(wheel, "schedule_of_entry", _entries_without("partition_key"))],
+        everywhere(ORIGINAL_SCHEDULE_OF_ENTRY, _entries_without("partition_key")),
         ["model", FIELDS_EXAMPLE],
         WHEEL,
     ),
     "entries lose the write-back": (
-        [(wheel, "schedule_of_entry", _entries_without("write_back"))],
+        everywhere(ORIGINAL_SCHEDULE_OF_ENTRY, _entries_without("write_back")),
         ["model", FIELDS_EXAMPLE],
         WHEEL,
     ),
     "entries lose the history flag": (
-        [(wheel, "schedule_of_entry", _entries_without("history"))],
+        everywhere(ORIGINAL_SCHEDULE_OF_ENTRY, _entries_without("history")),
         ["model", FIELDS_EXAMPLE],
         WHEEL,
     ),
     # Expiry and recurring schedules ("cron-model": the property test over cron_scripts).
     "digest ignores the max lateness": (
-        [(wheel, "digest", _digest_without("max_lateness_ms"))],
+        everywhere(ORIGINAL_DIGEST, _digest_without("max_lateness_ms")),
         # The property test finds this one late and only for some seeds: a named example pins it.
         [LATENESS_REPLACE_EXAMPLE],
         WHEEL,
     ),
     "an expired delivery is delivered": (
-        [(wheel, "mark_expired", lambda frame, now_ms: frame)],
+        everywhere(mark_expired, lambda frame, now_ms: frame),
         ["cron-model", EXPIRY_EXAMPLE],
         WHEEL,
     ),
     "the skip policy is ignored (missed firings delivered)": (
-        [(wheel._Shard, "_skipped", lambda self, frame, emit: None)],
+        [(ShardTransaction, "missed_skip_firings", lambda self, frame, emit: None)],
         ["cron-model", DOWNTIME_EXAMPLE],
         WHEEL,
     ),
     "the replay policy is ignored on resume (firings missed while paused dropped)": (
-        [(wheel, "resumed_at", _resume_always_skips)],
+        everywhere(resumed_at, _resume_always_skips),
         ["cron-model", PAUSE_EXAMPLE],
         WHEEL,
     ),
     "a paused, replaced or cancelled cron's pending firing is still delivered": (
-        [(wheel, "withdraw_firing", lambda shard, entry, written, result: None)],
+        everywhere(withdraw_firing, lambda shard, entry, written, result: None),
         ["cron-model", PAUSE_EXAMPLE],
         WHEEL,
     ),
     "a replay's first firing takes the resume's id (a late withdrawal would deliver it twice with two ids)": (
-        [(wheel, "replayed_firing_id", lambda paused_activation, first_ms: None)],
+        everywhere(replayed_firing_id, lambda paused_activation, first_ms: None),
         ["cron-model", PAUSE_EXAMPLE],
         WHEEL,
     ),
     "a firing id is reused (no instant in it)": (
-        [(wheel, "firing_id", lambda activation, due_ms: activation)],
+        everywhere(firing_id, lambda activation, due_ms: activation),
         ["cron-model", FIRINGS_EXAMPLE],
         WHEEL,
     ),
     "the bounds of a cron are ignored": ([(cron, "first_firing", _first_firing_without_bounds)], ["cron-model"], WHEEL),
     "a cron's next firing is never filed": (
-        [(wheel._Shard, "advance_crons", _no_next_firings)],
+        [(ShardTransaction, "advance_crons", _no_next_firings)],
         ["cron-model", FIRINGS_EXAMPLE],
         WHEEL,
     ),

@@ -4,7 +4,7 @@ list, inspect and the status page."""
 
 from __future__ import annotations
 
-from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules.buckets import key_at
 from kafka_scheduler.engine.spark.state_reader import Bucket, CheckpointState, bucket_span_ms, time_order
 
 MIB = 1024 * 1024
@@ -32,9 +32,9 @@ def bucket(shard: int, key: int, *sizes: int) -> Bucket:
 
 def test_buckets_come_in_the_order_of_the_first_due_time_they_may_hold():
     t = 1_800_000_000_000
-    coarse = int(wheel.key_at(1, t))  # 64 s from the start of its span
-    second = int(wheel.key_at(0, t + 5_000))
-    earlier = int(wheel.key_at(0, bucket_span_ms(coarse)[0] - 1_000))
+    coarse = int(key_at(1, t))  # 64 s from the start of its span
+    second = int(key_at(0, t + 5_000))
+    earlier = int(key_at(0, bucket_span_ms(coarse)[0] - 1_000))
     ordered = time_order([bucket(1, second, 1), bucket(0, coarse, 1), bucket(2, earlier, 1)])
     assert [b.key for b in ordered] == [earlier, coarse, second]
     assert [b.start_ms for b in ordered] == sorted(b.start_ms for b in ordered)

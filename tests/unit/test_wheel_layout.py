@@ -15,9 +15,17 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine.rules import index_cache, wheel
+from kafka_scheduler.engine.rules import buckets as bucket_layout
+from kafka_scheduler.engine.rules import index_cache
+from kafka_scheduler.engine.rules import shard as shard_transaction
+from kafka_scheduler.engine.rules.batch import apply_requests, fire
+from kafka_scheduler.engine.rules.buckets import bucket_of
+from kafka_scheduler.engine.rules.digests import digest
+from kafka_scheduler.engine.rules.entries import entries_frame, schedules_of, split_by_bytes
 from kafka_scheduler.engine.rules.index_cache import IndexCache
 from kafka_scheduler.engine.rules.schedule import Action, Outcome, Request, Schedule
+from kafka_scheduler.engine.rules.shard import ShardTransaction
+from kafka_scheduler.engine.rules.store import MemoryShardStore
 
 from .model_examples import scaled
 from .test_schedule_rules import WheelEngine, check_script, cron_scripts, scripts
@@ -25,7 +33,7 @@ from .test_schedule_rules import WheelEngine, check_script, cron_scripts, script
 DUE = 3_600_000  # one bucket, far ahead
 
 
-class CountingStore(wheel.MemoryShardStore):
+class CountingStore(MemoryShardStore):
     """Counts what crosses the state interface, as a state server round trip would carry it."""
 
     def __init__(self):
@@ -64,7 +72,7 @@ def sid(i: int) -> bytes:
 def test_a_strike_costs_in_proportion_to_the_batch_not_the_bucket():
     store = CountingStore()
     pending, batches, per_batch = 20_000, 100, 100
-    wheel.apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i))) for i in range(pending)], 0)
+    apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i))) for i in range(pending)], 0)
     moved_per_batch = []
     for b in range(batches):
         before = store.strike_ids_moved
@@ -78,7 +86,7 @@ def test_a_strike_costs_in_proportion_to_the_batch_not_the_bucket():
                     else Request(Action.REPLACE, schedule(i, b"new", due=DUE + 1, partition=1)),
                 )
             )
-        counts = wheel.apply_requests(store, requests, 1 + b).outcomes
+        counts = apply_requests(store, requests, 1 + b).outcomes
         assert sum(counts.values()) == per_batch
         moved_per_batch.append(store.strike_ids_moved - before)
     strikes = batches * per_batch
@@ -89,58 +97,58 @@ def test_a_strike_costs_in_proportion_to_the_batch_not_the_bucket():
     [info] = store.buckets.values()
     assert len(info.strikes) <= math.log2(strikes) + 2
     # The struck versions never go out; the replacements and the untouched ones do.
-    delivered = [s for frame in wheel.fire(store, min(store.armed), DUE + 1) for s in wheel.schedules_of(frame)]
+    delivered = [s for frame in fire(store, min(store.armed), DUE + 1) for s in schedules_of(frame)]
     assert Counter(s.value for s in delivered) == Counter({b"new": strikes // 2, b"v": pending - strikes})
     cancelled = {f"k{i}".encode() for i in range(1, strikes, 2)}
     assert not [s for s in delivered if s.key in cancelled]
 
 
 def test_a_bucket_filled_by_many_batches_keeps_few_bounded_chunks(monkeypatch):
-    monkeypatch.setattr(wheel, "SEAL_BYTES", 4096)
+    monkeypatch.setattr(shard_transaction, "SEAL_BYTES", 4096)
     # Sparse rows (3 a batch) an hour ahead would go to a coarse bucket, which fills the same way; the one-second
     # layout keeps the fire's count of reads below exact.
-    monkeypatch.setattr(wheel, "COARSE_LEVELS", 0)
+    monkeypatch.setattr(bucket_layout, "COARSE_LEVELS", 0)
     store = CountingStore()
     total = 0
     for b in range(2_000):
-        frame = wheel.entries_frame([schedule(b * 3 + j, b"x" * (5 + b % 40)) for j in range(3)])
+        frame = entries_frame([schedule(b * 3 + j, b"x" * (5 + b % 40)) for j in range(3)])
         total += int(frame["entry_bytes"].sum())
-        wheel.apply_requests(store, [], b, frame)
+        apply_requests(store, [], b, frame)
     [info] = store.buckets.values()
-    sealed = [c for c in info.chunks if c[1] >= wheel.SEAL_BYTES // 2]
-    unsealed = [c for c in info.chunks if c[1] < wheel.SEAL_BYTES // 2]
-    assert len(sealed) <= total / (wheel.SEAL_BYTES // 2)
-    assert len(unsealed) <= math.log2(wheel.SEAL_BYTES) + 1
-    assert all(size < 2 * wheel.SEAL_BYTES for _, size in info.chunks)
+    sealed = [c for c in info.chunks if c[1] >= shard_transaction.SEAL_BYTES // 2]
+    unsealed = [c for c in info.chunks if c[1] < shard_transaction.SEAL_BYTES // 2]
+    assert len(sealed) <= total / (shard_transaction.SEAL_BYTES // 2)
+    assert len(unsealed) <= math.log2(shard_transaction.SEAL_BYTES) + 1
+    assert all(size < 2 * shard_transaction.SEAL_BYTES for _, size in info.chunks)
     assert sum(size for _, size in info.chunks) == total
-    assert set(store.chunks) == {(wheel.bucket_of(DUE), n) for n, _ in info.chunks}, "a merged chunk was left behind"
+    assert set(store.chunks) == {(bucket_of(DUE), n) for n, _ in info.chunks}, "a merged chunk was left behind"
 
     # The fire makes a few state calls per chunk and hands deliveries out a chunk at a time.
     store.calls.clear()
-    frames = list(wheel.fire(store, min(store.armed), DUE))
+    frames = list(fire(store, min(store.armed), DUE))
     assert sum(len(f) for f in frames) == 6_000
-    assert all(int(f["entry_bytes"].sum()) < 2 * wheel.SEAL_BYTES for f in frames)
+    assert all(int(f["entry_bytes"].sum()) < 2 * shard_transaction.SEAL_BYTES for f in frames)
     assert store.calls["chunk_get"] == len(info.chunks)
     assert store.buckets == {} and store.chunks == {}
 
 
 def test_a_partial_fire_writes_what_is_left_in_bounded_chunks(monkeypatch):
-    monkeypatch.setattr(wheel, "SEAL_BYTES", 2048)
-    store = wheel.MemoryShardStore()
+    monkeypatch.setattr(shard_transaction, "SEAL_BYTES", 2048)
+    store = MemoryShardStore()
     schedules = [schedule(i, b"y" * 40, due=DUE + i % 1000) for i in range(3_000)]
-    wheel.apply_requests(store, [], 0, wheel.entries_frame(schedules))
-    due = [s for f in wheel.fire(store, min(store.armed), DUE + 499) for s in wheel.schedules_of(f)]
+    apply_requests(store, [], 0, entries_frame(schedules))
+    due = [s for f in fire(store, min(store.armed), DUE + 499) for s in schedules_of(f)]
     assert len(due) == 1_500 and all(s.due_ms <= DUE + 499 for s in due)
     [info] = store.buckets.values()
-    assert all(size < 2 * wheel.SEAL_BYTES for _, size in info.chunks)
-    assert sum(len(store.chunks[(wheel.bucket_of(DUE), n)]) for n, _ in info.chunks) == 1_500
+    assert all(size < 2 * shard_transaction.SEAL_BYTES for _, size in info.chunks)
+    assert sum(len(store.chunks[(bucket_of(DUE), n)]) for n, _ in info.chunks) == 1_500
     assert list(store.armed) == [DUE + 500]
 
 
 @pytest.mark.parametrize("values", [[10, 5000, 10], [5000], [300] * 20, [1] * 200, [2000, 2000, 1]])
 def test_a_slice_goes_over_the_limit_by_at_most_its_last_row(values):
-    frame = wheel.entries_frame([schedule(i, b"z" * size) for i, size in enumerate(values)])
-    pieces = wheel.split_by_bytes(frame, 1024)
+    frame = entries_frame([schedule(i, b"z" * size) for i, size in enumerate(values)])
+    pieces = split_by_bytes(frame, 1024)
     assert [k for p in pieces for k in p["key"]] == list(frame["key"])  # all rows, in order
     for piece in pieces:
         sizes = list(piece["entry_bytes"])
@@ -155,8 +163,8 @@ def test_a_slice_goes_over_the_limit_by_at_most_its_last_row(values):
 @given(script=scripts)
 def test_rules_still_match_the_reference_with_tiny_chunks_and_strike_lists(monkeypatch, script):
     """Splitting, sealing and merging at every turn changes nothing the protocol can see."""
-    monkeypatch.setattr(wheel, "SEAL_BYTES", 160)
-    monkeypatch.setattr(wheel, "SEAL_STRIKES", 4)
+    monkeypatch.setattr(shard_transaction, "SEAL_BYTES", 160)
+    monkeypatch.setattr(shard_transaction, "SEAL_STRIKES", 4)
     check_script(script, WheelEngine)
 
 
@@ -318,18 +326,18 @@ def test_a_cache_ahead_of_the_store_is_rebuilt():
 def test_delivered_ids_leave_the_index():
     """No entry outlives its schedule: after a million-style run (here 20,000) of delivered id-carrying
     schedules, replaced, cancelled and fired in parts, the index is empty and so is the delta log's tail."""
-    store = wheel.MemoryShardStore()
+    store = MemoryShardStore()
     n = 20_000
-    wheel.apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i, due=DUE + i % 3000))) for i in range(n)], 0)
-    wheel.apply_requests(
+    apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i, due=DUE + i % 3000))) for i in range(n)], 0)
+    apply_requests(
         store, [(sid(i), Request(Action.REPLACE, schedule(i, b"new", due=DUE + 5000))) for i in range(0, n, 5)], 1
     )
-    wheel.apply_requests(store, [(sid(i), Request(Action.CANCEL, None)) for i in range(1, n, 20)], 2)
+    apply_requests(store, [(sid(i), Request(Action.CANCEL, None)) for i in range(1, n, 20)], 2)
     assert store.token.entries == n - n // 20
     delivered = 0
     while store.armed:
         timer = min(store.armed)
-        for frame in wheel.fire(store, timer, timer):
+        for frame in fire(store, timer, timer):
             delivered += len(frame)
     assert delivered == n - n // 20
     assert store.token.entries == 0 and store.cache.entries == {} and store.index_entries() == {}
@@ -339,24 +347,24 @@ def test_delivered_ids_leave_the_index():
 def test_a_herd_leaves_the_index_as_one_change_and_another_worker_catches_up():
     """A bucket retired whole (a herd, delivered) leaves the index as one range change, not a change per id;
     entries due in other buckets stay, and a worker catching up from the delta log applies the range."""
-    store = wheel.MemoryShardStore()
+    store = MemoryShardStore()
     other = index_cache.IndexCache()
     n = 5_000
-    wheel.apply_requests(
+    apply_requests(
         store,
         [(sid(i), Request(Action.ADD, schedule(i))) for i in range(n)]
         + [(sid(-1), Request(Action.ADD, schedule(-1, due=DUE + 10_000)))],
         0,
     )
     store.cache, behind = other, store.cache
-    wheel.apply_requests(store, [(sid(-2), Request(Action.ADD, schedule(-2, due=DUE + 20_000)))], 1)
+    apply_requests(store, [(sid(-2), Request(Action.ADD, schedule(-2, due=DUE + 20_000)))], 1)
     store.cache, rebuilds = behind, other.rebuilds  # the first worker missed a version: it catches up below
-    delivered = sum(len(frame) for frame in wheel.fire(store, min(store.armed), DUE))
+    delivered = sum(len(frame) for frame in fire(store, min(store.armed), DUE))
     assert delivered == n
     assert store.token.sizes[-1] == 1 and store.token.entries == 2
     assert set(store.cache.entries) == {sid(-1), sid(-2)} == set(store.index_entries())
     store.cache = other
-    counts = wheel.apply_requests(
+    counts = apply_requests(
         store, [(sid(0), Request(Action.CANCEL, None)), (sid(-1), Request(Action.CANCEL, None))], DUE + 1
     ).outcomes
     assert counts == Counter({Outcome.CANCEL_NOOP: 1, Outcome.CANCELLED: 1})
@@ -375,16 +383,14 @@ def test_a_fire_after_a_restart_does_not_wait_for_a_rebuild_of_the_index():
     """The first overdue delivery after a restart: the fire forgets what it delivers without rebuilding
     the new worker's index from every chunk; it invalidates the index, and the next call that reads it
     rebuilds it, exactly."""
-    store = wheel.MemoryShardStore()
+    store = MemoryShardStore()
     n = 5_000
-    wheel.apply_requests(
-        store, [(sid(i), Request(Action.ADD, schedule(i, due=DUE + (i % 2) * 10_000))) for i in range(n)], 0
-    )
+    apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i, due=DUE + (i % 2) * 10_000))) for i in range(n)], 0)
     store.cache = index_cache.IndexCache()  # a restart: worker memory is gone
-    delivered = [s for frame in wheel.fire(store, min(store.armed), DUE) for s in wheel.schedules_of(frame)]
+    delivered = [s for frame in fire(store, min(store.armed), DUE) for s in schedules_of(frame)]
     assert len(delivered) == n // 2
     assert store.cache.rebuilds == 0 and store.token.entries == n // 2  # counted without the index
-    counts = wheel.apply_requests(
+    counts = apply_requests(
         store, [(sid(0), Request(Action.CANCEL, None)), (sid(1), Request(Action.CANCEL, None))], DUE + 1
     ).outcomes
     assert counts == Counter({Outcome.CANCEL_NOOP: 1, Outcome.CANCELLED: 1})  # 0 was delivered, 1 is pending
@@ -396,7 +402,7 @@ def test_a_request_costs_no_state_call():
     """The index costs a constant few state calls per handler call, whatever the number of ids."""
     calls = Counter()
 
-    class Counting(wheel.MemoryShardStore):
+    class Counting(MemoryShardStore):
         def __getattribute__(self, name):
             if name.startswith(("index_token", "delta_", "bucket_", "chunk_", "strikes_", "armed_")):
                 calls[name] += 1
@@ -404,9 +410,9 @@ def test_a_request_costs_no_state_call():
 
     for n in (100, 10_000):
         store = Counting()
-        wheel.apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i))) for i in range(n)], 0)
+        apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i))) for i in range(n)], 0)
         calls.clear()
-        wheel.apply_requests(
+        apply_requests(
             store,
             [(sid(i), Request(Action.REPLACE, schedule(i, b"new"))) for i in range(n)]
             + [(sid(n + i), Request(Action.ADD, schedule(n + i))) for i in range(n)],
@@ -454,10 +460,10 @@ def _forget_nothing(self, delivered):
 
 
 CACHE_MUTANTS = {
-    "a delta is not applied": ((wheel.MemoryShardStore, "delta_get", _apply_no_delta), {}),
+    "a delta is not applied": ((MemoryShardStore, "delta_get", _apply_no_delta), {}),
     "the nonce is ignored": ((index_cache.IndexSession, "trusted", staticmethod(_trust_any_nonce)), {}),
     "a rebuild ignores strikes": ((index_cache, "stored_index", _stored_index_ignoring_strikes), TINY_LOG),
-    "fire leaves delivered ids in the index": ((wheel._Shard, "forget", _forget_nothing), {}),
+    "fire leaves delivered ids in the index": ((ShardTransaction, "forget", _forget_nothing), {}),
 }
 
 
@@ -507,7 +513,7 @@ def test_digests_are_stable_across_versions():
         ),
         (Schedule(9, "t", b"k", None, (), "d", history=True), "3539aa430093a31e5ca657499bcd3b0f"),
     ]
-    assert [wheel.digest(s).hex() for s, _ in cases] == [expected for _, expected in cases]
+    assert [digest(s).hex() for s, _ in cases] == [expected for _, expected in cases]
 
 
 def test_the_shards_of_a_herd_prepare_it_at_the_same_instant():
@@ -515,8 +521,8 @@ def test_the_shards_of_a_herd_prepare_it_at_the_same_instant():
     prepares the whole herd (a batch writing a herd beyond --max-held holds the job until the instant)."""
     timers = []
     for shard, n in enumerate((40_000, 41_000, 43_000)):
-        store = wheel.MemoryShardStore(shard)
-        wheel.apply_requests(
+        store = MemoryShardStore(shard)
+        apply_requests(
             store,
             [(sid(i), Request(Action.ADD, schedule(i, value=b"v" * 100))) for i in range(n)],
             0,
@@ -534,18 +540,18 @@ def test_a_fire_on_a_fresh_worker_that_files_a_next_firing_rebuilds_the_index_as
     left it (its metadata is written only at the end of the call)."""
     from kafka_scheduler.engine.rules.schedule import Cron
 
-    store = wheel.MemoryShardStore(0)
+    store = MemoryShardStore(0)
     cron_add = Request(
         Action.CRON_ADD,
         Schedule(0, "out", b"k", b"tick", (), "requests-0-1", cron=Cron("* * * * * */5")),
         activation="requests-0-1",
     )
     later = Schedule(15_700, "out", b"k", b"later", (), "requests-0-2")
-    wheel.apply_requests(store, [(b"cron:requests/c", cron_add), (sid(7), Request(Action.ADD, later))], 10_200)
+    apply_requests(store, [(b"cron:requests/c", cron_add), (sid(7), Request(Action.ADD, later))], 10_200)
     store.cache = IndexCache()  # a new worker process
     timer = min(t for t, _ in store.timers)
     store.timers.clear()
-    emitted = [s for frame in wheel.fire(store, timer, 15_100) for s in wheel.schedules_of(frame)]
+    emitted = [s for frame in fire(store, timer, 15_100) for s in schedules_of(frame)]
     assert [s.delivery_id for s in emitted] == ["requests-0-1@15000"]
     assert store.index_entries() == store.cache.entries
     assert set(store.cache.entries) == {b"cron:requests/c", sid(7)}

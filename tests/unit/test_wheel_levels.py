@@ -16,8 +16,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine.rules import wheel
+from kafka_scheduler.engine.rules import buckets
+from kafka_scheduler.engine.rules.batch import apply_requests, fire
+from kafka_scheduler.engine.rules.buckets import BUCKET_MS, Levels, bucket_of, is_coarse, key_range
+from kafka_scheduler.engine.rules.entries import entries_frame, schedules_of
+from kafka_scheduler.engine.rules.index_cache import IndexCache
 from kafka_scheduler.engine.rules.schedule import Action, Request, Schedule
+from kafka_scheduler.engine.rules.shard import ShardTransaction
+from kafka_scheduler.engine.rules.store import MemoryShardStore
 
 from .model_examples import scaled
 from .test_schedule_rules import (
@@ -78,19 +84,19 @@ far_steps = st.lists(
 far_scripts = st.tuples(LOOKAHEADS, PARTITIONS, far_steps)
 
 
-def check_layout(store: wheel.MemoryShardStore) -> None:
+def check_layout(store: MemoryShardStore) -> None:
     """No two buckets overlap, and the stored levels (when written) name every coarse bucket and keep every
     one-second bucket they do not list before the mark."""
-    ranges = sorted(wheel.key_range(key) for key in store.buckets)
+    ranges = sorted(key_range(key) for key in store.buckets)
     for (_, end), (start, _) in itertools.pairwise(ranges):
         assert end <= start, f"buckets overlap: {ranges}"
     if store.levels is None:
         return
     mark, coarse, listed = store.levels
-    assert set(coarse) == {key for key in store.buckets if wheel.is_coarse(key)}
+    assert set(coarse) == {key for key in store.buckets if is_coarse(key)}
     for key in store.buckets:
-        if not wheel.is_coarse(key) and key not in listed:
-            assert wheel.key_range(key)[1] <= mark, (key, mark)
+        if not is_coarse(key) and key not in listed:
+            assert key_range(key)[1] <= mark, (key, mark)
     assert all(key[0] in store.buckets for key in store.chunks), "a chunk of no bucket"
 
 
@@ -107,7 +113,7 @@ class LevelsEngine(WorkersEngine):
 
 @pytest.fixture
 def tiny_levels(monkeypatch):
-    monkeypatch.setattr(wheel, "LEVEL_FANOUT", 2)
+    monkeypatch.setattr(buckets, "LEVEL_FANOUT", 2)
 
 
 def engine_with(plan):
@@ -128,7 +134,7 @@ LEVEL_EXAMPLES = 400
 )
 @given(script=far_scripts)
 def test_rules_match_the_reference_with_coarse_levels(tiny_levels, monkeypatch, dense_rows, script):
-    monkeypatch.setattr(wheel, "DENSE_ROWS", dense_rows)
+    monkeypatch.setattr(buckets, "DENSE_ROWS", dense_rows)
     check_script(script, engine_with(("same",)))
 
 
@@ -139,7 +145,7 @@ def test_rules_match_the_reference_with_coarse_levels(tiny_levels, monkeypatch, 
 )
 @given(script=far_scripts, plan=plans)
 def test_coarse_levels_survive_restarts_moves_and_thrown_away_attempts(tiny_levels, monkeypatch, script, plan):
-    monkeypatch.setattr(wheel, "DENSE_ROWS", 2)
+    monkeypatch.setattr(buckets, "DENSE_ROWS", 2)
     check_script(script, engine_with(plan))
 
 
@@ -159,7 +165,7 @@ NOW = 1_700_000_000_000
 HOUR, DAY = 3_600_000, 86_400_000
 
 
-class CountingStore(wheel.MemoryShardStore):
+class CountingStore(MemoryShardStore):
     calls: Counter
 
     def __getattribute__(self, name):
@@ -168,7 +174,7 @@ class CountingStore(wheel.MemoryShardStore):
         return object.__getattribute__(self, name)
 
 
-STATE_CALLS = {name for name in dir(wheel.MemoryShardStore) if not name.startswith("_")} - {"index_entries"}
+STATE_CALLS = {name for name in dir(MemoryShardStore) if not name.startswith("_")} - {"index_entries"}
 
 
 def ingest(dues, shards: int = 4, now: int = NOW, stores=None, timers=None, first: int = 0):
@@ -184,10 +190,10 @@ def ingest(dues, shards: int = 4, now: int = NOW, stores=None, timers=None, firs
     ids = [f"id:in/{i}".encode() for i in range(first, first + len(dues))]
     for shard, store in enumerate(stores):
         mine = [i for i in range(len(ids)) if hash(ids[i]) % len(stores) == shard]
-        keyed = wheel.entries_frame([schedules[i] for i in mine], [(ids[i], None) for i in mine]).assign(
+        keyed = entries_frame([schedules[i] for i in mine], [(ids[i], None) for i in mine]).assign(
             action=Action.ADD.value, src_topic="in"
         )
-        wheel.apply_requests(store, [], now, None, 3000, "run", keyed)
+        apply_requests(store, [], now, None, 3000, "run", keyed)
     return stores, sum((s.calls for s in stores), Counter())
 
 
@@ -214,7 +220,7 @@ def run_until_empty(stores, timers, lookahead: int, emitted: dict) -> None:
         now = min(t for t, _ in timers)
         for timer in sorted(t for t in timers if t[0] <= now):
             timers.discard(timer)
-            for frame in wheel.fire(stores[timer[1]], timer[0], now, lookahead, "run"):
+            for frame in fire(stores[timer[1]], timer[0], now, lookahead, "run"):
                 for delivery_id, due in zip(frame["delivery_id"], frame["due_ms"]):
                     assert delivery_id not in emitted, f"{delivery_id} emitted twice"
                     assert due - lookahead <= now <= due, (delivery_id, due, now)
@@ -240,7 +246,7 @@ def test_spread_dues_are_delivered_on_time_each_once(monkeypatch):
     dues[:5] = NOW + 70 * 60_000 + np.arange(5) * 1000  # a few due within the first coarse buckets' reach
     emitted, calls = lifetime(dues, 3000)
     assert len(emitted) == n
-    monkeypatch.setattr(wheel, "COARSE_LEVELS", 0)
+    monkeypatch.setattr(buckets, "COARSE_LEVELS", 0)
     _, one_second_calls = lifetime(dues, 3000)
     assert calls <= 2.5 * one_second_calls, (calls, one_second_calls)
 
@@ -251,20 +257,20 @@ def test_a_herd_far_ahead_is_a_bucket_of_its_own_and_never_rewritten():
     herd = np.full(5_000, NOW + 20 * DAY)
     stores, calls = ingest(herd, shards=1)
     [store] = stores
-    assert list(store.buckets) == [wheel.bucket_of(NOW + 20 * DAY)]
+    assert list(store.buckets) == [bucket_of(NOW + 20 * DAY)]
     assert calls["chunk_put"] == 1
     # Sparse schedules next to it: in its second, with it; within its level-1 bucket, one-second ones (no coarse
     # bucket may hold the herd's); further, coarse.
     ingest([NOW + 20 * DAY + 100, NOW + 20 * DAY + 5000, NOW + 25 * DAY], stores=stores, first=5_000)
     keys = set(store.buckets)
-    assert wheel.bucket_of(NOW + 20 * DAY + 5000) in keys and len(keys) == 3
-    assert sum(wheel.is_coarse(k) for k in keys) == 1
+    assert bucket_of(NOW + 20 * DAY + 5000) in keys and len(keys) == 3
+    assert sum(is_coarse(k) for k in keys) == 1
     check_layout(store)
     # Its one fire later reads each chunk once.
-    chunks = sum(len(info.chunks) for key, info in store.buckets.items() if key == wheel.bucket_of(NOW + 20 * DAY))
+    chunks = sum(len(info.chunks) for key, info in store.buckets.items() if key == bucket_of(NOW + 20 * DAY))
     store.calls.clear()
-    timer = store.buckets[wheel.bucket_of(NOW + 20 * DAY)].timer_ms
-    out = sum(len(f) for f in wheel.fire(store, timer, NOW + 20 * DAY, 3000, "run"))
+    timer = store.buckets[bucket_of(NOW + 20 * DAY)].timer_ms
+    out = sum(len(f) for f in fire(store, timer, NOW + 20 * DAY, 3000, "run"))
     assert out == 5_001 and store.calls["chunk_get"] == chunks
 
 
@@ -272,19 +278,19 @@ def test_a_checkpoint_written_without_levels_is_read_and_refined_as_it_goes(monk
     """State from the one-second layout (no ``levels`` value): the levels are rebuilt from the bucket keys, with the
     mark past every one-second bucket, so replaces and cancels still find their schedules and new far dues beyond
     them go coarse."""
-    monkeypatch.setattr(wheel, "COARSE_LEVELS", 0)
+    monkeypatch.setattr(buckets, "COARSE_LEVELS", 0)
     rng = np.random.default_rng(5)
     old = NOW + HOUR + rng.integers(0, 10 * DAY, 200)
     timers: set = set()
     [store], _ = ingest(old, shards=1, timers=timers)
-    assert store.levels is None and not any(wheel.is_coarse(k) for k in store.buckets)
-    monkeypatch.setattr(wheel, "COARSE_LEVELS", 4)
+    assert store.levels is None and not any(is_coarse(k) for k in store.buckets)
+    monkeypatch.setattr(buckets, "COARSE_LEVELS", 4)
     ids = [f"id:in/{i}".encode() for i in range(200)]
     moved = Schedule(int(NOW + 20 * DAY), "out", b"k0", b"new", (), "in-1-0")
     requests = [(ids[0], Request(Action.REPLACE, moved)), (ids[1], Request(Action.CANCEL, None))]
-    counts = wheel.apply_requests(store, requests, NOW + 1, None, 3000, "run").outcomes
+    counts = apply_requests(store, requests, NOW + 1, None, 3000, "run").outcomes
     assert sum(counts.values()) == 2
-    assert store.levels[0] >= max(old) and any(wheel.is_coarse(k) for k in store.buckets)
+    assert store.levels[0] >= max(old) and any(is_coarse(k) for k in store.buckets)
     check_layout(store)
     assert set(store.index_entries()) == set(ids) - {ids[1]}
     emitted: dict = {}
@@ -296,7 +302,7 @@ def test_a_checkpoint_written_without_levels_is_read_and_refined_as_it_goes(monk
 
 
 def _locate_the_second(self, due_ms):
-    return due_ms // wheel.BUCKET_MS
+    return due_ms // BUCKET_MS
 
 
 def _refine_ignoring_strikes(original):
@@ -318,17 +324,17 @@ def _coarse_ignoring_what_it_would_hold(self, level):
 
 
 LEVEL_MUTANTS = {
-    "a schedule in a coarse bucket is looked for in its second": (wheel.Levels, "locate", _locate_the_second),
-    "refinement ignores strikes": (wheel._Shard, "refine", _refine_ignoring_strikes(wheel._Shard.refine)),
-    "the mark never rises": (wheel.Levels, "raise_mark", _no_mark),
-    "a coarse bucket may hold a listed second": (wheel.Levels, "_held", _coarse_ignoring_what_it_would_hold),
+    "a schedule in a coarse bucket is looked for in its second": (Levels, "locate", _locate_the_second),
+    "refinement ignores strikes": (ShardTransaction, "refine", _refine_ignoring_strikes(ShardTransaction.refine)),
+    "the mark never rises": (Levels, "raise_mark", _no_mark),
+    "a coarse bucket may hold a listed second": (Levels, "_held", _coarse_ignoring_what_it_would_hold),
 }
 
 
 @pytest.mark.parametrize("mutant", list(LEVEL_MUTANTS))
 def test_the_level_tests_find_each_broken_rule(mutant, monkeypatch, tiny_levels):
     owner, name, replacement = LEVEL_MUTANTS[mutant]
-    monkeypatch.setattr(wheel, "DENSE_ROWS", 2)
+    monkeypatch.setattr(buckets, "DENSE_ROWS", 2)
 
     @settings(
         max_examples=LEVEL_EXAMPLES,
@@ -405,25 +411,25 @@ def test_the_processor_state_keeps_the_levels_and_coarse_chunks():
     processor.init(FakeHandle())
     store = MapStateShardStore(processor)
     store.use_shard(0)
-    store.cache = wheel.IndexCache()  # not the worker's module-level cache: other tests use shard 0
+    store.cache = IndexCache()  # not the worker's module-level cache: other tests use shard 0
     rng = np.random.default_rng(11)
     dues = NOW + HOUR + rng.integers(0, 30 * DAY - HOUR, 100)
-    keyed = wheel.entries_frame(
+    keyed = entries_frame(
         [Schedule(int(d), "out", b"k", b"v", (), f"in-0-{i}") for i, d in enumerate(dues)],
         [(f"id:in/{i}".encode(), None) for i in range(len(dues))],
     ).assign(action=Action.ADD.value, src_topic="in")
-    wheel.apply_requests(store, [], NOW, None, 3000, "run", keyed)
+    apply_requests(store, [], NOW, None, 3000, "run", keyed)
     _mark, coarse, _listed = store.levels_get()
-    assert coarse and all(wheel.is_coarse(k) for k in coarse) and set(coarse) == set(store.bucket_keys())
+    assert coarse and all(is_coarse(k) for k in coarse) and set(coarse) == set(store.bucket_keys())
     cancel = [(b"id:in/0", Request(Action.CANCEL, None))]
-    assert sum(wheel.apply_requests(store, cancel, NOW + 1, None, 3000, "run").outcomes.values()) == 1
+    assert sum(apply_requests(store, cancel, NOW + 1, None, 3000, "run").outcomes.values()) == 1
     emitted: dict = {}
     timers = {(t, 0) for t in processor.handle.timers}
     while timers:
         now = min(t for t, _ in timers)
         timers.discard((now, 0))
         processor.handle.timers.clear()
-        for frame in wheel.fire(store, now, now, 3000, "run"):
+        for frame in fire(store, now, now, 3000, "run"):
             for delivery_id, due in zip(frame["delivery_id"], frame["due_ms"]):
                 assert delivery_id not in emitted and due - 3000 <= now <= due
                 emitted[delivery_id] = now
@@ -458,11 +464,11 @@ def test_a_chunk_survives_its_blob():
         for i in range(60)
     ]
     ids = [(b"id:%d" % i, b"d" * 16) if i % 3 else (None, None) for i in range(60)]
-    frame = wheel.entries_frame(schedules, ids)
+    frame = entries_frame(schedules, ids)
     floats = frame.assign(partition=frame["partition"].astype(float))
     for written in (frame, from_blob(to_blob(frame)), floats, frame[frame["cron_expr"].isna()]):
         back = from_blob(to_blob(written))
-        assert wheel.schedules_of(back) == wheel.schedules_of(written)
+        assert schedules_of(back) == schedules_of(written)
         assert [
             (None if s is None else bytes(s), None if d is None else bytes(d))
             for s, d in zip(back["sid"], back["digest"])

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from ..delivery_ids import delivery_id_column
 from ..engine.contract import KIND_REJECT, KIND_REQUEST
+from ..engine.rules.fields import HEADERS_DDL, OPTIONAL, REQUEST_COLUMNS, fields_in
 from ..engine.rules.rejections import reason_header_column, source_header_columns
 from ..protocol import (
     CLIENT_SID_PREFIX,
@@ -31,40 +32,11 @@ from ..protocol import (
     SOURCE_OFFSET,
 )
 
-HEADER_TYPE = "array<struct<key:string,value:binary>>"
+HEADER_TYPE = HEADERS_DDL
 
 
-NORMALIZED_COLUMNS = (
-    "sid",  # schedule id, binary, scoped per source topic (protocol.py: CLIENT_SID_PREFIX, ...)
-    "kind",  # request | reject
-    "action",  # ADD | REPLACE | CANCEL (requests only)
-    "due_ms",  # due time, epoch milliseconds, rounded up
-    "topic",  # destination (requests) or the rejections topic (rejects)
-    "key",
-    "value",
-    "headers",  # headers to deliver (requests) or of the rejection record (rejects)
-    "delivery_id",  # stable id of this version: source topic-partition-offset
-    "src_topic",
-    "src_partition",
-    "src_offset",
-    "src_ts_ms",
-    "entry_bytes",  # rough stored size of the schedule, to bound state chunks (wheel.entry_bytes)
-    "completes",  # COMPLETE only: delivery id of the version a write-back completes; null = the pending one
-    "partition",  # explicit destination partition (int), or null
-    "partition_key",  # bytes that pick the destination partition (Kafka's murmur2 partitioner), or null
-    "wb_topic",  # the write-back record to send after delivery (null when the dialect writes none):
-    "wb_partition",  #   the request's own topic and partition,
-    "wb_key",  #   its key,
-    "wb_headers",  #   and the headers the dialect asks for (value is always null)
-    "history",  # copy the delivery to the history topic whatever --history says (ETF1)
-    "max_lateness_ms",  # later than due + this: rejected as expired (native: x-scheduler-max-lateness), or null
-    "cron_expr",  # CRON_ADD (native): the cron's definition (see engine/rules/schedule.Cron); null otherwise
-    "cron_tz",
-    "cron_policy",
-    "cron_start_ms",
-    "cron_end_ms",
-    "raw_headers",  # CRON_ADD: the request's headers as read, for its rejection should the rules refuse it
-)
+# The columns of a normalized request row, in order: engine/rules/fields.py describes each.
+NORMALIZED_COLUMNS = REQUEST_COLUMNS
 
 # Actions of normalized requests; COMPLETE is a write-back read back ("that version was delivered").
 ACTION_COMPLETE = "COMPLETE"
@@ -95,20 +67,7 @@ class DecodeSettings:
 
 
 # The request columns a dialect may leave out, with their types (normalize fills them with null).
-OPTIONAL_COLUMNS = {
-    "_completes": "string",
-    "_partition": "int",
-    "_partition_key": "binary",
-    "_wb_headers": HEADER_TYPE,
-    "_history": "boolean",
-    "_max_lateness_ms": "long",
-    "_cron_expr": "string",
-    "_cron_tz": "string",
-    "_cron_policy": "string",
-    "_cron_start_ms": "long",
-    "_cron_end_ms": "long",
-    "_raw_headers": HEADER_TYPE,
-}
+OPTIONAL_COLUMNS = {f"_{field.name}": field.ddl for field in fields_in(OPTIONAL)}
 
 
 def headers_or_empty() -> Column:
@@ -149,7 +108,7 @@ def internal_sid() -> Column:
 
 
 def entry_bytes(key: Column, value: Column, headers: Column) -> Column:
-    """Same estimate as ``wheel.entry_bytes``."""
+    """Same estimate as ``entries.entry_bytes`` (engine/rules/)."""
     header_bytes = F.aggregate(
         headers,
         F.lit(0).cast("long"),

@@ -9,53 +9,48 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import StructType
+
+from .rules.fields import HEADERS_DDL
+from .spark.ddl import spark_field, spark_type
 
 KIND_REQUEST = "request"
 
 KIND_REJECT = "reject"
 
-HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+HEADERS_TYPE = spark_type(HEADERS_DDL)
 
 # What the processor emits: records to write (deliver, reject) and per-outcome counts (outcome). Headers leave
 # Python as two lists of primitives, names and values, and a delivery's id as a column of its own: ``record_rows``
 # zips them into (key, value) structs in the JVM. As a list of structs they cost each row a dict per header built
 # by the processor and another by PySpark's conversion to Arrow, most of a herd's Python time (docs/measurements.md).
+# The columns' types are the field table's (engine/rules/fields.py); their order is this contract's own.
 OUTPUT_SCHEMA = StructType(
     [
-        StructField("kind", StringType()),
-        StructField("topic", StringType()),  # destination topic; for outcome rows, the outcome name
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("header_names", ArrayType(StringType())),
-        StructField("header_values", ArrayType(BinaryType())),
-        StructField("delivery_id", StringType()),  # deliveries only: record_rows adds it as the last header
-        StructField("due_ms", LongType()),
-        StructField("n", LongType()),
+        spark_field("kind"),
+        spark_field("topic"),  # destination topic; for outcome rows, the outcome name
+        spark_field("key"),
+        spark_field("value"),
+        spark_field("header_names"),
+        spark_field("header_values"),
+        spark_field("delivery_id"),  # deliveries only: record_rows adds it as the last header
+        spark_field("due_ms"),
+        spark_field("n"),
         # deliveries only: the explicit partition, or the partitioner hash of a partition key (the sink takes it
         # modulo the destination's partition count); the write-back to send and whether to copy to history
-        StructField("partition", IntegerType()),
-        StructField("partition_hash", IntegerType()),
-        StructField("wb_topic", StringType()),
-        StructField("wb_partition", IntegerType()),
-        StructField("wb_key", BinaryType()),
-        StructField("wb_headers", HEADERS_TYPE),
-        StructField("history", BooleanType()),
-        # deliveries only: emitted ahead of its due time, for the driver's timed writer (see wheel.apply_requests)
-        StructField("prepared", BooleanType()),
+        spark_field("partition"),
+        spark_field("partition_hash"),
+        spark_field("wb_topic"),
+        spark_field("wb_partition"),
+        spark_field("wb_key"),
+        spark_field("wb_headers"),
+        spark_field("history"),
+        # deliveries only: emitted ahead of its due time, for the driver's timed writer (see ``batch.apply_requests``)
+        spark_field("prepared"),
         # deliveries (and expired ones): later than due + this, the sink or the timed writer rejects it as expired
-        StructField("max_lateness_ms", LongType()),
+        spark_field("max_lateness_ms"),
         # deliveries only: the schedule's id in the state, by which a CANCEL read early finds it (early_cancels.py)
-        StructField("sid", BinaryType()),
+        spark_field("sid"),
     ]
 )
 

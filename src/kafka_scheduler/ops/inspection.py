@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 
+from ..delivery_ids import request_of
 from ..engine.rules import cron as crons
 from ..engine.spark.state_reader import CheckpointState
-from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
+from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS

@@ -42,8 +42,9 @@ from typing import Protocol
 
 import pandas as pd
 
+from ..delivery_ids import request_of
 from ..engine.spark.state_reader import Bucket
-from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, request_of
+from ..protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX
 from .inspection import cron_view, header_views, iso_ms, shown_text  # the same forms as inspect shows
 
 KINDS = ("one-shot", "cron")

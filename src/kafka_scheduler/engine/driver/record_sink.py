@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from ...config import Config
 from ...kafka.topics import TopicDirectory
 from ..contract import KIND_DELIVER, KIND_HISTORY, KIND_WRITE_BACK, OUTCOME_REJECTED, writer_rows
+from ..rules.fields import RECORD_COLUMNS
 from .batch_summary import BatchSummary
 from .exactly_once import TransactionalSender
 from .herd_slices import SparkHerdSlices
@@ -45,21 +46,6 @@ from .timed_writer import TimedWriter, Wakeups
 
 log = logging.getLogger(__name__)
 
-
-# The columns of _records's rows (kind and due_ms kept for the hold).
-RECORD_COLUMNS = [
-    "kind",
-    "topic",
-    "partition",
-    "key",
-    "value",
-    "headers",
-    "due_ms",
-    "prepared",
-    "delivery_id",
-    "max_lateness_ms",
-    "sid",
-]
 
 # Clock slack when exactly-once forgets ledger keys of schedules a committed batch retired.
 LEDGER_TRIM_MARGIN_MS = 1000

@@ -9,42 +9,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..rules.cells import header_pairs, missing
+from ..rules.entries import ENTRY_FIELDS, with_entry_columns
+from ..rules.fields import HEADERS_ARROW, Field
 from ..rules.index_cache import IndexEntry
-from ..rules.wheel import (
-    NULLABLE_INT_COLUMNS,
-    header_pairs,
-    missing,
-    with_entry_columns,
-)
 
-HEADERS_ARROW_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-CHUNK_SCHEMA = pa.schema(
-    [
-        ("due_ms", pa.int64()),
-        ("topic", pa.string()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("headers", HEADERS_ARROW_TYPE),
-        ("delivery_id", pa.string()),
-        ("entry_bytes", pa.int64()),
-        ("partition", pa.int32()),
-        ("partition_key", pa.binary()),
-        ("wb_topic", pa.string()),
-        ("wb_partition", pa.int32()),
-        ("wb_key", pa.binary()),
-        ("wb_headers", HEADERS_ARROW_TYPE),
-        ("history", pa.bool_()),
-        ("sid", pa.binary()),
-        ("digest", pa.binary()),
-        ("max_lateness_ms", pa.int64()),
-        ("cron_expr", pa.string()),
-        ("cron_tz", pa.string()),
-        ("cron_policy", pa.string()),
-        ("cron_start_ms", pa.int64()),
-        ("cron_end_ms", pa.int64()),
-    ]
-)
+# Stored in checkpoints: the field table's ENTRY fields, in their order (tests/unit/test_stored_formats.py pins it).
+CHUNK_SCHEMA = pa.schema([(f.name, f.arrow) for f in ENTRY_FIELDS])
 
 # due_ms null: the id left the index; sid null: every id due from due_ms to through_ms left it
 DELTA_SCHEMA = pa.schema(
@@ -59,17 +30,15 @@ DELTA_SCHEMA = pa.schema(
 
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
-_INT_TYPES = {"partition": "Int32", "wb_partition": "Int32"}
+NULLABLE_INTS = ("Int32", "Int64")
 
 
-def _pandas_types(field: pa.Field) -> tuple[str, str]:
-    if field.name in NULLABLE_INT_COLUMNS:
-        numpy_type = _INT_TYPES.get(field.name, "Int64")
-        return numpy_type.lower(), numpy_type
-    if pa.types.is_integer(field.type) or pa.types.is_boolean(field.type):
-        return str(field.type), str(field.type)
+def _pandas_types(field: Field) -> tuple[str, str]:
+    """(pandas_type, numpy_type) as ``Table.from_pandas`` records a column of the field's dtype."""
+    if field.pandas != "object":
+        return field.pandas.lower(), field.pandas
     return (
-        "unicode" if pa.types.is_string(field.type) else "bytes" if pa.types.is_binary(field.type) else "list[object]"
+        "unicode" if pa.types.is_string(field.arrow) else "bytes" if pa.types.is_binary(field.arrow) else "list[object]"
     ), "object"
 
 
@@ -89,7 +58,7 @@ _CHUNK_SCHEMA_WITH_PANDAS = CHUNK_SCHEMA.with_metadata(
                         "numpy_type": _pandas_types(f)[1],
                         "metadata": None,
                     }
-                    for f in CHUNK_SCHEMA
+                    for f in ENTRY_FIELDS
                 ],
                 "attributes": {},
                 "creator": {"library": "pyarrow", "version": pa.__version__},
@@ -104,26 +73,26 @@ def to_blob(entries: pd.DataFrame) -> bytes:
     """A chunk as an Arrow IPC blob, column by column: through ``Table.from_pandas`` a copy of the frame cost ~4 ms a
     chunk whatever its size, which with coarse levels (a few hundred chunks a batch) was most of an ingest."""
     arrays = []
-    for field in CHUNK_SCHEMA:
+    for field in ENTRY_FIELDS:
         name, values = field.name, entries[field.name]
         if name == "headers":
             array = header_array(values)
         elif name == "wb_headers":
-            array = header_array(values, keep_nulls=True)
-        elif name in NULLABLE_INT_COLUMNS:
-            array = pa.array(nullable_ints(values, _INT_TYPES.get(name, "Int64")), type=field.type)
-        elif name == "history":
-            array = pa.array(flags(values), type=field.type)
-        elif pa.types.is_integer(field.type):  # due_ms, entry_bytes: never null
-            array = pa.array(values.to_numpy(dtype=np.int64), type=field.type)
+            array = header_array(values, keep_nulls=True)  # null: no write-back
+        elif field.pandas in NULLABLE_INTS:
+            array = pa.array(nullable_ints(values, field.pandas), type=field.arrow)
+        elif field.pandas == "bool":
+            array = pa.array(flags(values), type=field.arrow)
+        elif field.pandas == "int64":  # due_ms, entry_bytes: never null
+            array = pa.array(values.to_numpy(dtype=np.int64), type=field.arrow)
         else:  # strings and bytes: None, NaN or pd.NA is null (from_pandas)
-            array = pa.array(values.to_numpy(dtype=object), type=field.type, from_pandas=True)
+            array = pa.array(values.to_numpy(dtype=object), type=field.arrow, from_pandas=True)
         arrays.append(array)
     return ipc_bytes(pa.Table.from_arrays(arrays, schema=_CHUNK_SCHEMA_WITH_PANDAS))
 
 
 def flags(values: pd.Series) -> np.ndarray:
-    """``wheel.flag`` of every cell, without a Python call per row: a missing one is False."""
+    """``cells.flag`` of every cell, without a Python call per row: a missing one is False."""
     if values.dtype == bool:
         return values.to_numpy()
     present = values.notna().to_numpy()
@@ -137,9 +106,9 @@ def header_array(cells, keep_nulls: bool = False) -> pa.ListArray:
     Arrow hands back), row by row where a frame mixes them. A missing cell is an empty list, or null with
     ``keep_nulls``."""
     try:
-        array = pa.array(cells, type=HEADERS_ARROW_TYPE, from_pandas=True)
+        array = pa.array(cells, type=HEADERS_ARROW, from_pandas=True)
     except (pa.ArrowTypeError, pa.ArrowInvalid):
-        array = pa.array([None if missing(h) else header_pairs(h) for h in cells], type=HEADERS_ARROW_TYPE)
+        array = pa.array([None if missing(h) else header_pairs(h) for h in cells], type=HEADERS_ARROW)
     if array.null_count and not keep_nulls:
         return pa.ListArray.from_arrays(array.offsets, array.values)  # offsets carry no nulls: empty lists
     return array

@@ -3,7 +3,6 @@ armed timers and withdrawals, merged into few frames per handler call."""
 
 from __future__ import annotations
 
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
@@ -24,14 +23,12 @@ from ..contract import (
     OUTPUT_COLUMNS,
     outcome_key,
 )
+from ..rules.batch import expired_mask
+from ..rules.cells import header_pairs, missing
+from ..rules.fields import FIELDS
 from ..rules.partitioning import partition_hash
 from ..rules.rejection_classes import reason_class
 from ..rules.rejections import rejection_headers
-from ..rules.wheel import (
-    expired_mask,
-    header_pairs,
-    missing,
-)
 from .blobs import flags, header_lists, nullable_ints
 
 
@@ -98,7 +95,7 @@ def has_values(entries: pd.DataFrame, column: str) -> bool:
 def deliveries_frame(entries: pd.DataFrame, now_ms: int | None = None) -> pd.DataFrame:
     """Delivery rows; with ``now_ms``, those due after it are marked prepared (for the timed writer). A cron's firing
     carries ``x-scheduler-cron-fire-timestamp`` (its instant in Unix seconds, as Kaspr writes it); rows marked
-    ``expired`` (wheel.mark_expired) are of kind ``expired``: the sink rejects them."""
+    ``expired`` (``batch.mark_expired``) are of kind ``expired``: the sink rejects them."""
     crons = entries["cron_expr"].notna().to_numpy() if "cron_expr" in entries else np.zeros(len(entries), bool)
     names, values = header_lists(entries["headers"])
     for row in np.flatnonzero(crons):
@@ -148,7 +145,7 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: int | None = None) -> pd.Dat
 
 
 def rejections_frame(rejected: pd.DataFrame, rejections_topic: str) -> pd.DataFrame:
-    """CRON_ADDs the rules refused (wheel.BatchResult.rejected) as rejection records, as the decoder writes them: the
+    """CRON_ADDs the rules refused (``BatchResult.rejected``) as rejection records, as the decoder writes them: the
     request's key, value and headers as read, the reason and the request's source."""
 
     def headers(raw, reason, delivery_id):
@@ -192,10 +189,12 @@ MERGED_ROWS = 10_000
 
 def merged(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     """``frames`` in as few frames as ``MERGED_ROWS`` allows; a large one (a slice of a herd) passes at once, so a
-    call that emits millions holds no more of them than before."""
+    call that emits millions holds no more of them than before. Empty frames are left out."""
     held: list[pd.DataFrame] = []
     rows = 0
     for frame in frames:
+        if not len(frame):
+            continue
         if len(frame) > MERGED_ROWS:
             yield frame
             continue
@@ -208,11 +207,25 @@ def merged(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         yield _concat(held)
 
 
+# Each output column's dtype in the frames a call merges: the field table's, nullable (a row of one kind lacks the
+# columns of the others).
+OUTPUT_DTYPES = {name: FIELDS[name].type.nullable_pandas for name in OUTPUT_COLUMNS}
+
+
+def with_output_dtypes(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each column of its OUTPUT_DTYPES dtype: built by kind, frames hold a column all null as objects
+    and the same column elsewhere as ints or bools; concatenated so, they would leave pandas to pick the dtype among
+    those of the frames where it is not null (and warn that it will stop leaving the all-null ones out)."""
+    changed = {name: dtype for name, dtype in OUTPUT_DTYPES.items() if str(frame[name].dtype) != dtype}
+    if not changed:
+        return frame
+    typed = frame.copy(deep=False)  # the columns left as they are stay shared
+    for name, dtype in changed.items():
+        typed[name] = frame[name].astype(dtype)
+    return typed
+
+
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if len(frames) == 1:
         return frames[0]
-    with warnings.catch_warnings():
-        # pandas warns that a column all null in some frames may get another dtype in a later release: the Arrow
-        # conversion casts every column to OUTPUT_SCHEMA, whatever dtype pandas picks.
-        warnings.simplefilter("ignore", FutureWarning)
-        return pd.concat(frames, ignore_index=True)
+    return pd.concat([with_output_dtypes(frame) for frame in frames], ignore_index=True)

@@ -1,32 +1,14 @@
-"""``ShardStore`` (engine/rules/wheel.py) over the processor's Spark state variables and the shard's timers."""
+"""``ShardStore`` (engine/rules/store.py) over the processor's Spark state variables and the shard's timers."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from ..rules.buckets import BucketInfo
+from ..rules.entries import empty_entries
 from ..rules.index_cache import IndexCache, IndexToken, cache_for
-from ..rules.wheel import (
-    ENTRY_COLUMNS,
-    BucketInfo,
-)
+from ..rules.store import CHUNK_INDEX_COLUMNS
 from .blobs import delta_blob, delta_of_blob, from_blob, ipc_table, to_blob
-
-
-def _pairs(cells) -> list:
-    return [(int(c[0]), int(c[1])) for c in cells or ()]
-
-
-def _bucket_info(value) -> BucketInfo:
-    return BucketInfo(
-        int(value[0]),
-        int(value[1]),
-        int(value[2]),
-        _pairs(value[3]),
-        _pairs(value[4]),
-        _pairs(value[5]),
-        value[6] or "",
-        int(value[7]),
-    )
 
 
 class MapStateShardStore:
@@ -69,7 +51,7 @@ class MapStateShardStore:
         self.p.deltas.removeKey((version, part))
 
     def bucket_items(self):
-        return [(int(key[0]), _bucket_info(value)) for key, value in self.p.buckets.iterator()]
+        return [(int(key[0]), BucketInfo.from_row(value)) for key, value in self.p.buckets.iterator()]
 
     def bucket_keys(self):
         return [int(key[0]) for key in self.p.buckets.keys()]  # noqa: SIM118 - a Spark MapState, not a dict
@@ -77,8 +59,8 @@ class MapStateShardStore:
     def chunk_index(self, bucket, n):
         value = self.p.chunks.getValue((bucket, n))
         if value is None:
-            return pd.DataFrame(columns=["sid", "due_ms", "delivery_id", "digest"])
-        return ipc_table(value[0]).select(["sid", "due_ms", "delivery_id", "digest"]).to_pandas()
+            return pd.DataFrame(columns=CHUNK_INDEX_COLUMNS)
+        return ipc_table(value[0]).select(CHUNK_INDEX_COLUMNS).to_pandas()
 
     def index_size(self) -> tuple[int, int]:
         """(version, entries) of the shard's index as state has them (no sync of the cache)."""
@@ -87,29 +69,17 @@ class MapStateShardStore:
 
     def bucket_get(self, bucket):
         value = self.p.buckets.getValue((bucket,))
-        return None if value is None else _bucket_info(value)
+        return None if value is None else BucketInfo.from_row(value)
 
     def bucket_put(self, bucket, info):
-        self.p.buckets.updateValue(
-            (bucket,),
-            (
-                info.created_seq,
-                info.timer_ms,
-                info.next_n,
-                info.chunks,
-                info.strikes,
-                info.fires,
-                info.prep_run,
-                info.prep_through,
-            ),
-        )
+        self.p.buckets.updateValue((bucket,), info.to_row())
 
     def bucket_remove(self, bucket):
         self.p.buckets.removeKey((bucket,))
 
     def chunk_get(self, bucket, n):
         value = self.p.chunks.getValue((bucket, n))
-        return from_blob(value[0]) if value is not None else pd.DataFrame(columns=ENTRY_COLUMNS)
+        return from_blob(value[0]) if value is not None else empty_entries()
 
     def chunk_put(self, bucket, n, entries):
         self.p.chunks.updateValue((bucket, n), (to_blob(entries),))

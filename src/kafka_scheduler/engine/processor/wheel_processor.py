@@ -1,4 +1,4 @@
-"""The Spark side of the bulk layout (``wheel.py``): a pandas ``StatefulProcessor`` keyed by shard.
+"""The Spark side of the bulk layout (engine/rules/): a pandas ``StatefulProcessor`` keyed by shard.
 
 Requests arrive as pandas frames (Arrow batches); chunks of schedules are stored as
 Arrow IPC blobs (lz4), so the add and fire paths move schedules in bulk and make state
@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     DataType,
 )
 
-from ...protocol import request_of
+from ...delivery_ids import request_of
 from ..contract import (
     DELIVERED_AT_ONCE,
     INDEX_ENTRIES_PREFIX,
@@ -28,19 +28,14 @@ from ..contract import (
     REJECTIONS_SHARD,
     SKIPPED_FIRINGS,
 )
+from ..rules.batch import apply_requests, expired_mask, fire
+from ..rules.batch_result import BatchResult
+from ..rules.buckets import BUCKET_INFO_DDL
+from ..rules.cells import missing
+from ..rules.cron_rules import DEFAULT_CRON_MIN_INTERVAL_MS
+from ..rules.entries import named_rows, schedule_of_entry
+from ..rules.fields import ENTRY_COLUMNS, INDEX_COLUMNS
 from ..rules.schedule import Action, Request, input_topic_of, is_cron, is_internal
-from ..rules.wheel import (
-    DEFAULT_CRON_MIN_INTERVAL_MS,
-    ENTRY_COLUMNS,
-    INDEX_COLUMNS,
-    BatchResult,
-    apply_requests,
-    expired_mask,
-    fire,
-    missing,
-    named_rows,
-    schedule_of_entry,
-)
 from .blobs import header_lists
 from .input import log_order, unpacked
 from .output import (
@@ -62,19 +57,13 @@ STATE_VARIABLES = {
     "seq": ("seq", "seq long"),
     "index_token": ("index_token", "version long, base long, nonces array<long>, sizes array<long>, entries long"),
     "deltas": ("index_deltas", "version long, part int", "data binary"),
-    "buckets": (
-        "buckets",
-        "bucket long",
-        "created_seq long, timer_ms long, next_n int, chunks array<struct<n:long,bytes:long>>, "
-        "strikes array<struct<n:long,count:long>>, fires array<struct<seq:long,rule_ms:long>>, "
-        "prep_run string, prep_through long",
-    ),
+    "buckets": ("buckets", "bucket long", BUCKET_INFO_DDL),
     "chunks": ("chunks", "bucket long, n int", "data binary"),
     "strikes": ("strikes", "bucket long, n int", "delivery_ids array<string>"),
     "armed": ("armed", "timer_ms long", "buckets array<long>"),
     # Paused crons: the definition (a one-row chunk blob), keyed by the cron's sid (added with issue 19).
     "paused": ("paused", "sid binary", "data binary"),
-    # Where the buckets are among the levels (wheel.Levels): one value per shard, read once per call that files or
+    # Where the buckets are among the levels (``buckets.Levels``): one value per shard, read once per call that files or
     # locates a schedule. A checkpoint without it gets it from its bucket keys (added for spread dues).
     "levels": ("levels", "fine_mark long, coarse array<long>, listed array<long>"),
 }
@@ -106,7 +95,7 @@ def delivered_at_once(result: BatchResult) -> Counter:
 class WheelProcessor(StatefulProcessor):
     """``window_ms``: schedules due up to this far after the batch time are prepared (emitted for the
     driver's timed writer, kept in state until retired); ``run`` names the driver process whose writer
-    holds what this run prepares (wheel.BucketInfo's prepare mark); ``started_ms``: when it started (a skip cron's
+    holds what this run prepares (``buckets.BucketInfo``'s prepare mark); ``started_ms``: when it started (a skip cron's
     firing due before was missed); ``rejections_topic``: where CRON_ADDs the rules refuse go; ``parsed_schemas``:
     ``parsed_state_schemas()``, made on the driver (without it, each task's init has the JVM parse each DDL)."""
 

@@ -49,7 +49,7 @@ class IndexEntry(NamedTuple):
 
     due_ms: int
     delivery_id: str
-    digest: bytes  # the bucket is wheel.bucket_of(due_ms)
+    digest: bytes  # its bucket: the one holding due_ms (buckets.Levels)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The request model, free of Spark: schedules, requests, actions and outcomes, and the COMPLETE rule.
 
-The rules that fold a batch's requests per id and decide what is due live in ``wheel.py`` (the state
-layout, behind its ``ShardStore`` interface), tested against a reference model in milliseconds.
+The rules that fold a batch's requests per id and decide what is due live in ``batch.py`` and the modules beside it
+(the state layout behind the ``ShardStore`` interface of ``store.py``), tested against a reference model in
+milliseconds.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 # A firing's delivery id, as the rules read it from here (delivery_ids.py holds the grammar).
-from ...delivery_ids import activation_of as activation_of
-from ...delivery_ids import firing_id as firing_id
 from ...protocol import CLIENT_SID_PREFIX, CRON_SID_PREFIX, INTERNAL_SID_PREFIX
 
 Headers = tuple[tuple[str, bytes | None], ...]

@@ -3,7 +3,7 @@ operator's tools (``inspect``, ``list``, the status page), whether the job runs 
 layout outside the processor: the tools see buckets as spans of due times, pending schedules as entries frames less
 what their strikes took out, and paused crons; they know no state variable, key or level.
 
-The layout (engine/rules/wheel.py): per shard, ``chunks`` (bucket, n) -> an Arrow blob of schedules, ``strikes``
+The layout (engine/rules/store.py): per shard, ``chunks`` (bucket, n) -> an Arrow blob of schedules, ``strikes``
 (bucket, n) -> delivery ids struck out of the bucket's chunks since they were written (replaced or cancelled), and
 ``paused`` (cron sid) -> a paused cron. A bucket holds one second of due times, or a coarse span of 64ᴸ seconds; the
 spans of one shard's buckets never overlap, those of two shards may.
@@ -23,7 +23,7 @@ from functools import partial
 import pandas as pd
 
 from ..processor.blobs import from_blob
-from ..rules.wheel import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
+from ..rules.buckets import BUCKET_MS, COARSE_BASE, COARSE_MIN, LEVEL_FANOUT, LEVEL_SLOTS, key_range
 
 # Chunk bytes a job of ``pending`` brings to the driver at most (a chunk larger than that comes alone): the first
 # group small, so that a page of a small state is one quick job, the later ones larger, so that a large read is
