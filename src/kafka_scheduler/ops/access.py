@@ -1,4 +1,4 @@
-"""Who may look and act on the metrics port (issue 19, section 3).
+"""Who may look and act on the metrics port.
 
 ``/metrics``, the page's shell and the JSON of counts (``/api/status``, ``/api/upcoming``: numbers, topic names and
 reason classes, never a message's bytes) are open to anyone who reaches the port. What shows payloads (the

@@ -3,8 +3,8 @@ writer, the write-backs and history copies it derives, the rejections it makes o
 ones, ones too large for the rejections topic), record sizes, and the Kafka write itself.
 
 The expressions are built once per sink (``SinkColumns``): each function of pyspark.sql.functions is a round trip to
-the JVM, and a batch's record plan takes some two hundred of them (measured: ~0.3 s of a batch on this machine,
-docs/measurements.md).
+the JVM, and a batch's record plan takes some two hundred of them: built anew, a noticeable part of every batch
+(docs/measurements.md).
 """
 
 from __future__ import annotations

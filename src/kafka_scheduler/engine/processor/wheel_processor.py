@@ -61,7 +61,7 @@ STATE_VARIABLES = {
     "chunks": ("chunks", "bucket long, n int", "data binary"),
     "strikes": ("strikes", "bucket long, n int", "delivery_ids array<string>"),
     "armed": ("armed", "timer_ms long", "buckets array<long>"),
-    # Paused crons: the definition (a one-row chunk blob), keyed by the cron's sid (added with issue 19).
+    # Paused crons: the definition (a one-row chunk blob), keyed by the cron's sid.
     "paused": ("paused", "sid binary", "data binary"),
     # Where the buckets are among the levels (``buckets.Levels``): one value per shard, read once per call that files or
     # locates a schedule. A checkpoint without it gets it from its bucket keys (added for spread dues).

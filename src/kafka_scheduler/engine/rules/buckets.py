@@ -18,7 +18,7 @@ FAR_FUTURE_MS = 2**62
 # Coarse levels: a schedule due far ahead is filed in a bucket of level L >= 1, LEVEL_FANOUT ** L seconds wide, and
 # moves down a level (``ShardTransaction.refine``) one such width before that bucket's start. A bucket costs state
 # calls and an Arrow blob whatever it holds; with one-second buckets only, a batch of dues spread over a month (one
-# per second) paid them per request (~290 requests/s measured). The levels make that a few hundred buckets per batch.
+# per second) would pay them per request. The levels make that a few hundred buckets per batch.
 LEVEL_FANOUT = 64
 COARSE_LEVELS = 4  # 64 s, ~68 min, ~3 days, ~194 days (further dues: buckets of the top level)
 # A second getting this many schedules in one call is a bucket of its own at once, however far ahead: a herd is

@@ -87,7 +87,7 @@ def digest(schedule: Schedule) -> bytes:
         pieces.append(b"h" if schedule.history else b"-")
         h.update(b"".join(pieces))
     if schedule.max_lateness_ms is not None or schedule.cron is not None:
-        # Added with issue 19: digests of schedules without expiry and crons stay as they were.
+        # Only schedules with expiry or a cron add this part: the digests of all others stay as they always were.
         pieces = [b"c", struct.pack(">q", -1 if schedule.max_lateness_ms is None else schedule.max_lateness_ms)]
         definition = schedule.cron
         if definition is not None:

@@ -38,13 +38,9 @@ from .store import ShardStore
 SEAL_BYTES = 4 * 1024 * 1024
 SEAL_STRIKES = 65_536
 
-# How fast a shard's fire reads, filters and emits a bucket's chunks, conservatively: a bucket is prepared this much
-# earlier per byte it holds. Measured with the 10M herd with ids on 2 cores: 4 shards of ~250 MB of chunks each,
-# emitted in 86 s by one batch (about 3 MB/s per shard: the shards share the cores); a 1M herd's batch read its
-# 4 x 25 MB in 10.1 s (2.5 MB/s per shard) in a later run. With ordinary traffic alongside (bench mixed, 2026-11-28)
-# the batch preparing a 1M herd took 12.7 s for the state and ~11 s more to keep the herd in Spark for the herd writer
-# (1 MB/s per shard): the lead is planned at that rate. A longer lead costs nothing but memory now that the batches
-# go on while a prepared herd waits for its instant.
+# How fast a shard's fire reads, filters and emits a bucket's chunks and the batch keeps them for the herd writer,
+# conservatively (docs/measurements.md, the herd's preparation): a bucket is prepared this much earlier per byte it
+# holds. A longer lead costs nothing but memory: the batches go on while a prepared herd waits for its instant.
 PREPARE_BYTES_PER_S = 1_000_000
 
 
