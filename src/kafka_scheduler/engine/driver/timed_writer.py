@@ -27,7 +27,7 @@ from confluent_kafka import Producer
 
 from ..contract import KIND_DELIVER, KIND_HISTORY, WriterRow
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
-from .early_cancels import EarlyCancels, superseded_by
+from .early_cancels import Arrival, ArrivalTimes, EarlyCancels, made_before
 from .exactly_once import FencedError, TransactionalSender
 from .producing import (
     Record,
@@ -98,6 +98,7 @@ class TimedWriter(DueQueue):
         self._early_unreported = 0
         self._held_by_sid: dict[bytes, set[str]] = {}
         self._early_cancels = EarlyCancels()
+        self._arrivals = ArrivalTimes()  # of the input records read early: orders requests across partitions
         self.lateness_ms: list[int] = []  # of the last writes, for the batch line
         # Called after each write with the lateness (ms) of each delivery written, the number of records refused
         # (sent to rejections) and of deliveries expired: the metrics (ops/metrics.py). Rejections and dead letters
@@ -139,34 +140,53 @@ class TimedWriter(DueQueue):
                     named.add(delivery_id)
             for delivery_id in named:
                 held = self._held[delivery_id]
-                if self._early_cancels.supersede(held.sid, delivery_id):
+                if self._early_cancels.supersede(held.sid, delivery_id, self._arrivals):
                     self._drop_early(held)
                 else:
                     self._held_by_sid.setdefault(held.sid, set()).add(delivery_id)
             self._cond.notify()
         return added
 
-    def cancel_early(self, topic: str, sid: bytes, partition: int, offset: int) -> int:
-        """A valid CANCEL of ``sid`` read from input ``topic`` at (``partition``, ``offset``) before a batch applied
-        it: drop the deliveries of ``sid`` held from requests before it in that partition (any request after it, an
-        ADD again, is a version the CANCEL does not touch), and remember it for what a batch that has not read it yet
-        hands over (``hold``) until a committed batch has read it (``forget_cancels``). Returns how many it dropped.
-        A batch that applies the CANCEL later finds them gone: nothing is written that it would have withdrawn."""
+    def read_early(self, records: Iterable[tuple[str, int, int, int, bytes | None]]) -> int:
+        """Input records read as they arrive, before a batch applied them, as (topic, partition, offset, broker's
+        timestamp, the id a valid CANCEL cancels or None), in the order read: their arrivals order the requests of an
+        id across partitions, and each CANCEL acts at once (``cancel_early``). Returns how many deliveries the
+        CANCELs dropped."""
+        dropped = 0
         with self._cond:
-            self._early_cancels.add(topic, sid, partition, offset)
-            dropped = 0
-            for delivery_id in list(self._held_by_sid.get(sid, ())):
-                held = self._held.get(delivery_id)
-                if held is not None and superseded_by(delivery_id, partition, offset):
-                    self._drop_early(held)
-                    dropped += 1
-            return dropped
+            for topic, partition, offset, timestamp, cancelled in records:
+                arrival = self._arrivals.note(topic, partition, offset, timestamp)
+                if cancelled is not None:
+                    dropped += self._cancel_early(cancelled, arrival)
+        return dropped
+
+    def cancel_early(self, topic: str, sid: bytes, partition: int, offset: int, timestamp: int) -> int:
+        """A valid CANCEL of ``sid`` read from input ``topic`` at (``partition``, ``offset``, stamped ``timestamp``)
+        before a batch applied it: drop the deliveries of ``sid`` held from requests before it in log order (any
+        request after it, an ADD again, is a version the CANCEL does not touch), and remember it for what a batch that
+        has not read it yet hands over (``hold``) until a committed batch has read it (``forget_cancels``). Returns
+        how many it dropped. A batch that applies the CANCEL later finds them gone: nothing is written that it would
+        have withdrawn."""
+        with self._cond:
+            return self._cancel_early(sid, self._arrivals.note(topic, partition, offset, timestamp))
+
+    def _cancel_early(self, sid: bytes, cancel: Arrival) -> int:
+        """Called with the lock held."""
+        self._early_cancels.add(sid, cancel)
+        dropped = 0
+        for delivery_id in list(self._held_by_sid.get(sid, ())):
+            held = self._held.get(delivery_id)
+            if held is not None and made_before(delivery_id, cancel, self._arrivals):
+                self._drop_early(held)
+                dropped += 1
+        return dropped
 
     def forget_cancels(self, committed: dict[str, dict[int, int]]) -> None:
-        """Forget the CANCELs read early that a committed batch has read (next offset to read per input topic and
-        partition): the state applied them, so no later batch hands over what they supersede."""
+        """Forget the CANCELs read early, and the arrivals, that a committed batch has read (next offset to read per
+        input topic and partition): the state applied them, so no later batch hands over what they supersede."""
         with self._cond:
             self._early_cancels.forget(committed)
+            self._arrivals.forget(committed)
 
     def take_withdrawn_early(self) -> int:
         """Deliveries withdrawn by early CANCELs since the last call (for a batch's line)."""
