@@ -20,8 +20,10 @@ import uuid
 from confluent_kafka import TopicPartition
 
 from .config import Config, ConfigError, kafka_settings, masked
+from .dialects.common import DecodeSettings
 from .engine.driver.batch_summary import BatchSummary, Totals
 from .engine.driver.early_cancels import CancelWatcher
+from .engine.driver.early_requests import early_decoder
 from .engine.driver.exactly_once import TransactionalSender, herd_member, transactional_id
 from .engine.driver.producing import PRODUCER_MAX_BYTES, producer_config
 from .engine.driver.record_sink import RecordSink
@@ -254,6 +256,9 @@ class Scheduler:
                 kafka_settings(config),
                 self._committed_offsets,
                 on_keyed_apart=self.metrics.record_keyed_apart,
+                # ADDs and REPLACEs due before a batch could reach them go out as read (a copy to the history topic
+                # is the batches' to write: with --history every request waits for them)
+                early=None if config.history else early_decoder(DecodeSettings.from_config(config)),
             ).start()
             if self.writer is not None and native
             else None

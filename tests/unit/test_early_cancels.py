@@ -178,7 +178,7 @@ def later(seconds: float) -> int:
 
 def test_a_cancel_read_early_drops_what_the_writer_holds_of_its_id_and_nothing_else(writer):
     sid = f"id:{TOPIC}/r-1".encode()
-    writer.read_early([(TOPIC, 1, 30, 5_000, None)])  # an ADD in partition 1, stamped after the CANCELs below
+    writer.read_early([(TOPIC, 1, 30, 5_000, None, None)])  # an ADD in partition 1, stamped after the CANCELs below
     writer.hold(
         [
             row("r-1", 10, later(60)),
@@ -231,22 +231,29 @@ def test_a_cancel_keyed_apart_drops_the_versions_stamped_before_it_in_other_part
     """Requests of one id from different partitions are ordered by the broker's stamps: a CANCEL in partition 1
     drops a version made in partition 0 by a request stamped before it, and not one stamped after it."""
     sid = f"id:{TOPIC}/r-1".encode()
-    writer.read_early([(TOPIC, 0, 10, 1_000, None), (TOPIC, 0, 11, 3_000, None)])
+    writer.read_early([(TOPIC, 0, 10, 1_000, None, None), (TOPIC, 0, 11, 3_000, None, None)])
     writer.hold([row("r-1", 10, later(60)), row("r-1", 11, later(60))])
-    assert writer.read_early([(TOPIC, 1, 4, 2_000, sid)]) == 1
+    assert writer.read_early([(TOPIC, 1, 4, 2_000, sid, None)]) == 1
     assert writer.held == 1 and writer.withdraw([f"{TOPIC}-0-11"]) == 1  # the later ADD's version was kept
     # Handed over after the CANCEL was read (a batch that had not read it): a version stamped before it goes too.
-    writer.read_early([(TOPIC, 0, 12, 1_500, None)])  # stamped 1,500 but after 3,000 in its partition: 3,000
+    writer.read_early([(TOPIC, 0, 12, 1_500, None, None)])  # stamped 1,500 but after 3,000 in its partition: 3,000
     writer.hold([row("r-1", 9, later(60)), row("r-1", 12, later(60))])
     assert writer.held == 1 and writer.withdraw([f"{TOPIC}-0-12"]) == 1
 
 
 class FakeMessage:
-    def __init__(self, partition, offset, timestamp, headers, topic=TOPIC):
+    def __init__(self, partition, offset, timestamp, headers, topic=TOPIC, key=None, value=b"v"):
         self._values = (topic, partition, offset, (1, timestamp), headers)
+        self._key, self._value = key, value
 
     def error(self):
         return None
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
 
     def topic(self):
         return self._values[0]

@@ -213,9 +213,10 @@ class KeyedApart:
 
 class CancelWatcher:
     """Reads the native input topics from their end as the job runs and hands the writer what it reads
-    (``read_early``: each record's arrival, and the id a valid CANCEL cancels); every second tells it which a
-    committed batch has read (``committed()``: the next offset to read per topic and partition). Counts the requests
-    of an id keyed apart (``keyed_apart``), calling ``on_keyed_apart`` with each new count."""
+    (``read_early``: each record's arrival, the id a valid CANCEL cancels, and with ``early`` the ADDs and REPLACEs
+    to hold early); every second tells it which a committed batch has read (``committed()``: the next offset to read
+    per topic and partition). Counts the requests of an id keyed apart (``keyed_apart``), calling ``on_keyed_apart``
+    with each new count."""
 
     def __init__(
         self,
@@ -224,10 +225,13 @@ class CancelWatcher:
         consumer_settings: dict,
         committed: Callable[[], dict[str, dict[int, int]]],
         on_keyed_apart: Callable[[int], None] | None = None,
+        early: Callable | None = None,
     ):
         self.writer, self.topics, self.committed = writer, list(topics), committed
         self.keyed_apart = KeyedApart()
         self.on_keyed_apart = on_keyed_apart
+        # (arrival, timestamp, key, value, headers) -> the ADD or REPLACE to hold early, or None (early_requests.py)
+        self.early = early
         self._next_apart_log = 0.0
         self._settings = consumer_settings
         self._stop = threading.Event()
@@ -253,10 +257,17 @@ class CancelWatcher:
             if sid is not None and self.keyed_apart.note(sid, partition):
                 apart += 1
             records.append(
-                (topic, partition, message.offset(), message.timestamp()[1], native_cancel_sid(topic, headers))
+                (
+                    topic,
+                    partition,
+                    message.offset(),
+                    message.timestamp()[1],
+                    native_cancel_sid(topic, headers),
+                    (message.key(), message.value(), headers),
+                )
             )
         if records:
-            self.writer.read_early(records)
+            self.writer.read_early(records, self.early)
         if apart:
             if self.on_keyed_apart is not None:
                 self.on_keyed_apart(apart)

@@ -173,6 +173,15 @@ def native_early_request(
     )
 
 
+def early_decoder(settings: DecodeSettings):
+    """``native_early_request`` with the job's settings, as the CANCEL watcher calls it for each record."""
+
+    def decode(arrival: Arrival, timestamp: int, key, value, headers) -> EarlyRequest | None:
+        return native_early_request(arrival, timestamp, key, value, headers, settings)
+
+    return decode
+
+
 def _allowed(destination: str, settings: DecodeSettings) -> bool:
     """The decoder's rules for a destination with the built-in rule (a rule given as a regex is Java's to apply)."""
     if settings.allowed_destinations is not None:
