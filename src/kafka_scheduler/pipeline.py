@@ -228,7 +228,7 @@ class Scheduler:
                 raise
             config = self.config
             log.info("checkpoint: %s", _state_text(config))
-        # The status page reads the state store with this session, on request only (ops/status_page.py).
+        # The status page reads the state store with this session, on request only (ops/upcoming.py).
         self.page.attach_state(spark, config.checkpoint_dir, config.shards)
         # The page's buttons write requests with a producer of their own, and wait for the batch that reads them.
         self.page.attach_actions(RequestWriter(kafka_settings(config), inputs, self._committed_offsets))

@@ -4,7 +4,7 @@ Runs as the query's ``foreachBatch`` function. One Spark job summarises the batc
 (outcome counts, destination topics and partitions, the largest record per topic); deliveries
 that their destination would refuse (topic or partition does not exist, not authorized, record
 too large) are diverted to the rejections topic instead of failing the batch; then one Kafka
-write sends every record kind. The batch is cached so the stateful step runs once.
+write sends every record kind. The batch is kept as a lazy local checkpoint, so the stateful step runs once.
 """
 
 from __future__ import annotations
