@@ -258,7 +258,7 @@ class Scheduler:
                 on_keyed_apart=self.metrics.record_keyed_apart,
                 # ADDs and REPLACEs due before a batch could reach them go out as read (a copy to the history topic
                 # is the batches' to write: with --history every request waits for them)
-                early=None if config.history else early_decoder(DecodeSettings.from_config(config)),
+                early=None if config.history else early_decoder(DecodeSettings.from_config(config), config.lookahead),
             ).start()
             if self.writer is not None and native
             else None

@@ -198,3 +198,70 @@ def test_a_herd_beyond_max_held_goes_out_at_its_instant_while_the_batches_go_on(
     )
     assert all(r.timestamp_ms >= ms_of(due) for r in records), "delivered before its due time"
     assert scheduler.stop() == 0
+
+
+def test_requests_due_before_a_batch_could_reach_them_go_out_as_read(kafka, warm):
+    """With Spark's JVM stopped (SIGSTOP) no batch runs: an ADD due within the lookahead of the last committed
+    batch goes out at its due time all the same, from the request as the driver read it, with and without a request
+    id, and one already due goes out at once; a REPLACE identical to a version held since before is a no-op (that
+    version goes out, under its own id); a REPLACE that differs drops the version it replaces. Once the batches
+    run again, nothing goes out twice."""
+    scheduler = warm("early", lookahead="60s")
+    requests = f"{scheduler.app_id}-schedule-requests"
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    mark = scheduler.mark()
+    held_due = at(40)
+    kafka.produce_many(
+        requests,
+        [
+            dict(key=b"same", value=b"first", headers=native(topic, held_due, "same"), partition=0),
+            dict(key=b"changed", value=b"first", headers=native(topic, held_due, "changed"), partition=0),
+        ],
+    )
+    wait_until(lambda: held_since(scheduler, mark) >= 2, 90, "two versions held", guard=scheduler.assert_running)
+    scheduler.mark()
+    [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
+    os.kill(jvm, signal.SIGSTOP)
+    stopped = scheduler.log_size()
+    try:
+        soon = at(3)
+        kafka.produce_many(
+            requests,
+            [
+                dict(key=b"with-id", value=b"v", headers=native(topic, soon, "with-id"), partition=1),
+                dict(key=b"without-id", value=b"v", headers=native(topic, soon), partition=0),
+                dict(key=b"already-due", value=b"v", headers=native(topic, at(-1), "already-due"), partition=1),
+                dict(key=b"same", value=b"first", headers=native(topic, held_due, "same", "REPLACE"), partition=0),
+                dict(key=b"changed", value=b"second", headers=native(topic, soon, "changed", "REPLACE"), partition=0),
+            ],
+        )
+        early = {b"with-id", b"without-id", b"already-due", b"changed"}
+        records = reader.wait_for(lambda r: r.key in early, count=4, timeout=60, what="the requests, as read")
+        assert {r.key for r in records} == early, [r.key for r in records]
+        assert all(r.timestamp_ms >= ms_of(soon) or r.key == b"already-due" for r in records), "delivered early"
+        assert not batch_lines(scheduler.log_since(stopped)), "a batch ran with the JVM stopped"
+        reader.wait_for(lambda r: r.key == b"same", timeout=90, what="the version the no-op REPLACE kept")
+    finally:
+        os.kill(jvm, signal.SIGCONT)
+    resumed = scheduler.log_size()
+    wait_until(
+        lambda: "written as their requests were read" in scheduler.log_since(resumed),
+        120,
+        "a batch line that reports the early deliveries",
+        guard=scheduler.assert_running,
+    )
+    scheduler.mark()  # the batches that applied the requests have committed: anything more would be out by now
+    records = reader.read_to_end()
+    assert Counter(r.key for r in records) == Counter(
+        {b"with-id": 1, b"without-id": 1, b"already-due": 1, b"changed": 1, b"same": 1}
+    ), [r.key for r in records]
+    delivered = {r.key: (r.value, r.header("x-scheduler-delivery-id").decode()) for r in records}
+    assert delivered[b"changed"][0] == b"second"
+    made = {
+        (r.header_values("x-scheduler-action") or [b"ADD"])[0]: f"{requests}-0-{r.offset}"
+        for r in kafka.reader(requests).read_to_end()
+        if r.header_values("x-scheduler-request-id") == [b"same"]
+    }
+    assert delivered[b"same"][1] == made[b"ADD"] != made[b"REPLACE"], (delivered[b"same"], made)
+    assert scheduler.stop() == 0

@@ -70,13 +70,14 @@ def _action(first: dict[str, bytes | None]) -> str:
     return "ADD" if action is None else bytes(action).decode("utf-8", "replace").strip(" ").upper()
 
 
-def native_cancel_sid(topic: str, headers: Iterable | None) -> bytes | None:
+def native_cancel_sid(topic: str, headers: Iterable | None, first: dict | None = None) -> bytes | None:
     """The state's id of the schedule a record of native input ``topic`` cancels, if it is a valid CANCEL; else
     None. The native decoder's rules for a CANCEL (dialects/native.py), in Python: header names compare
     case-insensitively and the first header of a name counts; the action, as text (invalid UTF-8 replaced), stripped
     of spaces and upper-cased, is CANCEL; no header of SINGLE_HEADERS comes twice; the request id is not empty (any
-    bytes). tests/unit/test_early_cancels.py checks this against the decoder over hostile records."""
-    first = first_headers(headers)
+    bytes). tests/unit/test_early_cancels.py checks this against the decoder over hostile records. ``first``:
+    ``first_headers(headers)``, when the caller has it."""
+    first = first_headers(headers) if first is None else first
     if first is None or first.get(ACTION) is None or _action(first) != "CANCEL":
         return None
     request_id = first.get(REQUEST_ID)
@@ -85,10 +86,10 @@ def native_cancel_sid(topic: str, headers: Iterable | None) -> bytes | None:
     return schedule_sid(topic, bytes(request_id))
 
 
-def native_request_sid(topic: str, headers: Iterable | None) -> bytes | None:
+def native_request_sid(topic: str, headers: Iterable | None, first: dict | None = None) -> bytes | None:
     """The id a native request names (a one-shot's, or a cron's for a cron action), if it names one: to follow the
     partitions an id's requests arrive in. Not a verdict on the request's validity."""
-    first = first_headers(headers)
+    first = first_headers(headers) if first is None else first
     request_id = None if first is None else first.get(REQUEST_ID)
     if not request_id:
         return None
@@ -253,7 +254,8 @@ class CancelWatcher:
             if message.error() is not None:
                 continue
             topic, partition, headers = message.topic(), message.partition(), message.headers()
-            sid = native_request_sid(topic, headers)
+            first = first_headers(headers) or {}  # the headers read once for every use below
+            sid = native_request_sid(topic, headers, first)
             if sid is not None and self.keyed_apart.note(sid, partition):
                 apart += 1
             records.append(
@@ -262,8 +264,8 @@ class CancelWatcher:
                     partition,
                     message.offset(),
                     message.timestamp()[1],
-                    native_cancel_sid(topic, headers),
-                    (message.key(), message.value(), headers),
+                    native_cancel_sid(topic, headers, first),
+                    (message.key(), message.value(), headers, first),
                 )
             )
         if records:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import calendar
 import re
+import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -118,13 +119,15 @@ def native_early_request(
     value: bytes | None,
     headers: Iterable | None,
     settings: DecodeSettings,
+    first: dict | None = None,
 ) -> EarlyRequest | None:
     """The ADD or REPLACE a record of a native input (read at ``arrival``, its own ``timestamp``) is, when this module
-    can tell it as the decoder does; else None (another action, invalid, or not sure: the batches decide)."""
+    can tell it as the decoder does; else None (another action, invalid, or not sure: the batches decide).
+    ``first``: ``first_headers(headers)``, when the caller has it."""
     headers = list(headers or ())
     if any(not isinstance(name, str) or not name.isascii() for name, _ in headers):
         return None
-    first = first_headers(headers)
+    first = first or first_headers(headers)
     if first is None:
         return None
     action_text = _text(first.get(ACTION))
@@ -173,11 +176,19 @@ def native_early_request(
     )
 
 
-def early_decoder(settings: DecodeSettings):
-    """``native_early_request`` with the job's settings, as the CANCEL watcher calls it for each record."""
+def early_decoder(settings: DecodeSettings, lookahead_ms: int):
+    """``native_early_request`` with the job's settings, as the CANCEL watcher calls it for each record. A request due
+    later than the lookahead from now is the batches' (one will have applied it before the frontier reaches its due
+    time): told from the due time's text alone, without decoding the rest (a backlog of far-off requests costs next
+    to nothing)."""
 
-    def decode(arrival: Arrival, timestamp: int, key, value, headers) -> EarlyRequest | None:
-        return native_early_request(arrival, timestamp, key, value, headers, settings)
+    def decode(arrival: Arrival, timestamp: int, key, value, headers, first=None) -> EarlyRequest | None:
+        due_text = None if not first else first.get(DELIVER_AT)
+        if due_text is not None and len(due_text) >= 19:
+            latest = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + lookahead_ms / 1000 + 1)).encode()
+            if bytes(due_text[:19]) > latest:
+                return None
+        return native_early_request(arrival, timestamp, key, value, headers, settings, first)
 
     return decode
 
