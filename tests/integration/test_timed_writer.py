@@ -204,8 +204,10 @@ def test_requests_due_before_a_batch_could_reach_them_go_out_as_read(kafka, warm
     """With Spark's JVM stopped (SIGSTOP) no batch runs: an ADD due within the lookahead of the last committed
     batch goes out at its due time all the same, from the request as the driver read it, with and without a request
     id, and one already due goes out at once; a REPLACE identical to a version held since before is a no-op (that
-    version goes out, under its own id); a REPLACE that differs drops the version it replaces. Once the batches
-    run again, nothing goes out twice."""
+    version goes out, under its own id, and nothing more while no batch runs); a REPLACE that differs drops the
+    version it replaces. Once the batches run again, nothing goes out twice, but for the identical REPLACE: applied
+    by a batch after its version went out, the state takes it for a new schedule (docs/protocols.md), delivered then
+    under its own id."""
     scheduler = warm("early", lookahead="60s")
     requests = f"{scheduler.app_id}-schedule-requests"
     topic = kafka.topic()
@@ -241,7 +243,8 @@ def test_requests_due_before_a_batch_could_reach_them_go_out_as_read(kafka, warm
         assert {r.key for r in records} == early, [r.key for r in records]
         assert all(r.timestamp_ms >= ms_of(soon) or r.key == b"already-due" for r in records), "delivered early"
         assert not batch_lines(scheduler.log_since(stopped)), "a batch ran with the JVM stopped"
-        reader.wait_for(lambda r: r.key == b"same", timeout=90, what="the version the no-op REPLACE kept")
+        [kept] = reader.wait_for(lambda r: r.key == b"same", timeout=90, what="the version the no-op REPLACE kept")
+        assert not batch_lines(scheduler.log_since(stopped)), "a batch ran with the JVM stopped"
     finally:
         os.kill(jvm, signal.SIGCONT)
     resumed = scheduler.log_size()
@@ -253,15 +256,18 @@ def test_requests_due_before_a_batch_could_reach_them_go_out_as_read(kafka, warm
     )
     scheduler.mark()  # the batches that applied the requests have committed: anything more would be out by now
     records = reader.read_to_end()
-    assert Counter(r.key for r in records) == Counter(
-        {b"with-id": 1, b"without-id": 1, b"already-due": 1, b"changed": 1, b"same": 1}
-    ), [r.key for r in records]
-    delivered = {r.key: (r.value, r.header("x-scheduler-delivery-id").decode()) for r in records}
+    counts = Counter(r.key for r in records)
+    others = {key: n for key, n in counts.items() if key != b"same"}
+    assert others == {b"with-id": 1, b"without-id": 1, b"already-due": 1, b"changed": 1}, [r.key for r in records]
+    assert counts[b"same"] in (1, 2), [r.key for r in records]
+    delivered = {r.key: (r.value, r.header("x-scheduler-delivery-id").decode()) for r in records if r != kept}
     assert delivered[b"changed"][0] == b"second"
     made = {
         (r.header_values("x-scheduler-action") or [b"ADD"])[0]: f"{requests}-0-{r.offset}"
         for r in kafka.reader(requests).read_to_end()
         if r.header_values("x-scheduler-request-id") == [b"same"]
     }
-    assert delivered[b"same"][1] == made[b"ADD"] != made[b"REPLACE"], (delivered[b"same"], made)
+    assert kept.header("x-scheduler-delivery-id").decode() == made[b"ADD"] != made[b"REPLACE"], (kept, made)
+    if counts[b"same"] == 2:
+        assert delivered[b"same"][1] == made[b"REPLACE"], (delivered[b"same"], made)
     assert scheduler.stop() == 0
