@@ -20,8 +20,10 @@ import uuid
 from confluent_kafka import TopicPartition
 
 from .config import Config, ConfigError, kafka_settings, masked
+from .dialects.common import DecodeSettings
 from .engine.driver.batch_summary import BatchSummary, Totals
 from .engine.driver.early_cancels import CancelWatcher
+from .engine.driver.early_requests import early_decoder
 from .engine.driver.exactly_once import TransactionalSender, herd_member, transactional_id
 from .engine.driver.producing import PRODUCER_MAX_BYTES, producer_config
 from .engine.driver.record_sink import RecordSink
@@ -40,7 +42,7 @@ from .engine.spark.checkpoint import (
 from .engine.spark.query import build_stream, reads_all_first
 from .engine.spark.session import build_session, under_spark_submit
 from .engine.spark.warm_workers import warm_python_workers
-from .kafka.topics import TopicDirectory, ensure_topics, wait_for_broker
+from .kafka.topics import LOG_APPEND_TIME, TopicDirectory, ensure_topics, wait_for_broker
 from .ops.access import AdminAccess
 from .ops.actions import RequestWriter
 from .ops.http_server import serve
@@ -187,10 +189,17 @@ class Scheduler:
                 f"do{'' if len(absent) > 1 else 'es'} not exist on {config.bootstrap_servers}: "
                 f"check --input; the scheduler creates only its own topics"
             )
-        wanted = [t for t in inputs if t not in foreign] + [config.rejections_topic, config.history_topic]
+        own_inputs = [t for t in inputs if t not in foreign]
+        wanted = [*own_inputs, config.rejections_topic, config.history_topic]
         # Records as large as the scheduler writes (a request, its rejection or history copy with their headers):
         # a stock broker's 1 MiB default would refuse some the job accepts.
-        created = ensure_topics(admin, wanted, config.partitions, config={"max.message.bytes": str(PRODUCER_MAX_BYTES)})
+        sized = {"max.message.bytes": str(PRODUCER_MAX_BYTES)}
+        # The broker stamps each request as it appends it: requests of one id in different partitions are ordered
+        # by those stamps (docs/protocols.md, "Order"), which a producer's clock would not keep in step.
+        created = ensure_topics(admin, own_inputs, config.partitions, config={**sized, **LOG_APPEND_TIME})
+        created += ensure_topics(
+            admin, [config.rejections_topic, config.history_topic], config.partitions, config=sized
+        )
         # One partition: a tick only has to be read. Read ticks are deleted by the job (_trim_ticks).
         created += ensure_topics(
             admin, [config.ticks_topic], 1, config={"retention.ms": "-1", "segment.ms": str(600_000)}
@@ -241,7 +250,16 @@ class Scheduler:
         # CANCELs of native inputs withdraw what the timed writer holds as they arrive, not a batch later.
         native = [t for t, d in inputs.items() if d == "native"]
         cancels = (
-            CancelWatcher(self.writer, native, kafka_settings(config), self._committed_offsets).start()
+            CancelWatcher(
+                self.writer,
+                native,
+                kafka_settings(config),
+                self._committed_offsets,
+                on_keyed_apart=self.metrics.record_keyed_apart,
+                # ADDs and REPLACEs due before a batch could reach them go out as read (a copy to the history topic
+                # is the batches' to write: with --history every request waits for them)
+                early=None if config.history else early_decoder(DecodeSettings.from_config(config), config.lookahead),
+            ).start()
             if self.writer is not None and native
             else None
         )

@@ -46,7 +46,8 @@ def warm(scheduler_factory):
 def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_delivery(kafka, warm):
     """Withdrawn by the batch that reads a REPLACE or CANCEL; and a CANCEL wins even when no batch can run before the
     due time: with Spark's JVM stopped (SIGSTOP), the driver's timed writer still writes the others at their instant,
-    and the CANCEL, read as it arrives (engine/driver/early_cancels.py), withdraws its delivery."""
+    and the CANCELs, read as they arrive (engine/driver/early_cancels.py), withdraw their deliveries: one sent to the
+    partition of its ADD, one to another partition (ordered after the ADD by the broker's timestamps)."""
     # Held 60 s: the cancel must be read after the preparation and before the due time, whatever the batches' pace
     # (a full suite on 2 cores once took 10 s from preparation to holding, and 10 s more to read the cancel).
     scheduler = warm("withdraw", lookahead="60s")
@@ -55,7 +56,7 @@ def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_deliv
     reader = kafka.reader(topic)
     mark = scheduler.mark()
     due = at(70)
-    keys = (b"cancelled", b"replaced", b"kept", b"cancelled-early")
+    keys = (b"cancelled", b"replaced", b"kept", b"cancelled-early", b"cancelled-apart")
     kafka.produce_many(
         requests, [dict(key=k, value=b"first", headers=native(topic, due, k.decode()), partition=0) for k in keys]
     )
@@ -89,18 +90,23 @@ def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_deliv
     stopped = scheduler.log_size()
     try:
         kafka.produce(requests, headers=native(request_id="cancelled-early", action="CANCEL"), partition=0)
+        kafka.produce(requests, headers=native(request_id="cancelled-apart", action="CANCEL"), partition=1)
         reader.wait_for(lambda r: r.key == b"kept", timeout=120, what="the kept delivery, from the timed writer")
         reader.wait_for(lambda r: r.key == b"replaced", timeout=30, what="the replaced delivery")
         wait_until(lambda: time.time() * 1000 > ms_of(due) + 3000, 30, "3 s past the due time")
-        assert b"cancelled-early" not in {r.key for r in reader.read_to_end()}, "a CANCEL read in time lost"
+        delivered = {r.key for r in reader.read_to_end()}
+        assert not {b"cancelled-early", b"cancelled-apart"} & delivered, "a CANCEL read in time lost"
         assert not batch_lines(scheduler.log_since(stopped)), "a batch ran with the JVM stopped"
         resumed = scheduler.log_size()
     finally:
         os.kill(jvm, signal.SIGCONT)
     # The next batches report the delivery the CANCEL withdrew as it arrived, and apply the CANCEL: a no-op once a
     # batch has retired the version, due by then, as it retires one written (docs/protocols.md).
-    assert scheduler.outcomes_since(resumed, 1, timeout=120) in (Counter({"cancelled": 1}), Counter({"cancel_noop": 1}))
-    assert "(1 withdrawn before their due time)" in scheduler.log_since(resumed), scheduler.log_since(resumed)
+    outcomes = scheduler.outcomes_since(resumed, 2, timeout=120)
+    assert sum(outcomes.values()) == 2 and set(outcomes) <= {"cancelled", "cancel_noop"}, outcomes
+    log_after = scheduler.log_since(resumed)
+    assert "(2 withdrawn before their due time)" in log_after or log_after.count("(1 withdrawn before") == 2, log_after
+    assert "arrived in another partition than the id's request before them" in scheduler.log(), "keyed apart unseen"
     scheduler.mark()  # later batches have committed: anything still to come would be written by now
     records = reader.read_to_end()
     assert Counter(r.key for r in records) == Counter({b"kept": 1, b"replaced": 1}), [r.key for r in records]
@@ -191,4 +197,77 @@ def test_a_herd_beyond_max_held_goes_out_at_its_instant_while_the_batches_go_on(
         Counter(r.key for r in records).items()
     )
     assert all(r.timestamp_ms >= ms_of(due) for r in records), "delivered before its due time"
+    assert scheduler.stop() == 0
+
+
+def test_requests_due_before_a_batch_could_reach_them_go_out_as_read(kafka, warm):
+    """With Spark's JVM stopped (SIGSTOP) no batch runs: an ADD due within the lookahead of the last committed
+    batch goes out at its due time all the same, from the request as the driver read it, with and without a request
+    id, and one already due goes out at once; a REPLACE identical to a version held since before is a no-op (that
+    version goes out, under its own id, and nothing more while no batch runs); a REPLACE that differs drops the
+    version it replaces. Once the batches run again, nothing goes out twice, but for the identical REPLACE: applied
+    by a batch after its version went out, the state takes it for a new schedule (docs/protocols.md), delivered then
+    under its own id."""
+    scheduler = warm("early", lookahead="60s")
+    requests = f"{scheduler.app_id}-schedule-requests"
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    mark = scheduler.mark()
+    held_due = at(40)
+    kafka.produce_many(
+        requests,
+        [
+            dict(key=b"same", value=b"first", headers=native(topic, held_due, "same"), partition=0),
+            dict(key=b"changed", value=b"first", headers=native(topic, held_due, "changed"), partition=0),
+        ],
+    )
+    wait_until(lambda: held_since(scheduler, mark) >= 2, 90, "two versions held", guard=scheduler.assert_running)
+    scheduler.mark()
+    [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
+    os.kill(jvm, signal.SIGSTOP)
+    stopped = scheduler.log_size()
+    try:
+        soon = at(3)
+        kafka.produce_many(
+            requests,
+            [
+                dict(key=b"with-id", value=b"v", headers=native(topic, soon, "with-id"), partition=1),
+                dict(key=b"without-id", value=b"v", headers=native(topic, soon), partition=0),
+                dict(key=b"already-due", value=b"v", headers=native(topic, at(-1), "already-due"), partition=1),
+                dict(key=b"same", value=b"first", headers=native(topic, held_due, "same", "REPLACE"), partition=0),
+                dict(key=b"changed", value=b"second", headers=native(topic, soon, "changed", "REPLACE"), partition=0),
+            ],
+        )
+        early = {b"with-id", b"without-id", b"already-due", b"changed"}
+        records = reader.wait_for(lambda r: r.key in early, count=4, timeout=60, what="the requests, as read")
+        assert {r.key for r in records} == early, [r.key for r in records]
+        assert all(r.timestamp_ms >= ms_of(soon) or r.key == b"already-due" for r in records), "delivered early"
+        assert not batch_lines(scheduler.log_since(stopped)), "a batch ran with the JVM stopped"
+        [kept] = reader.wait_for(lambda r: r.key == b"same", timeout=90, what="the version the no-op REPLACE kept")
+        assert not batch_lines(scheduler.log_since(stopped)), "a batch ran with the JVM stopped"
+    finally:
+        os.kill(jvm, signal.SIGCONT)
+    resumed = scheduler.log_size()
+    wait_until(
+        lambda: "written as their requests were read" in scheduler.log_since(resumed),
+        120,
+        "a batch line that reports the early deliveries",
+        guard=scheduler.assert_running,
+    )
+    scheduler.mark()  # the batches that applied the requests have committed: anything more would be out by now
+    records = reader.read_to_end()
+    counts = Counter(r.key for r in records)
+    others = {key: n for key, n in counts.items() if key != b"same"}
+    assert others == {b"with-id": 1, b"without-id": 1, b"already-due": 1, b"changed": 1}, [r.key for r in records]
+    assert counts[b"same"] in (1, 2), [r.key for r in records]
+    delivered = {r.key: (r.value, r.header("x-scheduler-delivery-id").decode()) for r in records if r != kept}
+    assert delivered[b"changed"][0] == b"second"
+    made = {
+        (r.header_values("x-scheduler-action") or [b"ADD"])[0]: f"{requests}-0-{r.offset}"
+        for r in kafka.reader(requests).read_to_end()
+        if r.header_values("x-scheduler-request-id") == [b"same"]
+    }
+    assert kept.header("x-scheduler-delivery-id").decode() == made[b"ADD"] != made[b"REPLACE"], (kept, made)
+    if counts[b"same"] == 2:
+        assert delivered[b"same"][1] == made[b"REPLACE"], (delivered[b"same"], made)
     assert scheduler.stop() == 0

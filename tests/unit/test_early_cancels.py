@@ -12,7 +12,16 @@ import pytest
 from kafka_scheduler import dialects
 from kafka_scheduler.delivery_ids import delivery_id, request_of
 from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_HISTORY, WriterRow
-from kafka_scheduler.engine.driver.early_cancels import EarlyCancels, native_cancel_sid, superseded_by
+from kafka_scheduler.engine.driver.early_cancels import (
+    Arrival,
+    ArrivalTimes,
+    CancelWatcher,
+    EarlyCancels,
+    KeyedApart,
+    made_before,
+    native_cancel_sid,
+    native_request_sid,
+)
 from kafka_scheduler.engine.driver.timed_writer import TimedWriter
 
 from .. import hostile_records as hr
@@ -90,18 +99,35 @@ def test_the_verdict_is_the_native_decoders_over_hostile_records(spark):
 
 
 @pytest.mark.parametrize(
-    "delivery_id,partition,offset,superseded",
+    "delivery_id,partition,offset,stamp,superseded",
     [
-        ("app-schedule-requests-0-17", 0, 18, True),
-        ("app-schedule-requests-0-17", 0, 17, False),  # the request itself
-        ("app-schedule-requests-0-17", 0, 16, False),  # a version made after the CANCEL
-        ("app-schedule-requests-0-17", 1, 18, False),  # another partition: the batch's to tell
-        ("app-schedule-requests-0-17@1764590400000", 0, 99, False),  # a cron's firing
-        ("\0" + "3", 0, 99, False),
+        ("app-schedule-requests-0-17", 0, 18, 0, True),
+        ("app-schedule-requests-0-17", 0, 17, 0, False),  # the request itself
+        ("app-schedule-requests-0-17", 0, 16, 9_999, False),  # a version made after the CANCEL in its partition
+        ("app-schedule-requests-0-17", 1, 18, 1_001, True),  # another partition: stamped after the version's request
+        ("app-schedule-requests-0-17", 1, 3, 999, False),  # another partition, stamped before it
+        ("app-schedule-requests-0-17", 1, 3, 1_000, True),  # a tie: the lower partition's request comes first
+        ("app-schedule-requests-1-17", 0, 3, 1_000, False),  # a tie, the version made in the higher partition
+        ("app-schedule-requests-0-16", 1, 3, 0, True),  # a request never read early came before
+        ("app-schedule-requests-0-17@1764590400000", 0, 99, 0, False),  # a cron's firing
+        ("\0" + "3", 0, 99, 0, False),
     ],
 )
-def test_a_cancel_supersedes_the_versions_made_before_it_in_its_partition(delivery_id, partition, offset, superseded):
-    assert superseded_by(delivery_id, partition, offset) == superseded
+def test_a_cancel_supersedes_the_versions_made_before_it_in_log_order(
+    delivery_id, partition, offset, stamp, superseded
+):
+    times = ArrivalTimes()
+    times.note(TOPIC, 0, 17, 1_000)
+    times.note(TOPIC, 1, 17, 1_000)
+    assert made_before(delivery_id, Arrival(TOPIC, partition, offset, stamp), times) == superseded
+
+
+def test_arrival_stamps_are_a_running_maximum_per_partition_and_are_forgotten_once_committed():
+    times = ArrivalTimes()
+    assert [times.note(TOPIC, 0, o, t).stamp for o, t in ((5, 100), (6, 90), (8, 120))] == [100, 100, 120]
+    assert times.stamp(TOPIC, 0, 6) == 100 and times.stamp(TOPIC, 0, 7) is None and times.stamp(TOPIC, 1, 6) is None
+    times.forget({TOPIC: {0: 8}})
+    assert times.stamp(TOPIC, 0, 6) is None and times.stamp(TOPIC, 0, 8) == 120 and len(times) == 1
 
 
 def test_a_delivery_id_names_the_request_the_decoders_read(spark):
@@ -152,6 +178,7 @@ def later(seconds: float) -> int:
 
 def test_a_cancel_read_early_drops_what_the_writer_holds_of_its_id_and_nothing_else(writer):
     sid = f"id:{TOPIC}/r-1".encode()
+    writer.read_early([(TOPIC, 1, 30, 5_000, None, None)])  # an ADD in partition 1, stamped after the CANCELs below
     writer.hold(
         [
             row("r-1", 10, later(60)),
@@ -161,10 +188,10 @@ def test_a_cancel_read_early_drops_what_the_writer_holds_of_its_id_and_nothing_e
         ]
     )
     assert writer.held == 3
-    assert writer.cancel_early(TOPIC, sid, 0, 20) == 1  # the version from offset 10 (and its history copy)
+    assert writer.cancel_early(TOPIC, sid, 0, 20, 2_000) == 1  # the version from offset 10 (and its history copy)
     assert writer.held == 2 and writer.withdrawn_early == 1
-    assert writer.cancel_early(TOPIC, f"id:{TOPIC}/r-3".encode(), 0, 40) == 0
-    assert writer.cancel_early(TOPIC, sid, 0, 21) == 0  # already gone; partition 1's is not this cancel's
+    assert writer.cancel_early(TOPIC, f"id:{TOPIC}/r-3".encode(), 0, 40, 2_001) == 0
+    assert writer.cancel_early(TOPIC, sid, 0, 21, 2_002) == 0  # already gone; partition 1's was made after it
     assert writer.take_withdrawn_early() == 1 and writer.take_withdrawn_early() == 0
     # What a batch withdraws later is no longer held: nothing counted twice.
     assert writer.withdraw([f"{TOPIC}-0-10"]) == 0
@@ -172,7 +199,7 @@ def test_a_cancel_read_early_drops_what_the_writer_holds_of_its_id_and_nothing_e
 
 def test_a_cancel_read_before_its_version_is_handed_over_drops_it_when_it_is(writer):
     sid = f"id:{TOPIC}/r-1".encode()
-    assert writer.cancel_early(TOPIC, sid, 0, 20) == 0
+    assert writer.cancel_early(TOPIC, sid, 0, 20, 2_000) == 0
     # A batch that read the ADD (offset 10) but not the CANCEL hands the version over afterwards: dropped. One made
     # by an ADD after the CANCEL (offset 25) is a new version: kept.
     writer.hold([row("r-1", 10, later(60)), row("r-1", 25, later(60))])
@@ -186,7 +213,7 @@ def test_a_cancel_read_before_its_version_is_handed_over_drops_it_when_it_is(wri
 def test_a_dropped_delivery_is_never_written_and_the_others_are(writer):
     sid = f"id:{TOPIC}/r-1".encode()
     writer.hold([row("r-1", 10, later(0.3)), row("r-2", 11, later(0.3))])
-    writer.cancel_early(TOPIC, sid, 0, 12)
+    writer.cancel_early(TOPIC, sid, 0, 12, 2_000)
     assert writer.wait_written(later(0.5), timeout=10)
     assert [(topic, key) for _, topic, key in writer._producer.sent] == [("orders", b"r-2")]
 
@@ -194,7 +221,89 @@ def test_a_dropped_delivery_is_never_written_and_the_others_are(writer):
 def test_cancels_kept_for_later_are_bounded():
     kept = EarlyCancels(limit=2)
     for offset in range(5):
-        kept.add(TOPIC, b"id:x", 0, offset)
+        kept.add(b"id:x", Arrival(TOPIC, 0, offset, offset))
     assert len(kept) == 2
     kept.forget({TOPIC: {0: 1}})
     assert len(kept) == 1
+
+
+def test_a_cancel_keyed_apart_drops_the_versions_stamped_before_it_in_other_partitions(writer):
+    """Requests of one id from different partitions are ordered by the broker's stamps: a CANCEL in partition 1
+    drops a version made in partition 0 by a request stamped before it, and not one stamped after it."""
+    sid = f"id:{TOPIC}/r-1".encode()
+    writer.read_early([(TOPIC, 0, 10, 1_000, None, None), (TOPIC, 0, 11, 3_000, None, None)])
+    writer.hold([row("r-1", 10, later(60)), row("r-1", 11, later(60))])
+    assert writer.read_early([(TOPIC, 1, 4, 2_000, sid, None)]) == 1
+    assert writer.held == 1 and writer.withdraw([f"{TOPIC}-0-11"]) == 1  # the later ADD's version was kept
+    # Handed over after the CANCEL was read (a batch that had not read it): a version stamped before it goes too.
+    writer.read_early([(TOPIC, 0, 12, 1_500, None, None)])  # stamped 1,500 but after 3,000 in its partition: 3,000
+    writer.hold([row("r-1", 9, later(60)), row("r-1", 12, later(60))])
+    assert writer.held == 1 and writer.withdraw([f"{TOPIC}-0-12"]) == 1
+
+
+class FakeMessage:
+    def __init__(self, partition, offset, timestamp, headers, topic=TOPIC, key=None, value=b"v"):
+        self._values = (topic, partition, offset, (1, timestamp), headers)
+        self._key, self._value = key, value
+
+    def error(self):
+        return None
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
+
+    def topic(self):
+        return self._values[0]
+
+    def partition(self):
+        return self._values[1]
+
+    def offset(self):
+        return self._values[2]
+
+    def timestamp(self):
+        return self._values[3]
+
+    def headers(self):
+        return self._values[4]
+
+
+def test_the_watcher_counts_the_requests_of_an_id_keyed_apart_and_cancels_across_partitions(writer):
+    counts = []
+    watcher = CancelWatcher(writer, [TOPIC], {}, dict, on_keyed_apart=counts.append)
+    add = [("x-scheduler-request-id", b"r-1"), ("x-scheduler-deliver-to", b"orders")]
+    writer.hold([row("r-1", 10, later(60))])
+    watcher.read([FakeMessage(0, 10, 1_000, add), FakeMessage(0, 11, 1_100, add)])
+    assert counts == [] and writer.held == 1
+    watcher.read([FakeMessage(1, 3, 2_000, cancel(b"r-1")), FakeMessage(2, 3, 2_100, cancel(b"r-2"))])
+    assert counts == [1] and watcher.keyed_apart.count == 1 and writer.held == 0
+
+
+def test_ids_keyed_apart_are_counted_per_id_and_the_ids_followed_are_bounded():
+    apart = KeyedApart(limit=2)
+    assert [apart.note(sid, p) for sid, p in ((b"a", 0), (b"a", 0), (b"a", 1), (b"b", 1), (b"c", 1), (b"a", 0))] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,  # a was forgotten (two ids followed): its partition is not known any more
+    ]
+    assert apart.count == 1
+
+
+@pytest.mark.parametrize(
+    "headers,sid",
+    [
+        (cancel(b"r-1"), b"id:app-schedule-requests/r-1"),
+        ([("x-scheduler-request-id", b"r-1")], b"id:app-schedule-requests/r-1"),  # an ADD
+        (cancel(b"r-1", "CRON_PAUSE"), b"cron:app-schedule-requests/r-1"),
+        (cancel(b""), None),
+        ([("x-scheduler-deliver-to", b"orders")], None),  # an ADD without id: nothing can follow it
+    ],
+)
+def test_a_native_request_names_its_id(headers, sid):
+    assert native_request_sid(TOPIC, headers) == sid

@@ -136,6 +136,10 @@ def wait_for_broker(
             return None
 
 
+# The topic setting that has the broker stamp each record with the time it appended it.
+LOG_APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+
+
 def ensure_topics(
     admin: AdminClient, names: list[str], partitions: int, timeout: float = 30.0, config: dict | None = None
 ) -> list[str]:

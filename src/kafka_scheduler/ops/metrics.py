@@ -79,6 +79,12 @@ class SchedulerMetrics:
             "topic as expired instead",
             registry=registry,
         )
+        self.keyed_apart = Counter(
+            PREFIX + "requests_keyed_apart",
+            "Native requests of an id that arrived in another partition than the id's request before them (another "
+            "record key): the broker's timestamps order them, not offsets",
+            registry=registry,
+        )
         self.skipped_firings = Counter(
             PREFIX + "skipped_firings",
             "Firings of crons with the skip policy that were due while the job was down, not delivered",
@@ -200,6 +206,9 @@ class SchedulerMetrics:
         self.batch_duration.observe(summary.compute_s + summary.write_s)
         self.batches.inc()
         self.last_batch.set(at_s)
+
+    def record_keyed_apart(self, requests: int) -> None:
+        self.keyed_apart.inc(requests)
 
     def record_written(self, lateness_ms: list[int], refused: int, expired: int = 0) -> None:
         """The timed writer wrote deliveries (``lateness_ms``: one per delivery), diverted ``refused`` records, and

@@ -33,6 +33,8 @@ class BatchSummary:
     batch_time_ms: int | None = None  # the processing time of the state's rules (None: no shard ran)
     expired: int = 0  # deliveries later than their max lateness: rejected as expired instead (by the batch)
     skipped: int = 0  # firings of skip crons missed while the job was down
+    # deliveries the timed writer wrote since the last batch from requests read as they arrived (counted in delivered)
+    written_early: int = 0
 
     def count_outcome(self, topic: str, n: int, last_n: int | None = None) -> None:
         """An outcome row group: ``n`` summed over the batch, ``last_n`` the value of its latest row."""
@@ -60,7 +62,13 @@ class BatchSummary:
     @property
     def busy(self) -> bool:
         return bool(
-            self.outcomes or self.delivered or self.dead_lettered or self.withdrawn or self.expired or self.skipped
+            self.outcomes
+            or self.delivered
+            or self.written_early
+            or self.dead_lettered
+            or self.withdrawn
+            or self.expired
+            or self.skipped
         )
 
     def log_line(self) -> str:
@@ -71,6 +79,8 @@ class BatchSummary:
         parts.append(f"{self.delivered} delivered")
         if self.held:
             parts.append(f"({self.held} held until due)")
+        if self.written_early:
+            parts.append(f"({self.written_early} written as their requests were read)")
         if self.withdrawn:
             parts.append(f"({self.withdrawn} withdrawn before their due time)")
         if self.delivered and self.earliest_due_ms is not None:

@@ -8,26 +8,35 @@ out (bench mixed: most cancels sent 2 s before the due time missed, with or with
 ``CancelWatcher`` reads the native inputs itself, read_committed as the job does, and hands every valid CANCEL to
 the writer at once (``TimedWriter.cancel_early``), which drops what it supersedes.
 
-What a CANCEL supersedes, without the state: requests of one id are applied in the offset order of their partition
-(docs/protocols.md), so a CANCEL at offset O of partition P cancels every version of its id made by a request before
-O in P, and none made after it (an ADD again). A version's delivery id names the request that made it
-(``<topic>-<partition>-<offset>``), so the writer can tell which of what it holds, or is handed later by a batch that
-had not read the CANCEL yet, the CANCEL supersedes; a version made in another partition is left to the batch. The
+What a CANCEL supersedes, without the state: the requests of one id are applied in log order (docs/protocols.md,
+"Order"): within a partition by offset, across partitions by the time the broker stamped on each request (a running
+maximum per partition, so a partition's own order is never broken). A version's delivery id names the request that
+made it (``<topic>-<partition>-<offset>``), so the writer can tell which of what it holds, or is handed later by a
+batch that had not read the CANCEL yet, the CANCEL supersedes: a version made before it in its partition, or in another
+partition by a request stamped earlier (``ArrivalTimes`` keeps the stamps of the requests read since the watcher
+started; a request it never read was in the log before it started, or applied by a committed batch: earlier). The
 batch that applies the CANCEL then withdraws nothing, and the state retires the version as it would a written one:
 a crash in between loses nothing either, since the CANCEL is not committed and the next run's first batch reads it
 beside the version it emits again. Only CANCEL: a REPLACE identical to its version keeps that version (a no-op
 only the state can tell), and crons have ids of their own (CRON_CANCEL, CRON_PAUSE are the state's).
+
+The watcher also counts the requests of an id that arrive in another partition than the id's request before them
+(``keyed_apart``): a producer that keys them apart relies on the broker's clocks to order them.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
+from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from ...delivery_ids import is_firing, request_of
-from ...protocol import ACTION, NATIVE_SINGLE_HEADERS, REQUEST_ID, schedule_sid
+from ...protocol import ACTION, CLIENT_SID_PREFIX, CRON_SID_PREFIX, NATIVE_SINGLE_HEADERS, REQUEST_ID, schedule_sid
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +44,16 @@ SINGLE_HEADERS = frozenset(NATIVE_SINGLE_HEADERS)
 # CANCELs kept for deliveries not handed over yet (until a committed batch has read them): beyond this many, the
 # oldest are left to the batches that apply them.
 MAX_REMEMBERED = 100_000
+# Ids whose last request's partition is kept, to count requests of one id keyed apart: the most recent ones.
+MAX_IDS_FOLLOWED = 100_000
 FORGET_EVERY_S = 1.0
 PARTITIONS_EVERY_S = 30.0
+KEYED_APART_LOG_EVERY_S = 60.0
 
 
-def native_cancel_sid(topic: str, headers: Iterable | None) -> bytes | None:
-    """The state's id of the schedule a record of native input ``topic`` cancels, if it is a valid CANCEL; else
-    None. The native decoder's rules for a CANCEL (dialects/native.py), in Python: header names compare
-    case-insensitively and the first header of a name counts; the action, as text (invalid UTF-8 replaced), stripped
-    of spaces and upper-cased, is CANCEL; no header of SINGLE_HEADERS comes twice; the request id is not empty (any
-    bytes). tests/unit/test_early_cancels.py checks this against the decoder over hostile records."""
+def first_headers(headers: Iterable | None) -> dict[str, bytes | None] | None:
+    """The first value of each header name, lower-cased, as the native decoder reads them; None when a header of
+    SINGLE_HEADERS comes twice (the decoder rejects the request)."""
     first: dict[str, bytes | None] = {}
     seen: set[str] = set()
     for name, value in headers or ():
@@ -53,8 +62,23 @@ def native_cancel_sid(topic: str, headers: Iterable | None) -> bytes | None:
             return None
         seen.add(lowered)
         first.setdefault(lowered, value)
+    return first
+
+
+def _action(first: dict[str, bytes | None]) -> str:
     action = first.get(ACTION)
-    if action is None or bytes(action).decode("utf-8", "replace").strip(" ").upper() != "CANCEL":
+    return "ADD" if action is None else bytes(action).decode("utf-8", "replace").strip(" ").upper()
+
+
+def native_cancel_sid(topic: str, headers: Iterable | None, first: dict | None = None) -> bytes | None:
+    """The state's id of the schedule a record of native input ``topic`` cancels, if it is a valid CANCEL; else
+    None. The native decoder's rules for a CANCEL (dialects/native.py), in Python: header names compare
+    case-insensitively and the first header of a name counts; the action, as text (invalid UTF-8 replaced), stripped
+    of spaces and upper-cased, is CANCEL; no header of SINGLE_HEADERS comes twice; the request id is not empty (any
+    bytes). tests/unit/test_early_cancels.py checks this against the decoder over hostile records. ``first``:
+    ``first_headers(headers)``, when the caller has it."""
+    first = first_headers(headers) if first is None else first
+    if first is None or first.get(ACTION) is None or _action(first) != "CANCEL":
         return None
     request_id = first.get(REQUEST_ID)
     if not request_id:
@@ -62,46 +86,105 @@ def native_cancel_sid(topic: str, headers: Iterable | None) -> bytes | None:
     return schedule_sid(topic, bytes(request_id))
 
 
-def superseded_by(delivery_id: str, partition: int, offset: int) -> bool:
+def native_request_sid(topic: str, headers: Iterable | None, first: dict | None = None) -> bytes | None:
+    """The id a native request names (a one-shot's, or a cron's for a cron action), if it names one: to follow the
+    partitions an id's requests arrive in. Not a verdict on the request's validity."""
+    first = first_headers(headers) if first is None else first
+    request_id = None if first is None else first.get(REQUEST_ID)
+    if not request_id:
+        return None
+    prefix = CRON_SID_PREFIX if _action(first).startswith("CRON_") else CLIENT_SID_PREFIX
+    return schedule_sid(topic, bytes(request_id), prefix)
+
+
+def made_before(delivery_id: str, request: Arrival, times: ArrivalTimes | None = None) -> bool:
     """Whether the version named ``delivery_id`` (``<topic>-<partition>-<offset>`` of the request that made it) was
-    made before ``offset`` in ``partition``. Cron firings (``...@instant``: a CANCEL never touches a cron) and ids of
-    another form: never."""
+    made before ``request`` in log order: before it in its partition, or in another partition by a request stamped
+    earlier (a tie goes to the lower partition, as the batches order them); a request ``times`` did not read came
+    before. Cron firings (``...@instant``: a CANCEL never touches a cron) and ids of another form: never."""
     if is_firing(delivery_id):
         return False
     try:
         _, made_in, made_at = request_of(delivery_id)
+        made_in, made_at = int(made_in), int(made_at)
     except ValueError:
         return False
-    return int(made_in) == partition and int(made_at) < offset
+    if made_in == request.partition:
+        return made_at < request.offset
+    stamped = None if times is None else times.stamp(request.topic, made_in, made_at)
+    return stamped is None or (stamped, made_in) < (request.stamp, request.partition)
+
+
+class Arrival(NamedTuple):
+    """Where a request was read and the broker's stamp on it (the running maximum of its partition's stamps)."""
+
+    topic: str
+    partition: int
+    offset: int
+    stamp: int
+
+
+class ArrivalTimes:
+    """The stamps of the input records read since the watcher started, per partition, as two growing arrays (offsets
+    ascending): 16 bytes a record, dropped once a committed batch has read them."""
+
+    def __init__(self):
+        self._partitions: dict[tuple[str, int], tuple[array, array]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(offsets) for offsets, _ in self._partitions.values())
+
+    def note(self, topic: str, partition: int, offset: int, timestamp: int) -> Arrival:
+        """A record read (in offset order within its partition): its arrival, the stamp a running maximum."""
+        offsets, stamps = self._partitions.setdefault((topic, partition), (array("q"), array("q")))
+        stamp = max(timestamp, stamps[-1]) if stamps else timestamp
+        if not offsets or offset > offsets[-1]:
+            offsets.append(offset)
+            stamps.append(stamp)
+        return Arrival(topic, partition, offset, stamp)
+
+    def stamp(self, topic: str, partition: int, offset: int) -> int | None:
+        found = self._partitions.get((topic, partition))
+        if found is None:
+            return None
+        offsets, stamps = found
+        at = bisect.bisect_left(offsets, offset)
+        return stamps[at] if at < len(offsets) and offsets[at] == offset else None
+
+    def forget(self, committed: dict[str, dict[int, int]]) -> None:
+        """Drop the records before the next offset a committed batch reads."""
+        for (topic, partition), (offsets, stamps) in list(self._partitions.items()):
+            cut = bisect.bisect_left(offsets, committed.get(topic, {}).get(partition, 0))
+            if cut:
+                del offsets[:cut]
+                del stamps[:cut]
 
 
 class EarlyCancels:
-    """The CANCELs read early that no committed batch has read yet: sid -> [(topic, partition, offset)]."""
+    """The CANCELs read early that no committed batch has read yet: sid -> [Arrival]."""
 
     def __init__(self, limit: int = MAX_REMEMBERED):
         self.limit = limit
-        self._cancels: dict[bytes, list[tuple[str, int, int]]] = {}
+        self._cancels: dict[bytes, list[Arrival]] = {}
         self._count = 0
 
     def __len__(self) -> int:
         return self._count
 
-    def add(self, topic: str, sid: bytes, partition: int, offset: int) -> None:
+    def add(self, sid: bytes, cancel: Arrival) -> None:
         if self._count >= self.limit:
             return  # the batch that applies it withdraws what it cancels, as without this
-        self._cancels.setdefault(sid, []).append((topic, partition, offset))
+        self._cancels.setdefault(sid, []).append(cancel)
         self._count += 1
 
-    def supersede(self, sid: bytes | None, delivery_id: str) -> bool:
+    def supersede(self, sid: bytes | None, delivery_id: str, times: ArrivalTimes | None = None) -> bool:
         """Whether a CANCEL read early supersedes the version ``delivery_id`` of ``sid``."""
-        return sid is not None and any(
-            superseded_by(delivery_id, partition, offset) for _, partition, offset in self._cancels.get(sid, ())
-        )
+        return sid is not None and any(made_before(delivery_id, c, times) for c in self._cancels.get(sid, ()))
 
     def forget(self, committed: dict[str, dict[int, int]]) -> None:
         """Drop those before the next offset a committed batch reads (per topic and partition)."""
         for sid in list(self._cancels):
-            kept = [c for c in self._cancels[sid] if c[2] >= committed.get(c[0], {}).get(c[1], 0)]
+            kept = [c for c in self._cancels[sid] if c.offset >= committed.get(c.topic, {}).get(c.partition, 0)]
             self._count -= len(self._cancels[sid]) - len(kept)
             if kept:
                 self._cancels[sid] = kept
@@ -109,15 +192,48 @@ class EarlyCancels:
                 del self._cancels[sid]
 
 
+class KeyedApart:
+    """Counts the requests of an id that arrive in another partition than the id's request before them (of the
+    ``limit`` ids seen last)."""
+
+    def __init__(self, limit: int = MAX_IDS_FOLLOWED):
+        self.limit = limit
+        self.count = 0
+        self._last: OrderedDict[bytes, int] = OrderedDict()
+
+    def note(self, sid: bytes, partition: int) -> bool:
+        before = self._last.pop(sid, None)
+        self._last[sid] = partition
+        if len(self._last) > self.limit:
+            self._last.popitem(last=False)
+        if before is not None and before != partition:
+            self.count += 1
+            return True
+        return False
+
+
 class CancelWatcher:
-    """Reads the native input topics from their end as the job runs and hands every valid CANCEL to ``writer``
-    (``cancel_early``); every second tells it which a committed batch has read (``committed()``: the next offset to
-    read per topic and partition)."""
+    """Reads the native input topics from their end as the job runs and hands the writer what it reads
+    (``read_early``: each record's arrival, the id a valid CANCEL cancels, and with ``early`` the ADDs and REPLACEs
+    to hold early); every second tells it which a committed batch has read (``committed()``: the next offset to read
+    per topic and partition). Counts the requests of an id keyed apart (``keyed_apart``), calling ``on_keyed_apart``
+    with each new count."""
 
     def __init__(
-        self, writer, topics: list[str], consumer_settings: dict, committed: Callable[[], dict[str, dict[int, int]]]
+        self,
+        writer,
+        topics: list[str],
+        consumer_settings: dict,
+        committed: Callable[[], dict[str, dict[int, int]]],
+        on_keyed_apart: Callable[[int], None] | None = None,
+        early: Callable | None = None,
     ):
         self.writer, self.topics, self.committed = writer, list(topics), committed
+        self.keyed_apart = KeyedApart()
+        self.on_keyed_apart = on_keyed_apart
+        # (arrival, timestamp, key, value, headers) -> the ADD or REPLACE to hold early, or None (early_requests.py)
+        self.early = early
+        self._next_apart_log = 0.0
         self._settings = consumer_settings
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cancel-watcher", daemon=True)
@@ -129,6 +245,43 @@ class CancelWatcher:
     def close(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
+
+    def read(self, messages: Iterable) -> None:
+        """Messages of the native inputs, in the order consumed."""
+        records = []
+        apart = 0
+        for message in messages:
+            if message.error() is not None:
+                continue
+            topic, partition, headers = message.topic(), message.partition(), message.headers()
+            first = first_headers(headers) or {}  # the headers read once for every use below
+            sid = native_request_sid(topic, headers, first)
+            if sid is not None and self.keyed_apart.note(sid, partition):
+                apart += 1
+            records.append(
+                (
+                    topic,
+                    partition,
+                    message.offset(),
+                    message.timestamp()[1],
+                    native_cancel_sid(topic, headers, first),
+                    (message.key(), message.value(), headers, first),
+                )
+            )
+        if records:
+            self.writer.read_early(records, self.early)
+        if apart:
+            if self.on_keyed_apart is not None:
+                self.on_keyed_apart(apart)
+            now = time.monotonic()
+            if now >= self._next_apart_log:
+                self._next_apart_log = now + KEYED_APART_LOG_EVERY_S
+                log.warning(
+                    "%d request(s) of one id so far arrived in another partition than the id's request before them: "
+                    "they are ordered by the broker's timestamps; give an id's requests the same record key to keep "
+                    "them in one partition",
+                    self.keyed_apart.count,
+                )
 
     def _run(self) -> None:
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -173,12 +326,7 @@ class CancelWatcher:
                 if not assigned:
                     self._stop.wait(0.5)
                     continue
-                for message in consumer.consume(1000, timeout=0.2):
-                    if message.error() is not None:
-                        continue
-                    sid = native_cancel_sid(message.topic(), message.headers())
-                    if sid is not None:
-                        self.writer.cancel_early(message.topic(), sid, message.partition(), message.offset())
+                self.read(consumer.consume(1000, timeout=0.2))
         except Exception as exc:  # only an early path: the batches still apply every CANCEL
             log.warning("cancel watcher stopped (CANCELs now act when their batch runs): %s", exc)
         finally:

@@ -31,12 +31,19 @@ log = logging.getLogger(__name__)
 
 # A slice numbered n holds the deliveries due in ((n - 1) * width, n * width]: written once n * width has passed.
 HOLD_SLICE_MS = 50
+# How long the numbers of handed slices are kept for ``covers``: well past any herd's instant.
+HANDED_KEPT_MS = 600_000
 WRITE_ATTEMPTS = 3  # a slice whose write fails this often fails the writer: batches fail, the next run re-emits it
 
 
 def slice_start_ms(number: int) -> int:
     """The earliest due time a slice can hold."""
     return (number - 1) * HOLD_SLICE_MS + 1
+
+
+def slice_number_of(due_ms: int) -> int:
+    """The slice a delivery due at ``due_ms`` goes to (the sink's ``slice_of`` in Spark SQL)."""
+    return -(-due_ms // HOLD_SLICE_MS)
 
 
 def slice_end_ms(number: int) -> int:
@@ -96,6 +103,8 @@ class HerdWriter(DueQueue):
         self._closed = False
         self._seq = 0
         self.written = 0  # deliveries, as handed (less none withdrawn: the write's count is Spark's)
+        # The numbers of the slices handed lately (a frozenset replaced whole: read without the lock)
+        self._handed_numbers: frozenset[int] = frozenset()
         self._thread = threading.Thread(target=self._run, name="herd-writer", daemon=True)
         self._thread.start()
 
@@ -112,12 +121,20 @@ class HerdWriter(DueQueue):
             self._slices.release(records)
             return 0
         with self._cond:
+            recent = slice_number_of(now_ms() - HANDED_KEPT_MS)
+            self._handed_numbers = frozenset(
+                {n for n in self._handed_numbers if n >= recent} | {number for number, _ in slices}
+            )
             self._herds[id(records)] = _Herd(records, len(slices))
             for number, deliveries in slices:
                 self._seq += 1
                 heapq.heappush(self._heap, _Slice(number, self._seq, records, deliveries))
             self._cond.notify_all()
         return sum(deliveries for _, deliveries in slices)
+
+    def covers(self, due_ms: int) -> bool:
+        """Whether a herd handed lately has a slice that may hold deliveries due at ``due_ms``."""
+        return slice_number_of(due_ms) in self._handed_numbers
 
     def withdraw(self, delivery_ids: Iterable[str]) -> bool:
         """Deliveries a later batch withdrew (a replace or cancel read before their due time): left out of every

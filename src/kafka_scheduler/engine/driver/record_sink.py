@@ -81,6 +81,8 @@ class RecordSink:
         self.herd_slices = SparkHerdSlices(config, topics, self.columns, self.kafka_write, sender)
         # What a batch prepares beyond the writer's room (a herd) is written by this thread, outside the batches.
         self.herds = HerdWriter(self.herd_slices) if writer is not None else None
+        if writer is not None:
+            writer.herd_covers = self.herds.covers
         self._expiry_deadline: int | None = None  # the earliest due + max lateness of what the batch writes
         self._summary: BatchSummary | None = None  # the batch's, while it writes
         self.refused_batch: int | None = None  # set when a stop made it refuse a batch
@@ -167,8 +169,15 @@ class RecordSink:
                             if writer.failure is not None
                             else f"the {name} did not write the deliveries due before this batch in time"
                         )
-                # And those CANCELs read as they arrived withdrew since the last batch (early_cancels.py).
+                # And those CANCELs read as they arrived withdrew since the last batch (early_cancels.py), and what was
+                # written from requests as they were read (early_requests.py): this batch's copies were left out.
                 summary.withdrawn += self.writer.take_withdrawn_early()
+                summary.written_early, again = self.writer.take_written_early()
+                summary.delivered += summary.written_early - again
+                if summary.batch_time_ms is not None and not final:
+                    # Every version due by then that the state holds is handed over now: early versions due by
+                    # then may be written (early_book.py).
+                    self.writer.advance_frontier(summary.batch_time_ms + self.config.lookahead)
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
             summary.delivered -= summary.dead_lettered
@@ -236,6 +245,8 @@ class RecordSink:
             rows = list(writer_rows(records.select(*self.columns.writer_columns).collect()))
             self.writer.hold(rows)
             return sum(1 for row in rows if row.kind == KIND_DELIVER and row.held)
+        if self.writer is not None:
+            self._tell_early_versions(records)
         if not prepared_records:
             self._save(records)
             return 0
@@ -269,6 +280,18 @@ class RecordSink:
             )
         return held_count
 
+    def _tell_early_versions(self, records: DataFrame) -> None:
+        """Before the batch writes deliveries itself: the timed writer's early versions of the ids it writes are
+        the batch's to decide (one Spark job, only while some are held early)."""
+        early = self.writer.early_unconfirmed()
+        if early:
+            found = (
+                records.filter(self.columns.is_delivery & F.col("sid").isin(list(early)))
+                .select("sid", "delivery_id")
+                .collect()
+            )
+            self.writer.emitted_by_batch((bytes(row["sid"]), row["delivery_id"]) for row in found)
+
     def _refusals(self, read: BatchDigest) -> Refusals:
         """What the destinations of this batch's deliveries would refuse, from the broker's metadata (cached)."""
         known = self.topics.describe(set(read.per_topic) | {self.config.rejections_topic})
@@ -287,6 +310,10 @@ class RecordSink:
         records = columns.expired_as_rejections(
             batch.filter(columns.record_kinds).withColumn("delivery_id", columns.delivery_id)
         )
+        written_early = self.writer.written_early_ids() if self.writer is not None else []
+        if written_early:
+            # Written from their requests as they were read, before this batch: not again.
+            records = records.filter(~F.col("delivery_id").isin(written_early))
         if read.partitioned:
             records = records.withColumn("partition", columns.partition_picked(refusals.counts))
         dead = refusals.of_topics(read.per_topic)

@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
+from ...protocol import DELIVERY_ID
 from ..contract import KIND_DELIVER, KIND_HISTORY, WriterRow
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
-from .early_cancels import EarlyCancels, superseded_by
+from .early_book import Content, EarlyBook, Superseding, committed_past
+from .early_cancels import Arrival, ArrivalTimes, made_before
+from .early_requests import EarlyRequest
 from .exactly_once import FencedError, TransactionalSender
 from .producing import (
     Record,
@@ -54,12 +57,43 @@ class Held:
     kinds: list = field(default_factory=list, compare=False)  # the kind of each record (KIND_DELIVER, ...)
     max_lateness_ms: int | None = field(default=None, compare=False)  # written later than due + this: expired
     sid: bytes | None = field(default=None, compare=False)  # the schedule's id in the state (a one-shot's: id:...)
+    # Held early, from a request read before a batch applied it: the request, until a batch hands the version over
+    early: Arrival | None = field(default=None, compare=False)
 
     def record_kinds(self) -> list:
         return self.kinds + [KIND_DELIVER] * (len(self.records) - len(self.kinds))
 
     def expired_at(self, now_ms: int) -> bool:
         return self.max_lateness_ms is not None and self.due_ms > 0 and now_ms - self.due_ms > self.max_lateness_ms
+
+    def content(self) -> Content | None:
+        """What makes it identical to another version of its id (early_book.Content): its delivery record less the
+        delivery id."""
+        for record, kind in zip(self.records, self.record_kinds()):
+            if kind == KIND_DELIVER:
+                headers = tuple((name, value) for name, value in record.headers if name != DELIVERY_ID)
+                return (
+                    self.due_ms,
+                    record.topic,
+                    record.partition,
+                    record.key,
+                    record.value,
+                    headers,
+                    self.max_lateness_ms,
+                )
+        return None
+
+
+def early_content(request: EarlyRequest) -> Content:
+    return (
+        request.due_ms,
+        request.topic,
+        None,
+        request.key,
+        request.value,
+        request.headers,
+        request.max_lateness_ms,
+    )
 
 
 class TimedWriter(DueQueue):
@@ -97,7 +131,17 @@ class TimedWriter(DueQueue):
         self.withdrawn_early = 0
         self._early_unreported = 0
         self._held_by_sid: dict[bytes, set[str]] = {}
-        self._early_cancels = EarlyCancels()
+        self._book = EarlyBook()  # the requests read early (early_book.py)
+        self._arrivals = ArrivalTimes()  # of the input records read early: orders requests across partitions
+        # Held early and not handed over by a batch yet: written once the frontier has passed their due time.
+        self._early_heap: list[Held] = []
+        self.written_early = 0  # deliveries written from a request read early, before a batch handed them over
+        self._early_written_unreported = 0
+        self._early_again = 0  # deliveries batches handed over again after they were written early
+        self.early_left = 0  # held early, then left to the batches (the state decided otherwise, or not in time)
+        # Whether a herd handed to the herd writer holds deliveries due then: an early delivery due in a herd's slice
+        # is left to the batches (the herd writer's versions are not the timed writer's to compare with).
+        self.herd_covers: Callable[[int], bool] = lambda due_ms: False
         self.lateness_ms: list[int] = []  # of the last writes, for the batch line
         # Called after each write with the lateness (ms) of each delivery written, the number of records refused
         # (sent to rejections) and of deliveries expired: the metrics (ops/metrics.py). Rejections and dead letters
@@ -122,8 +166,15 @@ class TimedWriter(DueQueue):
             named: set[str] = set()
             for row in rows:
                 delivery_id = self._named(row.delivery_id)
+                if delivery_id in self._book.written_early:
+                    if row.kind == KIND_DELIVER:
+                        self._early_again += 1
+                    continue  # written from its request as it was read
                 record = Record(row.topic, row.partition, row.key, row.value, header_pairs(row.headers))
                 held = self._held.get(delivery_id)
+                if held is not None and held.early is not None and row.kind == KIND_DELIVER:
+                    self._confirm(held)  # a batch hands over the version held early: the state's now
+                    continue
                 if held is None:
                     held = self._held[delivery_id] = Held(row.due_ms or 0, delivery_id, [])
                     heapq.heappush(self._heap, held)
@@ -139,34 +190,173 @@ class TimedWriter(DueQueue):
                     named.add(delivery_id)
             for delivery_id in named:
                 held = self._held[delivery_id]
-                if self._early_cancels.supersede(held.sid, delivery_id):
+                if self._superseded_early(held):
                     self._drop_early(held)
                 else:
                     self._held_by_sid.setdefault(held.sid, set()).add(delivery_id)
             self._cond.notify()
         return added
 
-    def cancel_early(self, topic: str, sid: bytes, partition: int, offset: int) -> int:
-        """A valid CANCEL of ``sid`` read from input ``topic`` at (``partition``, ``offset``) before a batch applied
-        it: drop the deliveries of ``sid`` held from requests before it in that partition (any request after it, an
-        ADD again, is a version the CANCEL does not touch), and remember it for what a batch that has not read it yet
-        hands over (``hold``) until a committed batch has read it (``forget_cancels``). Returns how many it dropped.
-        A batch that applies the CANCEL later finds them gone: nothing is written that it would have withdrawn."""
+    def _superseded_early(self, held: Held) -> bool:
+        """Called with the lock held, for a version a batch hands over: whether the first request read early of its
+        id after it drops it. An ADD or REPLACE identical to it is a no-op: it stays, and the early one goes."""
+        first = self._book.first_after(held.sid, held.delivery_id, self._arrivals)
+        if first is None:
+            return False
+        if first.content is None or first.content != held.content():
+            return True
+        if first.delivery_id in self._book.written_early:
+            # The frontier makes this impossible: every version an early one could equal is handed over before
+            # the early one is written. Written once, under the early id.
+            log.error(
+                "timed writer: %s handed over after its no-op %s was written", held.delivery_id, first.delivery_id
+            )
+            return True
+        early = self._held.get(first.delivery_id)
+        if early is not None and early.early is not None:
+            self._leave_to_batches(early)
+        return False
+
+    def hold_early(self, request: EarlyRequest) -> bool:
+        """A valid ADD or REPLACE read as it arrived, before a batch applied it: held as the version it makes, written
+        at its due time once the frontier has passed it (early_book.py), and acting at once on the versions of its id
+        made before it (dropped, unless identical: then the request is a no-op and nothing is held). Returns whether
+        it is held. Left to the batches: a request whose id has a version held or written early and not yet handed
+        over (only the state can tell how the two combine)."""
         with self._cond:
-            self._early_cancels.add(topic, sid, partition, offset)
-            dropped = 0
-            for delivery_id in list(self._held_by_sid.get(sid, ())):
-                held = self._held.get(delivery_id)
-                if held is not None and superseded_by(delivery_id, partition, offset):
-                    self._drop_early(held)
-                    dropped += 1
-            return dropped
+            delivery_id = request.delivery_id
+            if delivery_id in self._held or delivery_id in self._book.written_early:
+                return False
+            sid = request.sid if request.has_id else None
+            if sid is not None and self._has_early_version(sid):
+                return False
+            if self._book.first_after(sid, delivery_id, self._arrivals) is not None:
+                return False  # a request of its id read before it but made after it: the batches' to combine
+            content = early_content(request)
+            earlier = [
+                self._held[d]
+                for d in self._held_by_sid.get(sid, ())
+                if d in self._held and made_before(d, request.arrival, self._arrivals)
+            ]
+            if any(held.content() == content for held in earlier):
+                return False  # identical to the version it would replace: a no-op
+            if sid is not None and not self._book.add(sid, Superseding(request.arrival, content, delivery_id)):
+                return False
+            for held in earlier:
+                self._drop_early(held)
+            record = Record(
+                request.topic, None, request.key, request.value, [*request.headers, (DELIVERY_ID, delivery_id.encode())]
+            )
+            held = self._held[delivery_id] = Held(
+                request.due_ms, delivery_id, [record], [KIND_DELIVER], request.max_lateness_ms, sid, request.arrival
+            )
+            if sid is not None:
+                self._held_by_sid.setdefault(sid, set()).add(delivery_id)
+            heapq.heappush(self._early_heap, held)
+            self._cond.notify()
+            return True
+
+    def _has_early_version(self, sid: bytes) -> bool:
+        """Called with the lock held."""
+        if any(self._held[d].early is not None for d in self._held_by_sid.get(sid, ()) if d in self._held):
+            return True
+        return any(s.delivery_id in self._book.written_early for s in self._book.requests_of(sid))
+
+    def _confirm(self, held: Held) -> None:
+        """Called with the lock held: a batch handed over the version held early; it is written as any other."""
+        held.early = None
+        heapq.heappush(self._heap, held)
+        self._cond.notify()
+
+    def _leave_to_batches(self, held: Held) -> None:
+        """Called with the lock held: an early version the state did not take (or not in time) is not written."""
+        self._forget_held(held)
+        held.records = []
+        self.early_left += 1
+
+    def advance_frontier(self, frontier_ms: int) -> None:
+        """A committed batch handed over every version due by ``frontier_ms`` it holds (its time plus the
+        lookahead): the early versions due by then may be written."""
+        with self._cond:
+            if self._book.advance(frontier_ms):
+                self._cond.notify()
+
+    def early_unconfirmed(self) -> dict[bytes, str]:
+        """sid -> delivery id of the versions held early and not handed over yet."""
+        with self._cond:
+            return {h.sid: d for d, h in self._held.items() if h.early is not None and h.sid is not None}
+
+    def written_early_ids(self) -> list[str]:
+        """The deliveries written early whose requests no committed batch has read yet: a batch must not write them
+        again."""
+        with self._cond:
+            return list(self._book.written_early)
+
+    def emitted_by_batch(self, versions: Iterable[tuple[bytes, str]]) -> None:
+        """(sid, delivery id) of versions a batch writes itself (not through this writer): an early version of the
+        same id is the batch's now, written by it or replaced by what it writes."""
+        with self._cond:
+            for sid, _ in versions:
+                for delivery_id in list(self._held_by_sid.get(sid, ())):
+                    held = self._held.get(delivery_id)
+                    if held is not None and held.early is not None:
+                        self._leave_to_batches(held)
+
+    def read_early(self, records: Iterable[tuple], early: Callable[..., EarlyRequest | None] | None = None) -> int:
+        """Input records read as they arrive, before a batch applied them, as (topic, partition, offset, broker's
+        timestamp, the id a valid CANCEL cancels or None, (key, value, headers)), in the order read: their arrivals
+        order the requests of an id across partitions, each CANCEL acts at once (``cancel_early``), and each record
+        ``early(arrival, timestamp, key, value, headers)`` finds an ADD or REPLACE is held early (``hold_early``).
+        Returns how many deliveries the CANCELs dropped."""
+        dropped = 0
+        with self._cond:
+            for topic, partition, offset, timestamp, cancelled, fields in records:
+                arrival = self._arrivals.note(topic, partition, offset, timestamp)
+                if cancelled is not None:
+                    dropped += self._cancel_early(cancelled, arrival)
+                elif early is not None and fields is not None:
+                    request = early(arrival, timestamp, *fields)
+                    if request is not None:
+                        self.hold_early(request)
+        return dropped
+
+    def cancel_early(self, topic: str, sid: bytes, partition: int, offset: int, timestamp: int) -> int:
+        """A valid CANCEL of ``sid`` read from input ``topic`` at (``partition``, ``offset``, stamped ``timestamp``)
+        before a batch applied it: drop the deliveries of ``sid`` held from requests before it in log order (any
+        request after it, an ADD again, is a version the CANCEL does not touch), and remember it for what a batch that
+        has not read it yet hands over (``hold``) until a committed batch has read it (``forget_cancels``). Returns
+        how many it dropped. A batch that applies the CANCEL later finds them gone: nothing is written that it would
+        have withdrawn."""
+        with self._cond:
+            return self._cancel_early(sid, self._arrivals.note(topic, partition, offset, timestamp))
+
+    def _cancel_early(self, sid: bytes, cancel: Arrival) -> int:
+        """Called with the lock held."""
+        self._book.add(sid, Superseding(cancel, None, None))
+        dropped = 0
+        for delivery_id in list(self._held_by_sid.get(sid, ())):
+            held = self._held.get(delivery_id)
+            if held is not None and made_before(delivery_id, cancel, self._arrivals):
+                self._drop_early(held)
+                dropped += 1
+        return dropped
 
     def forget_cancels(self, committed: dict[str, dict[int, int]]) -> None:
-        """Forget the CANCELs read early that a committed batch has read (next offset to read per input topic and
-        partition): the state applied them, so no later batch hands over what they supersede."""
+        """Forget the CANCELs read early, and the arrivals, that a committed batch has read (next offset to read per
+        input topic and partition): the state applied them, so no later batch hands over what they supersede."""
         with self._cond:
-            self._early_cancels.forget(committed)
+            for held in list(self._held.values()):
+                if held.early is not None and committed_past(held.early, committed):
+                    self._leave_to_batches(held)  # read by a committed batch that did not hand it over
+            self._book.forget(committed)
+            self._arrivals.forget(committed)
+
+    def take_written_early(self) -> tuple[int, int]:
+        """Deliveries written early since the last call, and those a batch handed over again since (left out)."""
+        with self._cond:
+            taken = self._early_written_unreported, self._early_again
+            self._early_written_unreported = self._early_again = 0
+            return taken
 
     def take_withdrawn_early(self) -> int:
         """Deliveries withdrawn by early CANCELs since the last call (for a batch's line)."""
@@ -228,9 +418,13 @@ class TimedWriter(DueQueue):
 
     def _next_due(self) -> int | None:
         """Called with the lock held: when the next write is due, if one may be written."""
-        if not self._heap or (self._through is not None and self._heap[0].due_ms > self._through):
+        dues = [h[0].due_ms for h in (self._heap, self._early_heap) if h]
+        if self._early_heap and not self._book.may_write(self._early_heap[0].due_ms):
+            dues = [h[0].due_ms for h in (self._heap,) if h]  # waits for the frontier (advance_frontier notifies)
+        due = min(dues, default=None)
+        if due is None or (self._through is not None and due > self._through):
             return None
-        return self._heap[0].due_ms
+        return due
 
     def _take_due(self, now: int) -> list[Held]:
         """Called with the lock held: the deliveries due by ``now`` (and by the stop's bound) not withdrawn."""
@@ -242,6 +436,20 @@ class TimedWriter(DueQueue):
             if self._held.get(held.delivery_id) is held:
                 self._forget_held(held)
                 taken.append(held)
+        while (
+            self._early_heap and self._early_heap[0].due_ms <= now and self._book.may_write(self._early_heap[0].due_ms)
+        ):
+            held = heapq.heappop(self._early_heap)
+            if self._held.get(held.delivery_id) is not held or held.early is None:
+                continue  # handed over by a batch (in the other heap now), or left to the batches
+            if self.herd_covers(held.due_ms):
+                self._leave_to_batches(held)
+                continue
+            self._forget_held(held)
+            self._book.written_early[held.delivery_id] = held.early
+            self.written_early += 1
+            self._early_written_unreported += 1
+            taken.append(held)
         return taken
 
     def _run(self) -> None:
