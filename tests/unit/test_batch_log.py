@@ -108,12 +108,23 @@ def records_frame(spark, rows: list, schema: str = RECORDS_SCHEMA):
 class FakeWriter:
     """The timed writer's side of the sink: room, and what was handed over."""
 
-    def __init__(self, room: int):
+    def __init__(self, room: int, early: dict | None = None):
         self._room = room
         self.rows: list = []
+        self.early = early or {}  # sid -> delivery id of the versions held early
+        self.emitted: list = []  # what the sink said the batch writes itself, of those ids
 
     def room(self) -> int:
         return self._room
+
+    def early_unconfirmed(self) -> dict:
+        return dict(self.early)
+
+    def written_early_ids(self) -> list:
+        return []
+
+    def emitted_by_batch(self, versions) -> None:
+        self.emitted.extend(versions)
 
     def hold(self, rows) -> int:
         rows = list(rows)
@@ -186,6 +197,22 @@ def test_beyond_the_writers_room_small_slices_go_to_it_and_the_herd_to_the_herd_
     for saved_at, batch in sink.saves:
         for row in batch:
             assert row["due_ms"] is None or row["due_ms"] <= saved_at, f"{row['key']} written before its due time"
+    sink.close()
+
+
+def test_the_ids_held_early_that_the_batch_writes_itself_are_told_to_the_writer(spark):
+    """Beyond the writer's room the batch writes what is due itself: the timed writer hears of the ids it holds early
+    versions of, so that the batch's versions take over (engine/driver/early_book.py)."""
+    from pyspark.sql import functions as F
+
+    now = int(time.time() * 1000)
+    writer = FakeWriter(room=0, early={b"id:in/a": "in-0-9"})
+    sink = capturing_sink(writer)
+    records = records_frame(spark, held_rows(now)).withColumn(
+        "sid", F.when(F.col("key") == b"overdue", F.lit(b"id:in/a")).when(F.col("key") == b"soon", F.lit(b"id:in/b"))
+    )
+    sink._write(records, 4, 1)
+    assert writer.emitted == [(b"id:in/a", "t-0-1")]
     sink.close()
 
 
