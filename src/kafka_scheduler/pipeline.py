@@ -247,6 +247,7 @@ class Scheduler:
         )
         if self.writer is not None:
             self.writer.on_written = self.metrics.record_written
+        destinations = TopicDirectory(admin)
         # CANCELs of native inputs withdraw what the timed writer holds as they arrive, not a batch later.
         native = [t for t, d in inputs.items() if d == "native"]
         cancels = (
@@ -258,7 +259,9 @@ class Scheduler:
                 on_keyed_apart=self.metrics.record_keyed_apart,
                 # ADDs and REPLACEs due before a batch could reach them go out as read (a copy to the history topic
                 # is the batches' to write: with --history every request waits for them)
-                early=None if config.history else early_decoder(DecodeSettings.from_config(config), config.lookahead),
+                early=None
+                if config.history
+                else early_decoder(DecodeSettings.from_config(config), config.lookahead, destinations.known),
             ).start()
             if self.writer is not None and native
             else None
@@ -267,7 +270,7 @@ class Scheduler:
         self.metrics.follow_next_wakeup(lambda: self.wakeups.next_instant)
         self.sink = RecordSink(
             config,
-            TopicDirectory(admin),
+            destinations,
             self.stop_requested,
             on_batch=self._on_batch,
             writer=self.writer,

@@ -216,6 +216,18 @@ def test_the_ids_held_early_that_the_batch_writes_itself_are_told_to_the_writer(
     sink.close()
 
 
+def test_what_was_written_early_is_left_out_and_rejections_stay(spark):
+    from kafka_scheduler.engine.driver.sink_columns import records_but
+
+    records = records_frame(spark, held_rows(int(time.time() * 1000)))
+    kept = records_but(records, ["t-0-2", "t-0-3"]).select("kind", "key").collect()
+    assert sorted((row["kind"], row["key"]) for row in kept) == [
+        ("deliver", b"later-too"),
+        ("deliver", b"overdue"),
+        ("reject", b"bad"),
+    ]
+
+
 def test_sink_without_a_writer_writes_once(spark):
     now = int(time.time() * 1000)
     sink = capturing_sink(None)

@@ -126,10 +126,34 @@ def test_held_versions_an_early_request_meets(writer):
     assert writer.withdraw([delivery_id(TOPIC, 0, 11)]) == 0 and writer.withdraw([delivery_id(TOPIC, 0, 10)]) == 1
 
 
-def test_an_id_with_an_early_version_leaves_its_next_requests_to_the_batches(writer):
-    due = now_ms() + 60_000
+def test_an_id_with_an_early_version_leaves_it_and_its_next_requests_to_the_batches(writer):
+    """An ADD and an ADD again of one id read together: the state keeps the second, so neither goes out early."""
+    due = now_ms() + 100
     assert writer.hold_early(request("a", 10, due))
-    assert not writer.hold_early(request("a", 11, due, value=b"other"))
+    assert not writer.hold_early(request("a", 11, due + 100, value=b"other"))
+    assert writer.early_unconfirmed() == {} and writer.early_left == 1
+    writer.advance_frontier(due + 1000)
+    settle(writer, 0.4)
+    assert sent(writer) == []
+
+
+@pytest.mark.parametrize(
+    "action, due",
+    [(b"REPLACE", "2999-01-01T00:00:00Z"), (b"REPLACE", "tomorrow"), (b"CRON_ADD", "x"), (b"PAUSE", "x")],
+    ids=["far-off", "invalid", "cron-action", "unknown-action"],
+)
+def test_a_request_of_its_id_the_early_path_does_not_take_leaves_the_early_version_to_the_batches(writer, action, due):
+    """A REPLACE due far off (or any request the early path cannot tell) read after an early version: only the
+    state can say what becomes of that version. A CRON_ADD names a cron's id, another id: the version stays."""
+    early_due = now_ms() + 100
+    assert writer.hold_early(request("a", 10, early_due))
+    headers = [("x-scheduler-request-id", b"a"), ("x-scheduler-action", action), ("x-scheduler-deliver-at", due)]
+    writer.read_early([(TOPIC, 0, 11, 0, None, (b"k", b"v", headers))], lambda *fields: None)
+    stays = action == b"CRON_ADD"
+    assert writer.early_unconfirmed() == ({sid("a"): delivery_id(TOPIC, 0, 10)} if stays else {})
+    writer.advance_frontier(early_due + 1000)
+    settle(writer, 0.4)
+    assert sent(writer) == ([b"v"] if stays else [])
 
 
 def test_a_cancel_read_after_an_early_version_drops_it(writer):

@@ -11,7 +11,13 @@ import pytest
 from kafka_scheduler import dialects
 from kafka_scheduler.client.encoders import encode_native
 from kafka_scheduler.engine.driver.early_cancels import Arrival
-from kafka_scheduler.engine.driver.early_requests import due_ms_of, lateness_ms_of, native_early_request
+from kafka_scheduler.engine.driver.early_requests import (
+    due_ms_of,
+    early_decoder,
+    lateness_ms_of,
+    native_early_request,
+)
+from kafka_scheduler.kafka.topics import Destination
 
 from .. import hostile_records as hr
 from .test_hostile_decode import NOW, NOW_MS, SETTINGS, context
@@ -170,3 +176,22 @@ def test_a_destination_rule_given_as_a_regex_leaves_every_request_to_the_batches
     assert native_early_request(arrival, NOW_MS, None, b"v", headers, SETTINGS) is not None
     regex = SETTINGS.__class__(**{**SETTINGS.__dict__, "allowed_destinations": "orders.*"})
     assert native_early_request(arrival, NOW_MS, None, b"v", headers, regex) is None
+
+
+@pytest.mark.parametrize(
+    "destination, value_bytes, taken",
+    [
+        (Destination(1, True, None), 100, True),
+        (Destination(1, True, 2000), 100, True),
+        (Destination(1, True, 2000), 5000, False),  # the sink makes a rejection of it (lz4 would let it through)
+        (Destination(1, True, 2000), 1700, False),  # the key, the headers and the framing count too
+        (Destination(1, False, None), 100, False),  # not writable: a rejection
+        (None, 100, False),  # not looked up yet, or missing
+    ],
+)
+def test_only_a_request_the_sink_would_write_as_it_is_goes_out_early(destination, value_bytes, taken):
+    decode = early_decoder(SETTINGS, 10_000, {"orders": destination}.get)
+    due = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ").encode()
+    headers = [("x-scheduler-deliver-to", b"orders"), ("x-scheduler-deliver-at", due), ("x-scheduler-request-id", b"r")]
+    request = decode(Arrival(TOPIC, 0, 5, NOW_MS), NOW_MS, b"k", b"v" * value_bytes, headers)
+    assert (request is not None) == taken

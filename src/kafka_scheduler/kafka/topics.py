@@ -208,6 +208,10 @@ class TopicDirectory:
     def invalidate(self) -> None:
         self._fetched_at.clear()
 
+    def known(self, name: str) -> Destination | None:
+        """What the last look-up found of ``name``, without looking it up (None: not looked up yet, or missing)."""
+        return self._known.get(name)
+
     def _fetch(self, names: set[str]) -> None:
         found: dict[str, Destination | None] = {}
         futures = self._admin.describe_topics(

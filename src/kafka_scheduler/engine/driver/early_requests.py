@@ -12,17 +12,19 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from ...delivery_ids import delivery_id
 from ...dialects.common import TOPIC_NAME_REGEX, DecodeSettings
 from ...dialects.native import ISO_DURATION_REGEX, MILLIS_REGEX, UNITS_REGEX
+from ...kafka.topics import Destination
 from ...protocol import (
     ACTION,
     CLIENT_SID_PREFIX,
     DELIVER_AT,
     DELIVER_TO,
+    DELIVERY_ID,
     INTERNAL_SID_PREFIX,
     MAX_LATENESS,
     PREFIX,
@@ -30,6 +32,7 @@ from ...protocol import (
     schedule_sid,
 )
 from .early_cancels import Arrival, first_headers
+from .sink_plan import record_payload_bytes, takes_at_once
 
 # The due time as the client writes it (UTC, a Z, up to nanoseconds): other spellings are the batches' to read.
 # ASCII: Java's \d is an ASCII digit, Python's any digit.
@@ -176,11 +179,12 @@ def native_early_request(
     )
 
 
-def early_decoder(settings: DecodeSettings, lookahead_ms: int):
+def early_decoder(settings: DecodeSettings, lookahead_ms: int, destination_of: Callable[[str], Destination | None]):
     """``native_early_request`` with the job's settings, as the CANCEL watcher calls it for each record. A request due
     later than the lookahead from now is the batches' (one will have applied it before the frontier reaches its due
     time): told from the due time's text alone, without decoding the rest (a backlog of far-off requests costs next
-    to nothing)."""
+    to nothing). So is one whose destination the sink has not looked up yet (``destination_of``: what it knows of a
+    topic), or would refuse: the batches make a rejection of it where the sink would."""
 
     def decode(arrival: Arrival, timestamp: int, key, value, headers, first=None) -> EarlyRequest | None:
         due_text = None if not first else first.get(DELIVER_AT)
@@ -188,7 +192,12 @@ def early_decoder(settings: DecodeSettings, lookahead_ms: int):
             latest = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + lookahead_ms / 1000 + 1)).encode()
             if bytes(due_text[:19]) > latest:
                 return None
-        return native_early_request(arrival, timestamp, key, value, headers, settings, first)
+        request = native_early_request(arrival, timestamp, key, value, headers, settings, first)
+        if request is None:
+            return None
+        delivered = (*request.headers, (DELIVERY_ID, request.delivery_id.encode()))
+        payload = record_payload_bytes(request.key, request.value, delivered)
+        return request if takes_at_once(destination_of(request.topic), payload) else None
 
     return decode
 

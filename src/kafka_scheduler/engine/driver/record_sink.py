@@ -27,7 +27,7 @@ from .batch_summary import BatchSummary
 from .exactly_once import TransactionalSender
 from .herd_slices import SparkHerdSlices
 from .herd_writer import HerdWriter
-from .sink_columns import SinkColumns, as_columns, write_with_spark
+from .sink_columns import SinkColumns, as_columns, records_but, write_with_spark
 from .sink_plan import (
     BatchDigest,
     Refusals,
@@ -313,7 +313,7 @@ class RecordSink:
         written_early = self.writer.written_early_ids() if self.writer is not None else []
         if written_early:
             # Written from their requests as they were read, before this batch: not again.
-            records = records.filter(~F.col("delivery_id").isin(written_early))
+            records = records_but(records, written_early)
         if read.partitioned:
             records = records.withColumn("partition", columns.partition_picked(refusals.counts))
         dead = refusals.of_topics(read.per_topic)

@@ -73,7 +73,7 @@ def headers_array(headers: Iterable[HeaderColumn]) -> Column:
 
 
 def payload_bytes() -> Column:
-    """Key, value, header names and header values of a record, in bytes."""
+    """Key, value, header names and header values of a record, in bytes (sink_plan.record_payload_bytes in Python)."""
     headers = F.aggregate(
         F.coalesce(F.col("headers"), F.array()),
         F.lit(0).cast("long"),
@@ -92,6 +92,12 @@ def payload_bytes() -> Column:
 def framed_bytes_column(payload: Column) -> Column:
     """``sink_plan.framed_bytes`` in Spark (header framing is already in ``payload_bytes``)."""
     return payload + F.lit(RECORD_FRAMING_BYTES) + F.floor(payload / F.lit(8192)).cast("long")
+
+
+def records_but(records: DataFrame, delivery_ids: list[str]) -> DataFrame:
+    """``records`` less those of ``delivery_ids``. A record without delivery id (a rejection) stays: NOT IN of a null
+    is unknown, and a filter drops what is unknown."""
+    return records.filter(F.col("delivery_id").isNull() | ~F.col("delivery_id").isin(delivery_ids))
 
 
 def expiry_headers() -> Column:

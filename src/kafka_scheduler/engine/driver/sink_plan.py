@@ -117,6 +117,22 @@ class Refusals:
         return {t: n for t, n in self.counts.items() if partitioned.get(t, -1) >= n}
 
 
+def record_payload_bytes(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]]) -> int:
+    """``sink_columns.payload_bytes`` of one record in Python: key, value, header names and values and framing."""
+    return (
+        len(key or b"")
+        + len(value or b"")
+        + sum(len(name.encode()) + len(header or b"") + HEADER_FRAMING_BYTES for name, header in headers)
+    )
+
+
+def takes_at_once(destination: Destination | None, payload: int) -> bool:
+    """Whether a record of ``payload`` bytes can be written to a destination known from an earlier look-up, with
+    nothing for the sink to refuse (a destination not looked up yet, missing, not writable, or with a smaller
+    record limit: a batch's to write, or to turn into a rejection)."""
+    return destination is not None and destination.writable and framed_bytes(payload) <= record_limit(destination)[0]
+
+
 def record_limit(destination: Destination) -> tuple[int, str]:
     """The largest framed record a topic takes, and why: its max.message.bytes or the producers' own limit."""
     if destination.max_message_bytes is not None and destination.max_message_bytes < PRODUCER_MAX_BYTES:

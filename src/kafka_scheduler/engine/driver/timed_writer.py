@@ -29,7 +29,7 @@ from ...protocol import DELIVERY_ID
 from ..contract import KIND_DELIVER, KIND_HISTORY, WriterRow
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
 from .early_book import Content, EarlyBook, Superseding, committed_past
-from .early_cancels import Arrival, ArrivalTimes, made_before
+from .early_cancels import Arrival, ArrivalTimes, made_before, native_request_sid
 from .early_requests import EarlyRequest
 from .exactly_once import FencedError, TransactionalSender
 from .producing import (
@@ -228,10 +228,13 @@ class TimedWriter(DueQueue):
             if delivery_id in self._held or delivery_id in self._book.written_early:
                 return False
             sid = request.sid if request.has_id else None
-            if sid is not None and self._has_early_version(sid):
+            if sid is not None and (
+                self._has_early_version(sid) or self._book.first_after(sid, delivery_id, self._arrivals) is not None
+            ):
+                # Another request of its id read early (before it, or made after it): how the two combine is the
+                # state's to say, so neither is written early.
+                self._leave_early_versions(sid)
                 return False
-            if self._book.first_after(sid, delivery_id, self._arrivals) is not None:
-                return False  # a request of its id read before it but made after it: the batches' to combine
             content = early_content(request)
             earlier = [
                 self._held[d]
@@ -255,6 +258,14 @@ class TimedWriter(DueQueue):
             heapq.heappush(self._early_heap, held)
             self._cond.notify()
             return True
+
+    def _leave_early_versions(self, sid: bytes) -> None:
+        """Called with the lock held: a request of ``sid`` the early path does not take changes what the state makes
+        of the id, so the versions of ``sid`` held early and not handed over yet are the batches' to hand over."""
+        for delivery_id in list(self._held_by_sid.get(sid, ())):
+            held = self._held.get(delivery_id)
+            if held is not None and held.early is not None:
+                self._leave_to_batches(held)
 
     def _has_early_version(self, sid: bytes) -> bool:
         """Called with the lock held."""
@@ -314,10 +325,16 @@ class TimedWriter(DueQueue):
                 arrival = self._arrivals.note(topic, partition, offset, timestamp)
                 if cancelled is not None:
                     dropped += self._cancel_early(cancelled, arrival)
-                elif early is not None and fields is not None:
-                    request = early(arrival, timestamp, *fields)
+                elif fields is not None:
+                    request = None if early is None else early(arrival, timestamp, *fields)
                     if request is not None:
                         self.hold_early(request)
+                    elif self._held_by_sid:
+                        # Not one the early path can tell (far off, invalid, another action, not sure): if it names
+                        # an id with a version held early, the batches decide what becomes of that version.
+                        named = native_request_sid(topic, fields[2], fields[3] if len(fields) > 3 else None)
+                        if named is not None:
+                            self._leave_early_versions(named)
         return dropped
 
     def cancel_early(self, topic: str, sid: bytes, partition: int, offset: int, timestamp: int) -> int:
