@@ -352,7 +352,7 @@ class Config:
 
     @property
     def ticks_topic(self) -> str:
-        """Wake-up ticks the driver writes for itself (timed_writer.Wakeups)."""
+        """Wake-up ticks the driver writes for itself (driver.wakeups)."""
         return self.app_id + TICKS_SUFFIX
 
     @property

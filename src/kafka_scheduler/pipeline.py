@@ -27,7 +27,8 @@ from .engine.driver.early_requests import early_decoder
 from .engine.driver.exactly_once import TransactionalSender, herd_member, transactional_id
 from .engine.driver.producing import PRODUCER_MAX_BYTES, producer_config
 from .engine.driver.record_sink import RecordSink
-from .engine.driver.timed_writer import TimedWriter, Wakeups
+from .engine.driver.timed_writer import TimedWriter
+from .engine.driver.wakeups import Wakeups
 from .engine.rules.buckets import BUCKET_MS
 from .engine.spark.checkpoint import (
     LocalFiles,

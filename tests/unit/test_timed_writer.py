@@ -7,7 +7,8 @@ from confluent_kafka import KafkaError, KafkaException
 
 from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_HISTORY, KIND_REJECT, WriterRow
 from kafka_scheduler.engine.driver.producing import send_sorting_refusals
-from kafka_scheduler.engine.driver.timed_writer import TICK_REPORT, TICK_WAKE, TimedWriter, Wakeups
+from kafka_scheduler.engine.driver.timed_writer import TimedWriter
+from kafka_scheduler.engine.driver.wakeups import TICK_REPORT, TICK_WAKE, Wakeups
 
 from ..integration.support import wait_until
 

@@ -42,7 +42,8 @@ from .sink_plan import (
     route_slices,
     written_by_ms,
 )
-from .timed_writer import TimedWriter, Wakeups
+from .timed_writer import TimedWriter
+from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,10 @@
-"""The driver's two clocks: a timed writer that writes prepared deliveries at their due instant, and the
-wake-up ticks that make the job run a micro-batch only when there is something to do.
+"""The timed writer: it writes prepared deliveries at their due instant, off the batch path.
 
 Prepared deliveries come out of a micro-batch up to ``--lookahead`` before they are due (the state keeps
 them until a batch after their due time retires them, so a crash loses nothing). The writer holds them in
 memory, at most ``max_held`` records, and writes each with its own producer at its due time, off the batch
 path: no batch waits for a due time. A later batch may withdraw one (a replace or cancel read before it was
 written).
-
-Micro-batches without new input are off (``spark.sql.streaming.noDataMicroBatches.enabled=false``), so an
-idle job costs next to nothing; timers then fire only when a batch runs. ``Wakeups`` keeps every timer
-instant the state has armed (the processor reports each one) and writes a tick record to the app's ticks
-topic when one comes due, which makes the source see new data and the next batch fire the timer. At start it
-writes a report tick, on which every shard reports the timers it already has.
 """
 
 from __future__ import annotations
@@ -44,9 +37,6 @@ from .producing import (
 )
 
 log = logging.getLogger(__name__)
-
-TICK_WAKE = b"wake"
-TICK_REPORT = b"report"  # every shard reports its timers (see WheelProcessor)
 
 
 @dataclass(order=True)
@@ -632,77 +622,3 @@ def _kind_of(held: Held, record: tuple) -> str:
         if candidate is record:
             return kind
     return KIND_DELIVER
-
-
-class Wakeups:
-    """Writes a tick to the ticks topic at every armed timer instant (and a report tick at start)."""
-
-    def __init__(
-        self, bootstrap_servers: str, topic: str, producer: Producer | None = None, client_options: dict | None = None
-    ):
-        self.topic = topic
-        self._producer = producer or Producer(producer_config(bootstrap_servers, **(client_options or {})))
-        self._instants: list[int] = []
-        self._known: set[int] = set()
-        self._cond = threading.Condition()
-        self._closed = False
-        self.ticks = 0
-        self._thread = threading.Thread(target=self._run, name="wakeups", daemon=True)
-
-    def start(self) -> None:
-        self.tick(TICK_REPORT)
-        self._thread.start()
-
-    def add(self, instants: Iterable[int]) -> None:
-        with self._cond:
-            for instant in instants:
-                if instant is not None and instant not in self._known:
-                    self._known.add(instant)
-                    heapq.heappush(self._instants, int(instant))
-            self._cond.notify()
-
-    @property
-    def next_instant(self) -> int | None:
-        with self._cond:
-            return self._instants[0] if self._instants else None
-
-    def report(self) -> None:
-        """A report tick now: it reaches every shard, so the next batch runs the state's rules in each."""
-        self.tick(TICK_REPORT)
-
-    def tick(self, value: bytes = TICK_WAKE) -> None:
-        self._producer.produce(self.topic, value=value)
-        self._producer.flush(10)
-        self.ticks += 1
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(5)
-
-    def _take_due(self, now: int) -> list[int]:
-        taken = []
-        while self._instants and self._instants[0] <= now:
-            taken.append(heapq.heappop(self._instants))
-            self._known.discard(taken[-1])
-        return taken
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if (
-                    wait_until_due(
-                        self._cond,
-                        lambda: self._closed,
-                        lambda: self._instants[0] if self._instants else None,
-                        self._take_due,
-                    )
-                    is None
-                ):
-                    return
-            try:
-                self.tick()
-            except Exception as exc:  # the broker may be away for a while: the next instant tries again
-                log.warning("wake-up tick not written: %s", exc)

@@ -59,7 +59,7 @@ def spark_settings(config: Config, jvm_options: str = "") -> dict[str, str]:
         "spark.sql.streaming.minBatchesToRetain": str(config.state_batches_kept),
         "spark.sql.streaming.stateStore.minDeltasForSnapshot": str(config.state_snapshot_every),
         # No micro-batch without new input: an idle job then costs next to nothing. Timers fire in the batches
-        # the driver's wake-up ticks cause (timed_writer.Wakeups).
+        # the driver's wake-up ticks cause (driver.wakeups).
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         # How often an idle query asks Kafka for new offsets: each ask costs JVM CPU, and the default 10 ms keeps a
         # good part of a core busy doing nothing (bench idle). A request or tick waits at most this long to be seen;
