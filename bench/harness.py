@@ -416,13 +416,14 @@ class RequestProducer:
         headers += [("x-scheduler-action", b"REPLACE"), ("x-scheduler-request-id", request_id.encode())]
         self._produce(request_id.encode(), value, headers)
 
-    def cancel(self, request_id: str) -> None:
+    def cancel(self, request_id: str, keyed_apart: bool = False) -> None:
+        """``keyed_apart``: keyed unlike the id's other requests, so it most likely goes to another partition."""
         if self.dialect != "native":
             self._encoded("cancel", None, None, request_id, None)
             return
         # The key is not delivered (nothing is); it is there to route the cancel to the id's partition.
         self._produce(
-            request_id.encode(),
+            (request_id + "/cancel" if keyed_apart else request_id).encode(),
             None,
             [("x-scheduler-action", b"CANCEL"), ("x-scheduler-request-id", request_id.encode())],
         )

@@ -4,7 +4,8 @@
 
 A herd of --count schedules with ids, all due at one instant T, is sent first and waited for until the job has
 committed it. From then on ordinary schedules arrive at --ordinary-rate per second with ids, each due 3 s after it
-is sent; every 10th is cancelled 1 s after it was sent. They keep coming until --after seconds past the herd's last
+is sent; every 10th is cancelled 1 s after it was sent (keyed like it, or apart from it with
+--cancels-keyed-apart). They keep coming until --after seconds past the herd's last
 delivery. (They start once the herd is in: while a million requests are ingested every batch is an ingest batch, which
 is issue 18's ingest target, not this one.)
 
@@ -57,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=30,
         help="mixed: seconds of ordinary traffic after the herd's last delivery (default 30)",
+    )
+    parser.add_argument(
+        "--cancels-keyed-apart",
+        action="store_true",
+        help="mixed: key each CANCEL apart from its schedule (the id plus a suffix), so most go to another "
+        "partition of the requests topic, as from a producer that sends CANCELs as headers only",
     )
 
 
@@ -208,7 +215,7 @@ def mixed(env: Environment, args) -> dict:
         target = started + i / args.ordinary_rate
         if now < target:
             while cancels and cancels[0][0] <= now:
-                producer.cancel(heapq.heappop(cancels)[1])
+                producer.cancel(heapq.heappop(cancels)[1], keyed_apart=args.cancels_keyed_apart)
             reader.poll(0)
             time.sleep(min(0.002, max(0.0, target - time.time())))
             continue
@@ -225,7 +232,7 @@ def mixed(env: Environment, args) -> dict:
     while cancels:  # the last ones, at their time
         at, request_id = heapq.heappop(cancels)
         time.sleep(max(0.0, at - time.time()))
-        producer.cancel(request_id)
+        producer.cancel(request_id, keyed_apart=args.cancels_keyed_apart)
     producer.flush()
     herd_offsets.close()
     if herd_done_at is None:

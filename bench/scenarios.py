@@ -12,7 +12,7 @@
     kafka-scheduler bench strikes --count 1000000 --strikes 500000 --wave 5000 [--deliver]   (bench/strikes.py)
     kafka-scheduler bench cron --count 1000000 [--minutes 10]   (bench/cron_firings.py)
     kafka-scheduler bench hostile --count 1000000   (bench/hostile.py)
-    kafka-scheduler bench mixed --count 1000000 [--ordinary-rate 200] [--after 30]   (bench/mixed.py)
+    kafka-scheduler bench mixed --count 1000000 [--ordinary-rate 200] [--cancels-keyed-apart]   (bench/mixed.py)
     make bench            # `bench all`: the PLAN below, at the issues' target sizes
 
 steady: --rate requests/s with ids for --duration s, each due --lead s after it is sent, except
