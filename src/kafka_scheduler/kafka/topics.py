@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 import re
 import socket
 import threading
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 # While no broker answers: retry this often, and log a line this often.
 BROKER_RETRY_S = 1.0
 BROKER_NOTE_EVERY_S = 10.0
+# Destination names looked up in the background for the early path, at most (each once).
+MAX_BACKGROUND_LOOK_UPS = 10_000
 
 
 class KafkaUnreachable(RuntimeError):
@@ -186,6 +189,9 @@ class TopicDirectory:
         self._refresh_seconds = refresh_seconds
         self._known: dict[str, Destination | None] = {}  # None: does not exist (or may not even be described)
         self._fetched_at: dict[str, float] = {}
+        self._to_look_up: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._asked: set[str] = set()  # names handed to the background look-up
+        self._looker: threading.Thread | None = None
 
     def describe(self, names: set[str]) -> dict[str, Destination]:
         """The destinations among ``names`` that exist (or that this client may not describe: not writable)."""
@@ -209,8 +215,32 @@ class TopicDirectory:
         self._fetched_at.clear()
 
     def known(self, name: str) -> Destination | None:
-        """What the last look-up found of ``name``, without looking it up (None: not looked up yet, or missing)."""
-        return self._known.get(name)
+        """What the last look-up found of ``name``, without waiting for one (None: missing, or not looked up yet).
+        A name never looked up is looked up in the background, so that the next call knows it; the early path asks
+        this of every request it reads, and must not wait for the broker (nor wait for a batch to look it up)."""
+        destination = self._known.get(name)
+        if destination is None and name not in self._fetched_at and name not in self._asked:
+            self._look_up_later(name)
+        return destination
+
+    def _look_up_later(self, name: str) -> None:
+        if len(self._asked) >= MAX_BACKGROUND_LOOK_UPS:
+            return  # names without end (hostile input): the batches look them up as they write them
+        self._asked.add(name)
+        self._to_look_up.put(name)
+        if self._looker is None:
+            self._looker = threading.Thread(target=self._look_up, name="destination-look-up", daemon=True)
+            self._looker.start()
+
+    def _look_up(self) -> None:
+        while True:
+            name = self._to_look_up.get()
+            if name in self._fetched_at:
+                continue
+            try:
+                self._fetch({name})
+            except KafkaException as exc:
+                log.debug("destinations: looking up %s in the background failed: %s", name, exc)
 
     def _fetch(self, names: set[str]) -> None:
         found: dict[str, Destination | None] = {}

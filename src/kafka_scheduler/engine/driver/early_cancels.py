@@ -49,6 +49,7 @@ MAX_IDS_FOLLOWED = 100_000
 FORGET_EVERY_S = 1.0
 PARTITIONS_EVERY_S = 30.0
 KEYED_APART_LOG_EVERY_S = 60.0
+READ_AT_ONCE = 1000  # messages handed to the timed writer in one go, at most
 
 
 def first_headers(headers: Iterable | None) -> dict[str, bytes | None] | None:
@@ -326,7 +327,11 @@ class CancelWatcher:
                 if not assigned:
                     self._stop.wait(0.5)
                     continue
-                self.read(consumer.consume(1000, timeout=0.2))
+                # One message waited for, then what else is there at once: consume(n, timeout) would hold what
+                # came first until n arrived or the timeout passed.
+                first = consumer.poll(0.2)
+                if first is not None:
+                    self.read([first, *consumer.consume(READ_AT_ONCE, timeout=0)])
         except Exception as exc:  # only an early path: the batches still apply every CANCEL
             log.warning("cancel watcher stopped (CANCELs now act when their batch runs): %s", exc)
         finally:
