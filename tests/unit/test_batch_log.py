@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -200,9 +201,11 @@ def test_beyond_the_writers_room_small_slices_go_to_it_and_the_herd_to_the_herd_
     sink.close()
 
 
-def test_the_ids_held_early_that_the_batch_writes_itself_are_told_to_the_writer(spark):
+@pytest.mark.parametrize("prepared", [4, 0], ids=["with-slices", "nothing-prepared"])
+def test_the_ids_held_early_that_the_batch_writes_itself_are_told_to_the_writer(spark, prepared):
     """Beyond the writer's room the batch writes what is due itself: the timed writer hears of the ids it holds early
-    versions of, so that the batch's versions take over (engine/driver/early_book.py)."""
+    versions of, before the batch writes anything, so that the batch's versions take over
+    (engine/driver/early_book.py)."""
     from pyspark.sql import functions as F
 
     now = int(time.time() * 1000)
@@ -211,8 +214,12 @@ def test_the_ids_held_early_that_the_batch_writes_itself_are_told_to_the_writer(
     records = records_frame(spark, held_rows(now)).withColumn(
         "sid", F.when(F.col("key") == b"overdue", F.lit(b"id:in/a")).when(F.col("key") == b"soon", F.lit(b"id:in/b"))
     )
-    sink._write(records, 4, 1)
+    saved_when_told = []
+    emitted_by_batch = writer.emitted_by_batch
+    writer.emitted_by_batch = lambda versions: (saved_when_told.append(len(sink.saves)), emitted_by_batch(versions))
+    sink._write(records, prepared, 1)
     assert writer.emitted == [(b"id:in/a", "t-0-1")]
+    assert saved_when_told == [0] and sink.saves
     sink.close()
 
 

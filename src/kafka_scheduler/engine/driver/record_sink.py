@@ -253,22 +253,32 @@ class RecordSink:
                 # leaves them out itself in the branch above: a filter naming thousands of ids costs the batch's
                 # Spark jobs more than the rest of their plan.)
                 records = records_but(records, written_early)
-            self._tell_early_versions(records)
+        early = self.writer.early_unconfirmed() if self.writer is not None else {}
         if not prepared_records:
+            self._tell_early_versions(records, early)
             self._save(records)
             return 0
-        if due_now:
-            self._save(records.filter(~held))
-        loads = [
-            SliceLoad(row["slice"], row["records"], row["deliveries"], row["deadline"])
-            for row in records.filter(held)
-            .groupBy(slice_of.alias("slice"))
+        # One pass over the batch (a herd's is a million rows): each held slice's load, and the batch's versions of
+        # the ids held early, told to the writer before anything of the batch is written (_tell_early_versions).
+        told = (self.columns.is_delivery & F.col("sid").isin(list(early))) if early else F.lit(False)
+        rows = (
+            records.groupBy(F.when(held, slice_of).alias("slice"))
             .agg(
                 F.count(F.lit(1)).alias("records"),
                 F.sum(F.when(F.col("kind") == KIND_DELIVER, 1).otherwise(0)).alias("deliveries"),
                 F.min(F.col("due_ms") + F.col("max_lateness_ms")).alias("deadline"),
+                F.collect_list(F.when(told, F.struct("sid", "delivery_id"))).alias("told"),
             )
             .collect()
+        )
+        if early:
+            self.writer.emitted_by_batch((bytes(v["sid"]), v["delivery_id"]) for row in rows for v in row["told"])
+        if due_now:
+            self._save(records.filter(~held))
+        loads = [
+            SliceLoad(row["slice"], row["records"], row["deliveries"], row["deadline"])
+            for row in rows
+            if row["slice"] is not None
         ]
         small, big = route_slices(loads, self.writer.room())
         held_count = 0
@@ -287,10 +297,9 @@ class RecordSink:
             )
         return held_count
 
-    def _tell_early_versions(self, records: DataFrame) -> None:
-        """Before the batch writes deliveries itself: the timed writer's early versions of the ids it writes are
-        the batch's to decide (one Spark job, only while some are held early)."""
-        early = self.writer.early_unconfirmed()
+    def _tell_early_versions(self, records: DataFrame, early: dict[bytes, str]) -> None:
+        """Before the batch writes deliveries itself: the timed writer's early versions (``early``) of the ids it
+        writes are the batch's to decide (one Spark job, only while some are held early)."""
         if early:
             found = (
                 records.filter(self.columns.is_delivery & F.col("sid").isin(list(early)))
