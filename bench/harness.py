@@ -421,7 +421,8 @@ class RequestProducer:
         if self.dialect != "native":
             self._encoded("cancel", None, None, request_id, None)
             return
-        # The key is not delivered (nothing is); it is there to route the cancel to the id's partition.
+        # The key is not delivered (nothing is); it is there to route the cancel to the id's partition, or, keyed
+        # apart, to another one most likely.
         self._produce(
             (request_id + "/cancel" if keyed_apart else request_id).encode(),
             None,

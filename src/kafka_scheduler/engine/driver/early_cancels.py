@@ -331,7 +331,7 @@ class CancelWatcher:
                 # came first until n arrived or the timeout passed.
                 first = consumer.poll(0.2)
                 if first is not None:
-                    self.read([first, *consumer.consume(READ_AT_ONCE, timeout=0)])
+                    self.read([first, *consumer.consume(READ_AT_ONCE - 1, timeout=0)])
         except Exception as exc:  # only an early path: the batches still apply every CANCEL
             log.warning("cancel watcher stopped (CANCELs now act when their batch runs): %s", exc)
         finally:

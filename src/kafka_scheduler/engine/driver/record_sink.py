@@ -246,6 +246,7 @@ class RecordSink:
             rows = list(writer_rows(records.select(*self.columns.writer_columns).collect()))
             self.writer.hold(rows)
             return sum(1 for row in rows if row.kind == KIND_DELIVER and row.held)
+        early: dict[bytes, str] = {}
         if self.writer is not None:
             written_early = self.writer.written_early_ids()
             if written_early:
@@ -253,14 +254,14 @@ class RecordSink:
                 # leaves them out itself in the branch above: a filter naming thousands of ids costs the batch's
                 # Spark jobs more than the rest of their plan.)
                 records = records_but(records, written_early)
-        early = self.writer.early_unconfirmed() if self.writer is not None else {}
+            early = self.writer.early_unconfirmed()
         if not prepared_records:
             self._tell_early_versions(records, early)
             self._save(records)
             return 0
         # One pass over the batch (a herd's is a million rows): each held slice's load, and the batch's versions of
         # the ids held early, told to the writer before anything of the batch is written (_tell_early_versions).
-        told = (self.columns.is_delivery & F.col("sid").isin(list(early))) if early else F.lit(False)
+        told = self._versions_of(early) if early else F.lit(False)
         rows = (
             records.groupBy(F.when(held, slice_of).alias("slice"))
             .agg(
@@ -301,12 +302,12 @@ class RecordSink:
         """Before the batch writes deliveries itself: the timed writer's early versions (``early``) of the ids it
         writes are the batch's to decide (one Spark job, only while some are held early)."""
         if early:
-            found = (
-                records.filter(self.columns.is_delivery & F.col("sid").isin(list(early)))
-                .select("sid", "delivery_id")
-                .collect()
-            )
+            found = records.filter(self._versions_of(early)).select("sid", "delivery_id").collect()
             self.writer.emitted_by_batch((bytes(row["sid"]), row["delivery_id"]) for row in found)
+
+    def _versions_of(self, early: dict[bytes, str]) -> Column:
+        """The batch's deliveries of the ids the timed writer holds early versions of."""
+        return self.columns.is_delivery & F.col("sid").isin(list(early))
 
     def _refusals(self, read: BatchDigest) -> Refusals:
         """What the destinations of this batch's deliveries would refuse, from the broker's metadata (cached)."""
