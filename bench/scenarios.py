@@ -13,6 +13,7 @@
     kafka-scheduler bench cron --count 1000000 [--minutes 10]   (bench/cron_firings.py)
     kafka-scheduler bench hostile --count 1000000   (bench/hostile.py)
     kafka-scheduler bench mixed --count 1000000 [--ordinary-rate 200] [--cancels-keyed-apart]   (bench/mixed.py)
+    kafka-scheduler bench backlog --count 1000000 [--ordinary-rate 200] [--cancels-keyed-apart]   (bench/backlog.py)
     make bench            # `bench all`: the PLAN below, at the issues' target sizes
 
 steady: --rate requests/s with ids for --duration s, each due --lead s after it is sent, except
@@ -58,7 +59,9 @@ from kafka_scheduler.kafka.local_broker import free_port
 from kafka_scheduler.protocol import DIALECT_NAMES
 
 from . import mixed as mixed_scenario
+from . import ordinary as ordinary_traffic
 from . import soak as soak_module
+from .backlog import backlog
 from .cron_firings import cron
 from .harness import (
     INGEST_PLANNED_PER_S,
@@ -392,6 +395,7 @@ SCENARIOS = {
     "cron": cron,
     "soak": soak_module.soak,
     "mixed": mixed_scenario.mixed,
+    "backlog": backlog,
 }
 
 # The issue's target sizes, as a single scenario runs them by default.
@@ -406,7 +410,8 @@ TARGETS = {
     "hostile": {"count": 1_000_000},
     "cron": {"count": 1_000_000, "minutes": 10},
     "soak": {"duration": 3600, "rate": 500},  # bench/soak.py; not in PLAN (an hour)
-    "mixed": {"count": 1_000_000},
+    "mixed": {"count": 1_000_000, "after": 30},
+    "backlog": {"count": 1_000_000, "after": 40},
 }
 
 # What `make bench` (scenario "all") runs: every target of issue 7 with default settings, then pending and strikes.
@@ -423,6 +428,7 @@ PLAN = [
     ("strikes", {}),
     ("cron", {}),
     ("mixed", {"count": 10_000_000}),
+    ("backlog", {}),
 ]
 
 
@@ -454,7 +460,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--count",
         type=int,
         default=None,
-        help="ingest/herd/pending/restart/strikes/hostile/cron: number of requests (default 1,000,000; "
+        help="ingest/herd/pending/restart/strikes/hostile/cron/mixed/backlog: number of requests (default 1,000,000; "
         "herd and pending 10,000,000); idle: schedules pending an hour ahead (default 10,000)",
     )
     parser.add_argument("--minutes", type=int, default=None, help="cron: minutes of firings watched (default 10)")
@@ -516,7 +522,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bootstrap-servers", default=None, help="use this broker instead of starting a local one")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (broker data, checkpoints, logs)")
-    mixed_scenario.add_arguments(parser)
+    ordinary_traffic.add_arguments(parser)
     parser.add_argument(
         "--scheduler-arg",
         dest="scheduler_args",
@@ -539,6 +545,8 @@ def run_one(name: str, args: argparse.Namespace, overrides: dict | None = None) 
         scenario_args.duration = defaults.get("duration", 60)
     if getattr(scenario_args, "minutes", None) is None:
         scenario_args.minutes = defaults.get("minutes", 10)
+    if getattr(scenario_args, "after", None) is None:
+        scenario_args.after = defaults.get("after", 30)
     if scenario_args.rate is None:
         scenario_args.rate = defaults.get("rate", 1000)
     if name == "steady":
