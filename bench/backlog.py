@@ -11,14 +11,20 @@ seconds past the moment the job has committed the whole backlog.
 Figures for the ordinary schedules per lead and per window of when they were sent: "before" the backlog, "during"
 (from its first request to its last one committed) and "after": lateness p50/p99/max (broker append time - due time),
 early, lost, cancels sent and cancelled schedules delivered anyway. The backlog's producer and acceptance rates; the
-job's batch durations per window of when they were logged, and the longest batch.
+job's batch durations per window of when they were logged, and the longest batch; the most its read of the inputs as
+they arrive was behind per window (kafka_scheduler_early_read_behind_seconds, sampled every 0.5 s: a CANCEL read
+later than its schedule's due time loses to it).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import threading
 import time
+import urllib.request
+
+from kafka_scheduler.kafka.local_broker import free_port
 
 from .harness import Environment, log
 from .job_load import FAR_FUTURE_MS, ingest_requests, warmed_up
@@ -27,6 +33,8 @@ from .ordinary import CANCEL_AFTER_S, CANCEL_EVERY, OrdinaryReader, OrdinaryTraf
 LEADS_S = (3.0, 30.0)  # the ordinary schedules' leads, taken in turn
 BEFORE_S = 20.0  # ordinary traffic alone before the backlog starts
 WINDOWS = ("before", "during", "after")
+BEHIND_METRIC = b"kafka_scheduler_early_read_behind_seconds "
+BEHIND_EVERY_S = 0.5
 
 
 class Backlog(threading.Thread):
@@ -55,9 +63,42 @@ class Backlog(threading.Thread):
         self.accepted_at = time.time()
 
 
+class BehindSampler(threading.Thread):
+    """Every BEHIND_EVERY_S, how far the job's read of its inputs as they arrive is behind (its metric), as (when,
+    seconds)."""
+
+    def __init__(self, port: int):
+        super().__init__(name="behind-sampler", daemon=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.samples: list[tuple[float, float]] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(BEHIND_EVERY_S):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as answer:
+                    body = answer.read()
+            except OSError:
+                continue
+            for line in body.splitlines():
+                if line.startswith(BEHIND_METRIC):
+                    self.samples.append((time.time(), float(line[len(BEHIND_METRIC) :])))
+
+    def figures(self, window_of) -> dict:
+        per_window: dict[str, list[float]] = {w: [] for w in WINDOWS}
+        for at, seconds in self.samples:
+            per_window[window_of(at)].append(seconds)
+        return {w: round(max(values), 2) if values else None for w, values in per_window.items()}
+
+
 def backlog(env: Environment, args) -> dict:
     load_at_start = os.getloadavg()
-    scheduler = warmed_up(env, args)
+    port = free_port()
+    scheduler = warmed_up(
+        env, argparse.Namespace(**{**vars(args), "scheduler_args": (*args.scheduler_args, "--metrics-port", str(port))})
+    )
+    behind = BehindSampler(port)
+    behind.start()
     requests = f"{scheduler.app_id}-schedule-requests"
     ordinary_topic = env.topic("ordinary")
     log(
@@ -93,6 +134,7 @@ def backlog(env: Environment, args) -> dict:
         time.sleep(min(0.002, max(0.0, wait)))
     traffic.finish()
     traffic.wait_for_kept(reader, max(LEADS_S) + 120)
+    behind.stopped.set()
 
     backlog_from = bulk.started_at or float("inf")
     backlog_until = bulk.accepted_at or float("inf")
@@ -122,6 +164,7 @@ def backlog(env: Environment, args) -> dict:
             for lead in LEADS_S
         },
         "ordinary_duplicates": reader.duplicates,
+        "early_read_behind_max_s": behind.figures(window_of),
     }
     figures["batches"], longest = batch_figures(scheduler.follower.snapshot(), started, window_of, WINDOWS)
     if longest:

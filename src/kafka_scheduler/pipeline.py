@@ -258,6 +258,7 @@ class Scheduler:
                 kafka_settings(config),
                 self._committed_offsets,
                 on_keyed_apart=self.metrics.record_keyed_apart,
+                on_behind=self.metrics.record_early_read_behind,
                 # ADDs and REPLACEs due before a batch could reach them go out as read (a copy to the history topic
                 # is the batches' to write: with --history every request waits for them)
                 early=None

@@ -5,6 +5,7 @@ id made before it in its partition, held now or handed over later by a batch tha
 from __future__ import annotations
 
 import random
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -280,6 +281,17 @@ def test_the_watcher_counts_the_requests_of_an_id_keyed_apart_and_cancels_across
     assert counts == [] and writer.held == 1
     watcher.read([FakeMessage(1, 3, 2_000, cancel(b"r-1")), FakeMessage(2, 3, 2_100, cancel(b"r-2"))])
     assert counts == [1] and watcher.keyed_apart.count == 1 and writer.held == 0
+
+
+def test_the_watcher_tells_how_far_behind_its_read_is_from_the_newest_record(writer):
+    behind = []
+    watcher = CancelWatcher(writer, [TOPIC], {}, dict, on_behind=behind.append)
+    now_ms = int(time.time() * 1000)
+    add = [("x-scheduler-request-id", b"r-1"), ("x-scheduler-deliver-to", b"orders")]
+    watcher.read([FakeMessage(1, 3, now_ms - 5_000, add), FakeMessage(0, 10, now_ms - 8_000, add)])
+    assert len(behind) == 1 and 5.0 <= behind[0] < 6.0  # the newest record, whatever its partition
+    watcher.read([])
+    assert len(behind) == 1  # nothing read, nothing told
 
 
 def test_ids_keyed_apart_are_counted_per_id_and_the_ids_followed_are_bounded():

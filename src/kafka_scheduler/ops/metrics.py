@@ -85,6 +85,12 @@ class SchedulerMetrics:
             "record key): the broker's timestamps order them, not offsets",
             registry=registry,
         )
+        self.early_read_behind = Gauge(
+            PREFIX + "early_read_behind_seconds",
+            "How far the read of the native inputs as they arrive (CANCELs and requests due soon act from it) is "
+            "behind: now minus the broker timestamp of the newest record it read, 0 when it has read everything",
+            registry=registry,
+        )
         self.skipped_firings = Counter(
             PREFIX + "skipped_firings",
             "Firings of crons with the skip policy that were due while the job was down, not delivered",
@@ -209,6 +215,9 @@ class SchedulerMetrics:
 
     def record_keyed_apart(self, requests: int) -> None:
         self.keyed_apart.inc(requests)
+
+    def record_early_read_behind(self, seconds: float) -> None:
+        self.early_read_behind.set(max(0.0, seconds))
 
     def record_written(self, lateness_ms: list[int], refused: int, expired: int = 0) -> None:
         """The timed writer wrote deliveries (``lateness_ms``: one per delivery), diverted ``refused`` records, and

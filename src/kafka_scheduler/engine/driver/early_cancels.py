@@ -56,13 +56,12 @@ def first_headers(headers: Iterable | None) -> dict[str, bytes | None] | None:
     """The first value of each header name, lower-cased, as the native decoder reads them; None when a header of
     SINGLE_HEADERS comes twice (the decoder rejects the request)."""
     first: dict[str, bytes | None] = {}
-    seen: set[str] = set()
     for name, value in headers or ():
-        lowered = name.lower() if isinstance(name, str) else bytes(name).decode("utf-8", "replace").lower()
-        if lowered in seen and lowered in SINGLE_HEADERS:
+        lowered = name.lower() if type(name) is str else bytes(name).decode("utf-8", "replace").lower()
+        if lowered not in first:
+            first[lowered] = value
+        elif lowered in SINGLE_HEADERS:
             return None
-        seen.add(lowered)
-        first.setdefault(lowered, value)
     return first
 
 
@@ -137,7 +136,10 @@ class ArrivalTimes:
 
     def note(self, topic: str, partition: int, offset: int, timestamp: int) -> Arrival:
         """A record read (in offset order within its partition): its arrival, the stamp a running maximum."""
-        offsets, stamps = self._partitions.setdefault((topic, partition), (array("q"), array("q")))
+        found = self._partitions.get((topic, partition))
+        if found is None:
+            found = self._partitions[topic, partition] = (array("q"), array("q"))
+        offsets, stamps = found
         stamp = max(timestamp, stamps[-1]) if stamps else timestamp
         if not offsets or offset > offsets[-1]:
             offsets.append(offset)
@@ -218,7 +220,7 @@ class CancelWatcher:
     (``read_early``: each record's arrival, the id a valid CANCEL cancels, and with ``early`` the ADDs and REPLACEs
     to hold early); every second tells it which a committed batch has read (``committed()``: the next offset to read
     per topic and partition). Counts the requests of an id keyed apart (``keyed_apart``), calling ``on_keyed_apart``
-    with each new count."""
+    with each new count, and tells ``on_behind`` how far behind its read is."""
 
     def __init__(
         self,
@@ -228,12 +230,16 @@ class CancelWatcher:
         committed: Callable[[], dict[str, dict[int, int]]],
         on_keyed_apart: Callable[[int], None] | None = None,
         early: Callable | None = None,
+        on_behind: Callable[[float], None] | None = None,
     ):
         self.writer, self.topics, self.committed = writer, list(topics), committed
         self.keyed_apart = KeyedApart()
         self.on_keyed_apart = on_keyed_apart
         # (arrival, timestamp, key, value, headers) -> the ADD or REPLACE to hold early, or None (early_requests.py)
         self.early = early
+        # Called after each read with how far behind it is (now minus the newest record's broker timestamp, in
+        # seconds; 0 when nothing more was waiting): a CANCEL read late may come after its schedule was written.
+        self.on_behind = on_behind
         self._next_apart_log = 0.0
         self._settings = consumer_settings
         self._stop = threading.Event()
@@ -271,6 +277,8 @@ class CancelWatcher:
             )
         if records:
             self.writer.read_early(records, self.early)
+            if self.on_behind is not None:
+                self.on_behind(time.time() - max(record[3] for record in records) / 1000)
         if apart:
             if self.on_keyed_apart is not None:
                 self.on_keyed_apart(apart)
@@ -332,6 +340,8 @@ class CancelWatcher:
                 first = consumer.poll(0.2)
                 if first is not None:
                     self.read([first, *consumer.consume(READ_AT_ONCE - 1, timeout=0)])
+                elif self.on_behind is not None:
+                    self.on_behind(0.0)
         except Exception as exc:  # only an early path: the batches still apply every CANCEL
             log.warning("cancel watcher stopped (CANCELs now act when their batch runs): %s", exc)
         finally:

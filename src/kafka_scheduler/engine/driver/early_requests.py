@@ -186,11 +186,15 @@ def early_decoder(settings: DecodeSettings, lookahead_ms: int, destination_of: C
     to nothing). So is one whose destination the sink has not looked up yet (``destination_of``: what it knows of a
     topic), or would refuse: the batches make a rejection of it where the sink would."""
 
+    latest = [0, b""]  # the second it was made in, and the latest due time's text that may be decoded then
+
     def decode(arrival: Arrival, timestamp: int, key, value, headers, first=None) -> EarlyRequest | None:
         due_text = None if not first else first.get(DELIVER_AT)
         if due_text is not None and len(due_text) >= 19:
-            latest = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + lookahead_ms / 1000 + 1)).encode()
-            if bytes(due_text[:19]) > latest:
+            now = int(time.time())
+            if now != latest[0]:
+                latest[:] = now, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now + lookahead_ms / 1000 + 2)).encode()
+            if bytes(due_text[:19]) > latest[1]:
                 return None
         request = native_early_request(arrival, timestamp, key, value, headers, settings, first)
         if request is None:
