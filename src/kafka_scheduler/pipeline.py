@@ -32,6 +32,7 @@ from .engine.driver.wakeups import Wakeups
 from .engine.rules.buckets import BUCKET_MS
 from .engine.spark.checkpoint import (
     LocalFiles,
+    batch_offsets,
     checkpoint_files,
     committed_offsets,
     is_local,
@@ -106,6 +107,17 @@ class Scheduler:
         if log.isEnabledFor(logging.DEBUG) and self.query is not None and self.query.lastProgress:
             progress = self.query.lastProgress
             log.debug("batch %s timings (ms): %s", progress["batchId"], progress["durationMs"])
+
+    def _batch_offsets(self, batch_id: int) -> dict[str, dict[int, int]] | None:
+        """Next offset to read per input partition after batch ``batch_id``, from a local checkpoint's offsets file
+        (written before the batch runs); None elsewhere (the watcher learns it once the batch has committed)."""
+        if not is_local(self.config.checkpoint_dir):
+            return None
+        try:
+            return batch_offsets(self.config.checkpoint_dir, batch_id)
+        except (OSError, ValueError) as exc:
+            log.debug("offsets of batch %s not read: %s", batch_id, exc)
+            return None
 
     def _committed_offsets(self) -> dict[str, dict[int, int]]:
         """Next offset to read per input partition as of the last committed batch: from a local checkpoint's files,
@@ -278,6 +290,7 @@ class Scheduler:
             writer=self.writer,
             wakeups=self.wakeups,
             sender=sender,
+            offsets_read=self._batch_offsets,
         )
         if self.sink.herds is not None:
             self.sink.herds.on_written = self.metrics.record_herd_written

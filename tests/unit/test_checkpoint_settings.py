@@ -20,6 +20,8 @@ from kafka_scheduler.engine.spark.checkpoint import (
     STATE_FORMAT,
     HadoopFiles,
     LocalFiles,
+    batch_offsets,
+    committed_offsets,
     is_local,
     settle_state_settings,
 )
@@ -344,3 +346,16 @@ def test_from_beginning_keeps_the_old_checkpoint_aside(tmp_path):
     assert moved == str(tmp_path / "ckpt.before-20260301T120000Z")
     assert not checkpoint.exists() and (Path(moved) / STATE_FILE).exists() and (Path(moved) / "commits").is_dir()
     assert start_new_generation(LocalFiles(checkpoint), now=NOW) is None, "nothing to keep aside"
+
+
+def test_a_batchs_offsets_are_read_before_it_commits_and_the_committed_ones_after(tmp_path):
+    """The sink tells the timed writer what a running batch read (its offsets file is written before it runs); the
+    watcher reads what the last committed batch read."""
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    metadata = '{"batchWatermarkMs":0,"batchTimestampMs":1}'
+    (tmp_path / "offsets" / "0").write_text(f'v1\n{metadata}\n{{"req":{{"0":5,"1":7}}}}\n{{"ticks":{{"0":2}}}}\n')
+    (tmp_path / "offsets" / "1").write_text(f'v1\n{metadata}\n{{"req":{{"0":9,"1":7}}}}\n{{"ticks":{{"0":3}}}}\n')
+    (tmp_path / "commits" / "0").write_text("v1\n{}\n")
+    assert batch_offsets(tmp_path, 1) == {"req": {0: 9, 1: 7}, "ticks": {0: 3}}
+    assert committed_offsets(tmp_path) == {"req": {0: 5, 1: 7}, "ticks": {0: 2}}

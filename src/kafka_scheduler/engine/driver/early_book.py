@@ -1,10 +1,11 @@
 """What the driver keeps of the requests it read before a batch applied them, so that the timed writer's early path
 agrees with the state (engine/driver/early_cancels.py reads them, timed_writer.py acts on them).
 
-* A CANCEL, or an ADD or REPLACE held early, acts on the versions of its id made before it in log order: a version a
-  batch hands over later (one that had not read the request) is dropped, unless the request is an ADD or REPLACE
-  identical to it (the state keeps that version and its delivery id: the request is a no-op, and its own early
-  delivery is the one dropped).
+* A CANCEL, or an ADD or REPLACE read early, acts on the versions of its id made before it in log order: a version a
+  batch hands over later (one that had not read the requests) is dropped if any of them is a CANCEL or differs from
+  it; ADDs and REPLACEs identical to it are no-ops (the state keeps that version and its delivery id, and their own
+  early deliveries are the ones dropped). An ADD or REPLACE left to the batches (another request of its id read
+  early) is remembered too, for what it does to the versions before it.
 * A version held early is written only once every batch-made version that could be identical to it has been
   handed over: the *frontier* is the instant up to which the last committed batch handed over everything it holds
   (its time plus the lookahead), and an early version due after it waits.
@@ -61,12 +62,17 @@ class EarlyBook:
         self._count += 1
         return True
 
+    def after(self, sid: bytes | None, delivery_id: str, times: ArrivalTimes | None) -> list[Superseding]:
+        """The requests read early of ``sid`` that come after the version ``delivery_id``, in log order."""
+        if sid is None:
+            return []
+        after = [s for s in self._by_sid.get(sid, ()) if made_before(delivery_id, s.arrival, times)]
+        return sorted(after, key=lambda s: (s.arrival.stamp, s.arrival.partition, s.arrival.offset))
+
     def first_after(self, sid: bytes | None, delivery_id: str, times: ArrivalTimes | None) -> Superseding | None:
         """The earliest request read early of ``sid`` that comes after the version ``delivery_id`` in log order."""
-        if sid is None:
-            return None
-        after = [s for s in self._by_sid.get(sid, ()) if made_before(delivery_id, s.arrival, times)]
-        return min(after, key=lambda s: (s.arrival.stamp, s.arrival.partition, s.arrival.offset), default=None)
+        after = self.after(sid, delivery_id, times)
+        return after[0] if after else None
 
     def requests_of(self, sid: bytes) -> list[Superseding]:
         """The requests of ``sid`` read early, in the order read."""

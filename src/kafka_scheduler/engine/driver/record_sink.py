@@ -67,6 +67,7 @@ class RecordSink:
         wakeups: Wakeups | None = None,
         sender: TransactionalSender | None = None,
         kafka_write: Callable[[DataFrame], None] | None = None,
+        offsets_read: Callable[[int], dict[str, dict[int, int]] | None] | None = None,
     ):
         self.config = config
         self.topics = topics
@@ -76,6 +77,8 @@ class RecordSink:
         self.wakeups = wakeups
         # With exactly-once, the timed writer's: the sink trims its ledger, the herd tasks write theirs beside it.
         self.sender = sender
+        # batch id -> the next offset to read per input partition after it (None: not known until it commits)
+        self.offsets_read = offsets_read
         self.columns = SinkColumns(config)
         # What the batch writes itself, and the herds' slices: Spark's Kafka sink.
         self.kafka_write = kafka_write or partial(write_with_spark, config=config)
@@ -176,6 +179,11 @@ class RecordSink:
                 summary.written_early, again = self.writer.take_written_early()
                 summary.delivered += summary.written_early - again
                 if summary.batch_time_ms is not None and not final:
+                    # The batch handed over what it made of the requests it read: those are the state's now, and
+                    # one read early only after this would act as new (a REPLACE's older version written).
+                    read_by_batch = self.offsets_read(batch_id) if self.offsets_read is not None else None
+                    if read_by_batch:
+                        self.writer.forget_cancels(read_by_batch)
                     # Every version due by then that the state holds is handed over now: early versions due by
                     # then may be written (early_book.py).
                     self.writer.advance_frontier(summary.batch_time_ms + self.config.lookahead)

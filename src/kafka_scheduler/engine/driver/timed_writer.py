@@ -123,6 +123,9 @@ class TimedWriter(DueQueue):
         self._held_by_sid: dict[bytes, set[str]] = {}
         self._book = EarlyBook()  # the requests read early (early_book.py)
         self._arrivals = ArrivalTimes()  # of the input records read early: orders requests across partitions
+        # Next offset to read per input partition after what batches have read (forget_cancels): a record below it is
+        # one a batch applied before the watcher read it, and is not read early.
+        self._read_by_batches: dict[str, dict[int, int]] = {}
         # Held early and not handed over by a batch yet: written once the frontier has passed their due time.
         self._early_heap: list[Held] = []
         self.written_early = 0  # deliveries written from a request read early, before a batch handed them over
@@ -188,23 +191,24 @@ class TimedWriter(DueQueue):
         return added
 
     def _superseded_early(self, held: Held) -> bool:
-        """Called with the lock held, for a version a batch hands over: whether the first request read early of its
-        id after it drops it. An ADD or REPLACE identical to it is a no-op: it stays, and the early one goes."""
-        first = self._book.first_after(held.sid, held.delivery_id, self._arrivals)
-        if first is None:
-            return False
-        if first.content is None or first.content != held.content():
+        """Called with the lock held, for a version a batch hands over: whether a request read early of its id after
+        it drops it (a CANCEL, or an ADD or REPLACE that differs from it). One identical to it is a no-op: the
+        version stays, and the early one goes."""
+        after = self._book.after(held.sid, held.delivery_id, self._arrivals)
+        content = held.content()
+        if any(s.content is None or s.content != content for s in after):
             return True
-        if first.delivery_id in self._book.written_early:
-            # The frontier makes this impossible: every version an early one could equal is handed over before
-            # the early one is written. Written once, under the early id.
-            log.error(
-                "timed writer: %s handed over after its no-op %s was written", held.delivery_id, first.delivery_id
-            )
-            return True
-        early = self._held.get(first.delivery_id)
-        if early is not None and early.early is not None:
-            self._leave_to_batches(early)
+        for same in after:
+            if same.delivery_id in self._book.written_early:
+                # The frontier makes this impossible: every version an early one could equal is handed over before
+                # the early one is written. Written once, under the early id.
+                log.error(
+                    "timed writer: %s handed over after its no-op %s was written", held.delivery_id, same.delivery_id
+                )
+                return True
+            early = self._held.get(same.delivery_id)
+            if early is not None and early.early is not None:
+                self._leave_to_batches(early)
         return False
 
     def hold_early(self, request: EarlyRequest) -> bool:
@@ -219,11 +223,23 @@ class TimedWriter(DueQueue):
                 return False
             sid = request.sid if request.has_id else None
             if sid is not None and (
-                self._has_early_version(sid) or self._book.first_after(sid, delivery_id, self._arrivals) is not None
+                self._has_early_version(sid)
+                or self._book.first_after(sid, delivery_id, self._arrivals) is not None
+                or self._versions_read_before(sid, request.arrival)
             ):
                 # Another request of its id read early (before it, or made after it): how the two combine is the
-                # state's to say, so neither is written early.
+                # state's to say, so neither is written early; what it does to the versions before it stays known.
                 self._leave_early_versions(sid)
+                content = early_content(request)
+                for made in list(self._held_by_sid.get(sid, ())):
+                    held = self._held.get(made)
+                    if (
+                        held is not None
+                        and held.content() != content
+                        and made_before(made, request.arrival, self._arrivals)
+                    ):
+                        self._drop_early(held)  # a version it replaces, whatever came between
+                self._book.add(sid, Superseding(request.arrival, content, delivery_id))
                 return False
             content = early_content(request)
             earlier = [
@@ -248,6 +264,16 @@ class TimedWriter(DueQueue):
             heapq.heappush(self._early_heap, held)
             self._cond.notify()
             return True
+
+    def _versions_read_before(self, sid: bytes, arrival: Arrival) -> bool:
+        """Called with the lock held: whether an ADD or REPLACE of ``sid`` read early and not applied by a batch yet
+        was made before ``arrival``. Its version may be left to the batches already (a second request of the id came),
+        and the state may keep it: a request identical to it is a no-op, and its own early version would go out under
+        another id."""
+        return any(
+            s.delivery_id is not None and made_before(s.delivery_id, arrival, self._arrivals)
+            for s in self._book.requests_of(sid)
+        )
 
     def _leave_early_versions(self, sid: bytes) -> None:
         """Called with the lock held: a request of ``sid`` the early path does not take changes what the state makes
@@ -312,6 +338,8 @@ class TimedWriter(DueQueue):
         dropped = 0
         with self._cond:
             for topic, partition, offset, timestamp, cancelled, fields in records:
+                if offset < self._read_by_batches.get(topic, {}).get(partition, 0):
+                    continue  # applied by a batch before it was read here: what it makes is the state's to hand over
                 arrival = self._arrivals.note(topic, partition, offset, timestamp)
                 if cancelled is not None:
                     dropped += self._cancel_early(cancelled, arrival)
@@ -349,9 +377,15 @@ class TimedWriter(DueQueue):
         return dropped
 
     def forget_cancels(self, committed: dict[str, dict[int, int]]) -> None:
-        """Forget the CANCELs read early, and the arrivals, that a committed batch has read (next offset to read per
-        input topic and partition): the state applied them, so no later batch hands over what they supersede."""
+        """Forget the CANCELs read early, and the arrivals, that a batch has read and handed over what it made of
+        (next offset to read per input topic and partition: a committed batch's, or the running batch's once it has
+        handed everything over): the state applied them, so no later batch hands over what they supersede. A record
+        below these offsets that is read early after this is left out (``read_early``)."""
         with self._cond:
+            for topic, partitions in committed.items():
+                known = self._read_by_batches.setdefault(topic, {})
+                for partition, offset in partitions.items():
+                    known[partition] = max(offset, known.get(partition, 0))
             for held in list(self._held.values()):
                 if held.early is not None and committed_past(held.early, committed):
                     self._leave_to_batches(held)  # read by a committed batch that did not hand it over

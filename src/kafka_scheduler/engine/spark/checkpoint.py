@@ -36,8 +36,12 @@ def last_committed_batch(checkpoint_dir: str | Path) -> int | None:
 def committed_offsets(checkpoint_dir: str | Path) -> dict[str, dict[int, int]]:
     """Next offset to read per topic and partition, as of the last committed batch ({} before the first)."""
     batch = last_committed_batch(checkpoint_dir)
-    if batch is None:
-        return {}
+    return {} if batch is None else batch_offsets(checkpoint_dir, batch)
+
+
+def batch_offsets(checkpoint_dir: str | Path, batch: int) -> dict[str, dict[int, int]]:
+    """Next offset to read per topic and partition after batch ``batch`` (its offsets file is written before it
+    runs)."""
     lines = (local_path(checkpoint_dir) / "offsets" / str(batch)).read_text().splitlines()
     offsets: dict[str, dict[int, int]] = {}
     for line in lines[2:]:  # "v1", batch metadata, then one JSON line per source
