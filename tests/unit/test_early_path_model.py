@@ -22,27 +22,10 @@ from kafka_scheduler.engine.driver.timed_writer import TimedWriter
 from kafka_scheduler.protocol import DELIVERY_ID
 
 from .test_early_path import TOPIC, handed, request, sid
+from .test_timed_writer import FakeProducer
 
 DUE_AFTER_MS = 300  # every version is due this long after an example starts; its steps take a few milliseconds
 EXAMPLES = 100
-
-
-class RecordingProducer:
-    """Keeps each record's value and delivery id."""
-
-    def __init__(self):
-        self.written: list[tuple[bytes, str]] = []
-
-    def produce(self, topic, value=None, key=None, headers=None, on_delivery=None, **kwargs):
-        self.written.append((value, dict(headers or [])[DELIVERY_ID].decode()))
-        if on_delivery is not None:
-            on_delivery(None, None)
-
-    def poll(self, timeout):
-        return 0
-
-    def flush(self, timeout=None):
-        return 0
 
 
 @dataclass(frozen=True)
@@ -86,7 +69,7 @@ def run(log: list[Sent], before: int, steps: list[tuple[str, int]], due_at: int)
     arrive; "batch", n: a batch applies n more, hands over what the state holds, and commits), the due time passing
     after the first ``due_at`` of them; then a batch applies what was read. Returns what was written, and the
     version the state holds after the requests read by the due time (read by the watcher or a batch)."""
-    producer = RecordingProducer()
+    producer = FakeProducer()
     writer = TimedWriter("unused", producer=producer)
     try:
         due = int(time.time() * 1000) + DUE_AFTER_MS
@@ -141,7 +124,10 @@ def run(log: list[Sent], before: int, steps: list[tuple[str, int]], due_at: int)
         deadline = time.monotonic() + 0.1  # anything more would be written by now: look for it
         while time.monotonic() < deadline:
             time.sleep(0.01)
-        return list(producer.written), state_after(log[:known])
+        written = [
+            (value, dict(headers)[DELIVERY_ID].decode()) for value, headers in zip(producer.values, producer.headers)
+        ]
+        return written, state_after(log[:known])
     finally:
         writer.close()
 

@@ -17,10 +17,12 @@ class FakeProducer:
     def __init__(self):
         self.sent = []  # (wall ms, topic, key)
         self.values = []
+        self.headers = []
 
     def produce(self, topic, value=None, key=None, headers=None, on_delivery=None, **kwargs):
         self.sent.append((int(time.time() * 1000), topic, key))
         self.values.append(value)
+        self.headers.append(headers)
         if on_delivery is not None:
             on_delivery(None, None)
 

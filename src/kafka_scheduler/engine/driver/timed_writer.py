@@ -222,6 +222,7 @@ class TimedWriter(DueQueue):
             if delivery_id in self._held or delivery_id in self._book.written_early:
                 return False
             sid = request.sid if request.has_id else None
+            content = early_content(request)
             if sid is not None and (
                 self._has_early_version(sid)
                 or self._book.first_after(sid, delivery_id, self._arrivals) is not None
@@ -230,23 +231,12 @@ class TimedWriter(DueQueue):
                 # Another request of its id read early (before it, or made after it): how the two combine is the
                 # state's to say, so neither is written early; what it does to the versions before it stays known.
                 self._leave_early_versions(sid)
-                content = early_content(request)
-                for made in list(self._held_by_sid.get(sid, ())):
-                    held = self._held.get(made)
-                    if (
-                        held is not None
-                        and held.content() != content
-                        and made_before(made, request.arrival, self._arrivals)
-                    ):
+                for held in self._held_before(sid, request.arrival):
+                    if held.content() != content:
                         self._drop_early(held)  # a version it replaces, whatever came between
                 self._book.add(sid, Superseding(request.arrival, content, delivery_id))
                 return False
-            content = early_content(request)
-            earlier = [
-                self._held[d]
-                for d in self._held_by_sid.get(sid, ())
-                if d in self._held and made_before(d, request.arrival, self._arrivals)
-            ]
+            earlier = self._held_before(sid, request.arrival)
             if any(held.content() == content for held in earlier):
                 return False  # identical to the version it would replace: a no-op
             if sid is not None and not self._book.add(sid, Superseding(request.arrival, content, delivery_id)):
@@ -264,6 +254,14 @@ class TimedWriter(DueQueue):
             heapq.heappush(self._early_heap, held)
             self._cond.notify()
             return True
+
+    def _held_before(self, sid: bytes | None, arrival: Arrival) -> list[Held]:
+        """Called with the lock held: the versions of ``sid`` held that were made before ``arrival``."""
+        return [
+            self._held[d]
+            for d in self._held_by_sid.get(sid, ())
+            if d in self._held and made_before(d, arrival, self._arrivals)
+        ]
 
     def _versions_read_before(self, sid: bytes, arrival: Arrival) -> bool:
         """Called with the lock held: whether an ADD or REPLACE of ``sid`` read early and not applied by a batch yet
