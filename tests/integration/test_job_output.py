@@ -27,7 +27,7 @@ def test_the_job_prints_its_own_lines_and_the_engines_errors(kafka, scheduler_fa
     reader.wait_for(lambda r: True, count=3, what="the deliveries", timeout=120, guard=scheduler.assert_running)
 
     # The engine's error and a warning, printed where the JVM prints: onto the standard error it inherited.
-    [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
+    jvm = process_tree.spark_jvm(scheduler.process.pid)
     now = time.strftime("%H:%M:%S")
     engine_error = [f"{now} ERROR Executor: an engine's error, shown", "\tat org.apache.spark.Foo.bar(Foo.scala:1)"]
     with open(f"/proc/{jvm}/fd/2", "w") as jvm_stderr:

@@ -119,7 +119,7 @@ def test_a_jvm_that_ends_under_the_job_stops_it_with_one_line_and_loses_nothing(
     due = at(25)
     kafka.produce(requests, key=b"k", value=b"v", headers=native(topic, due, "pending"), partition=0)
     scheduler.mark()
-    [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
+    jvm = process_tree.spark_jvm(scheduler.process.pid)
     # The job's JVM runs with two malloc arenas (engine/spark/session.py) unless the environment says otherwise.
     arenas = os.environ.get("MALLOC_ARENA_MAX", "2").encode()
     assert b"MALLOC_ARENA_MAX=" + arenas in Path(f"/proc/{jvm}/environ").read_bytes().split(b"\0")

@@ -85,7 +85,7 @@ def test_a_cancel_or_replace_read_after_preparation_withdraws_the_prepared_deliv
         guard=scheduler.assert_running,
     )
     scheduler.mark()
-    [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
+    jvm = process_tree.spark_jvm(scheduler.process.pid)
     os.kill(jvm, signal.SIGSTOP)
     stopped = scheduler.log_size()
     try:
@@ -223,7 +223,7 @@ def test_requests_due_before_a_batch_could_reach_them_go_out_as_read(kafka, warm
     )
     wait_until(lambda: held_since(scheduler, mark) >= 2, 90, "two versions held", guard=scheduler.assert_running)
     scheduler.mark()
-    [jvm] = process_tree.pids_of(scheduler.process.pid, "jvm")
+    jvm = process_tree.spark_jvm(scheduler.process.pid)
     os.kill(jvm, signal.SIGSTOP)
     stopped = scheduler.log_size()
     try:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from kafka_scheduler.harness import process_tree
+from kafka_scheduler.harness.waiting import wait_until
 
 
 def test_a_child_is_listed_with_its_command_and_group():
@@ -40,3 +41,18 @@ def test_a_process_that_ends_between_the_listing_and_the_read_is_left_out(monkey
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_spark_jvm_is_the_java_whose_parent_is_not_a_java(tmp_path):
+    """A process the JVM spawns carries the JVM's command line until it execs; it is not a second JVM."""
+    java = tmp_path / "java"
+    java.symlink_to(sys.executable)
+    sleeping = "import time; time.sleep(60)"
+    spawning = f"import subprocess, sys; subprocess.Popen([sys.argv[1], '-c', {sleeping!r}]); {sleeping}"
+    parent = subprocess.Popen([str(java), "-c", spawning, str(java)])
+    try:
+        wait_until(lambda: len(process_tree.pids_of(os.getpid(), "jvm")) == 2, 30, "the java and its child")
+        assert process_tree.spark_jvm(os.getpid()) == parent.pid
+    finally:
+        process_tree.kill_tree(parent.pid)
+        parent.wait()

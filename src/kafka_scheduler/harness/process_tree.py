@@ -72,6 +72,21 @@ def pids_of(root: int, group: str) -> list[int]:
     return [pid for pid, command in command_lines(root).items() if group_of(pid, root, command) == group]
 
 
+def parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def spark_jvm(root: int) -> int:
+    """The pid of Spark's JVM in ``root``'s tree. A process the JVM is spawning shows the JVM's own command line
+    until it execs (the fork shares the JVM's memory), so a java whose parent is a java is not counted."""
+    jvms = pids_of(root, "jvm")
+    [jvm] = [pid for pid in jvms if parent_of(pid) not in jvms]
+    return jvm
+
+
 def jvm_running(pid: int) -> bool:
     """Whether a java process is in ``pid``'s tree yet."""
     return bool(pids_of(pid, "jvm"))
