@@ -518,6 +518,20 @@ class DeliveryReader(TopicReader):
             "duplicates": self.duplicates,
         }
 
+    def lateness_p99_by_window(self, window_s: int = 10) -> list[float]:
+        """p99 lateness of the deliveries due in each ``window_s`` from the first due time: where in a run the tail
+        sits (the start, one slow batch, or spread over all of it)."""
+        pairs = list(zip(self.appended_ms, self.due_ms) if self.compact else self.deliveries)
+        if not pairs:
+            return []
+        first = min(due for _, due in pairs)
+        windows: dict[int, list[float]] = {}
+        for appended, due in pairs:
+            windows.setdefault((due - first) // (window_s * 1000), []).append((appended - due) / 1000)
+        return [
+            round(percentile(sorted(windows[i]), 0.99), 3) if i in windows else None for i in range(max(windows) + 1)
+        ]
+
     def close(self) -> None:
         self.consumer.close()
 

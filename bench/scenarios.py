@@ -157,6 +157,7 @@ def steady(env: Environment, args) -> dict:
     figures.update(_send_to_delivery(reader.sent_deliveries, "already_due"))
     figures.update(
         {
+            "lateness_p99_by_10s_s": reader.lateness_p99_by_window(10),
             "sent": total,
             "already_due_sent": already_due,
             "early_all": figures["early"] + figures["already_due_early"],

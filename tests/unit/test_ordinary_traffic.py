@@ -113,3 +113,13 @@ def test_the_backlog_target_is_judged_during_and_after_the_backlog_for_each_lead
         "lead_30s_during": False,
         "lead_30s_after": False,
     }
+
+
+def test_steady_lateness_p99_is_given_per_window_of_due_time():
+    """bench steady's tail, placed in the run: a window with no deliveries has none."""
+    from bench.harness import DeliveryReader
+
+    reader = DeliveryReader.__new__(DeliveryReader)
+    reader.compact = False
+    reader.deliveries = [(1_000 + 5, 1_000), (5_000 + 7, 5_000), (21_000 + 2_500, 21_000), (29_000 + 3, 29_000)]
+    assert reader.lateness_p99_by_window(10) == [0.007, None, 2.5]

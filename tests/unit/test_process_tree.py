@@ -51,8 +51,9 @@ def test_the_spark_jvm_is_the_java_whose_parent_is_not_a_java(tmp_path):
     spawning = f"import subprocess, sys; subprocess.Popen([sys.argv[1], '-c', {sleeping!r}]); {sleeping}"
     parent = subprocess.Popen([str(java), "-c", spawning, str(java)])
     try:
-        wait_until(lambda: len(process_tree.pids_of(os.getpid(), "jvm")) == 2, 30, "the java and its child")
-        assert process_tree.spark_jvm(os.getpid()) == parent.pid
+        # Rooted at the java itself: the suite's own brokers and jobs are JVMs below this process too.
+        wait_until(lambda: len(process_tree.pids_of(parent.pid, "jvm")) == 2, 30, "the java and its child")
+        assert process_tree.spark_jvm(parent.pid) == parent.pid
     finally:
         process_tree.kill_tree(parent.pid)
         parent.wait()
