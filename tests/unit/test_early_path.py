@@ -212,3 +212,18 @@ def _wait(condition, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return condition()
+
+
+def test_a_batch_is_late_only_by_what_it_writes_itself(writer):
+    """The batch line's and the metric's lateness: a version written early, as its request was read, is left out of
+    the earliest due time the hand-over reports, and so is one held until its due time."""
+    early_due = now_ms() - 4000
+    writer.advance_frontier(now_ms() + 3000)
+    writer.hold_early(request("a", 10, early_due))
+    assert _wait(lambda: sent(writer) == [b"v"])
+    due_now = now_ms() - 50
+    earliest = writer.hold(
+        [handed("a", 10, early_due), handed("b", 11, due_now, value=b"b"), handed("c", 12, now_ms() + 60_000)]
+    )
+    assert earliest == due_now
+    assert writer.hold([handed("c", 12, now_ms() + 60_000)]) is None

@@ -252,7 +252,8 @@ class RecordSink:
         if self.writer is not None and all_to_timed_writer(prepared_records, due_now, self.writer.room()):
             # The writer rejects what it would write later than its max lateness, these due now too.
             rows = list(writer_rows(records.select(*self.columns.writer_columns).collect()))
-            self.writer.hold(rows)
+            # The batch's lateness is of what it writes: not of the versions written as their requests were read.
+            self._summary.earliest_due_ms = self.writer.hold(rows)
             return sum(1 for row in rows if row.kind == KIND_DELIVER and row.held)
         early: dict[bytes, str] = {}
         if self.writer is not None:
@@ -277,9 +278,12 @@ class RecordSink:
                 F.sum(F.when(F.col("kind") == KIND_DELIVER, 1).otherwise(0)).alias("deliveries"),
                 F.min(F.col("due_ms") + F.col("max_lateness_ms")).alias("deadline"),
                 F.collect_list(F.when(told, F.struct("sid", "delivery_id"))).alias("told"),
+                F.min(F.when(self.columns.is_delivery, F.col("due_ms"))).alias("earliest_due"),
             )
             .collect()
         )
+        # Of what the batch writes at once (the slice None): those written early are left out of these records.
+        self._summary.earliest_due_ms = next((row["earliest_due"] for row in rows if row["slice"] is None), None)
         if early:
             self.writer.emitted_by_batch((bytes(v["sid"]), v["delivery_id"]) for row in rows for v in row["told"])
         if due_now:

@@ -150,11 +150,13 @@ class TimedWriter(DueQueue):
     def room(self) -> int:
         return max(0, self.max_held - len(self._held))
 
-    def hold(self, rows: Iterable[WriterRow]) -> int:
+    def hold(self, rows: Iterable[WriterRow]) -> int | None:
         """A delivery and its write-back or history copy share the delivery id. A row without due time (a rejection)
         or already due is written at once. A delivery a CANCEL read early supersedes is dropped (``cancel_early``).
-        Returns how many deliveries were new."""
-        added = 0
+        Returns the earliest due time of the deliveries it writes at once (None: none), for the batch's lateness:
+        those written early, as their requests were read, are not this batch's."""
+        now_ms = int(time.time() * 1000)
+        due_now: dict[str, int] = {}
         with self._cond:
             named: set[str] = set()
             for row in rows:
@@ -163,6 +165,8 @@ class TimedWriter(DueQueue):
                     if row.kind == KIND_DELIVER:
                         self._early_again += 1
                     continue  # written from its request as it was read
+                if row.kind == KIND_DELIVER and row.due_ms is not None and row.due_ms <= now_ms:
+                    due_now[delivery_id] = row.due_ms
                 record = Record(row.topic, row.partition, row.key, row.value, header_pairs(row.headers))
                 held = self._held.get(delivery_id)
                 if held is not None and held.early is not None and row.kind == KIND_DELIVER:
@@ -171,7 +175,6 @@ class TimedWriter(DueQueue):
                 if held is None:
                     held = self._held[delivery_id] = Held(row.due_ms or 0, delivery_id, [])
                     heapq.heappush(self._heap, held)
-                    added += 1
                 elif held.records and row.kind == KIND_DELIVER and any(r.topic == row.topic for r in held.records):
                     continue  # emitted again (a replay of the batch): held once
                 held.records.append(record)
@@ -188,7 +191,8 @@ class TimedWriter(DueQueue):
                 else:
                     self._held_by_sid.setdefault(held.sid, set()).add(delivery_id)
             self._cond.notify()
-        return added
+            # Those a CANCEL or a request read early dropped are not written.
+            return min((due for delivery_id, due in due_now.items() if delivery_id in self._held), default=None)
 
     def _superseded_early(self, held: Held) -> bool:
         """Called with the lock held, for a version a batch hands over: whether a request read early of its id after
