@@ -25,6 +25,7 @@ from .engine.driver.batch_summary import BatchSummary, Totals
 from .engine.driver.early_cancels import CancelWatcher
 from .engine.driver.early_requests import early_decoder
 from .engine.driver.exactly_once import TransactionalSender, herd_member, transactional_id
+from .engine.driver.prepared_horizon import PreparedHorizon
 from .engine.driver.producing import PRODUCER_MAX_BYTES, producer_config
 from .engine.driver.record_sink import RecordSink
 from .engine.driver.timed_writer import TimedWriter
@@ -291,6 +292,7 @@ class Scheduler:
             wakeups=self.wakeups,
             sender=sender,
             offsets_read=self._batch_offsets,
+            horizon=self._prepared_horizon(spark, settle_first),
         )
         if self.sink.herds is not None:
             self.sink.herds.on_written = self.metrics.record_herd_written
@@ -384,6 +386,11 @@ class Scheduler:
         self.config, notices = settle_state_settings(self.config, BUCKET_MS, checkpoint_files(self.config, spark))
         for notice in notices:
             log.info("checkpoint: %s", notice)
+
+    def _prepared_horizon(self, spark, local: bool) -> PreparedHorizon:
+        """How far ahead earlier runs of the checkpoint prepared deliveries (prepared_horizon.py)."""
+        files = checkpoint_files(self.config, None if local else spark)
+        return PreparedHorizon.read(files, files.has_commit(), self.started_ms)
 
     def _start_query(self, spark, config: Config, run: str, catching_up: bool) -> None:
         """Start the query on the checkpoint. Catching up, it runs one batch, uncapped, and ends: Spark reads

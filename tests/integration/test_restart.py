@@ -16,7 +16,7 @@ from kafka_scheduler.engine.spark.checkpoint import committed_offsets, last_comm
 from kafka_scheduler.harness import process_tree
 from kafka_scheduler.harness.job_process import logged_errors
 
-from .support import at, ms_of, native, wait_until
+from .support import at, batch_lines, ms_of, native, wait_until
 
 
 def test_restart_keeps_pending_delivers_what_fell_due_while_down_and_duplicates_nothing(kafka, scheduler_factory):
@@ -140,3 +140,35 @@ def test_a_jvm_that_ends_under_the_job_stops_it_with_one_line_and_loses_nothing(
         guard=scheduler.assert_running,
     )
     assert record.timestamp_ms >= ms_of(due)
+
+
+def test_an_identical_request_just_before_the_due_time_after_a_restart_keeps_the_earlier_runs_version(
+    kafka, scheduler_factory
+):
+    """A version the first run prepared comes back in the next run only at its due time (its bucket's retire timer).
+    An identical ADD read early just before that is the state's no-op: the version keeps its delivery id and goes out
+    once, the early one not at all (engine/driver/prepared_horizon.py holds the next run's frontier back)."""
+    scheduler = scheduler_factory(extra_args=("--lookahead", "300s")).start()
+    requests = f"{scheduler.app_id}-schedule-requests"
+    topic = kafka.topic()
+    reader = kafka.reader(topic)
+    due = at(90)  # prepared at once (within the lookahead), and due after the restart even on a loaded machine
+    headers = native(topic, due, "same")
+    _, first_offset = kafka.produce(requests, key=b"same", value=b"v", headers=headers, partition=0)
+    wait_until(
+        lambda: any(line.held for line in batch_lines(scheduler.log())), 90, "the version prepared by the first run"
+    )
+    assert scheduler.stop() == 0, scheduler.log()[-2000:]
+    scheduler.start()
+    # The destination known to the restarted job, so that the early path takes the request (its first request to a
+    # destination waits for a look-up).
+    kafka.produce(requests, key=b"other", value=b"v", headers=native(topic, at(1), "other"), partition=0)
+    reader.wait_for(lambda r: r.key == b"other", timeout=120, what="another delivery", guard=scheduler.assert_running)
+    resend_at = ms_of(due) / 1000 - 0.3
+    assert time.time() < resend_at, "the restart took longer than the test allows for"
+    wait_until(lambda: time.time() >= resend_at, 120, "just before the due time", interval=0.01)
+    kafka.produce(requests, key=b"same", value=b"v", headers=headers, partition=0)
+    reader.wait_for(lambda r: r.key == b"same", timeout=60, what="the delivery", guard=scheduler.assert_running)
+    wait_until(lambda: time.time() * 1000 > ms_of(due) + 10_000, 30, "a batch cycle or more after the due time")
+    delivered = [r.header("x-scheduler-delivery-id").decode() for r in reader.poll(1.0) if r.key == b"same"]
+    assert delivered == [f"{requests}-0-{first_offset}"], delivered

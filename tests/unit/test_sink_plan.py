@@ -128,6 +128,7 @@ def summary_row(kind: str, topic: str | None, **values) -> dict:
             "records",
             "n",
             "earliest_due",
+            "latest_prepared_due",
             "write_backs",
             "max_partition",
             "hashed",
@@ -151,7 +152,16 @@ def test_the_summary_jobs_rows_read_as_the_batchs_digest():
         summary_row("timer", None, timers=[7_000, 8_000]),
         summary_row("withdraw", None, withdrawn=["in-0-1"]),
         summary_row("expired", "out", records=2, write_backs=1),
-        summary_row("deliver", "out", records=4, largest=100, earliest_due=900, deadline=1_500, prepared_deliveries=1),
+        summary_row(
+            "deliver",
+            "out",
+            records=4,
+            largest=100,
+            earliest_due=900,
+            deadline=1_500,
+            prepared_deliveries=1,
+            latest_prepared_due=9_000,
+        ),
         summary_row(
             "deliver",
             "other",
@@ -163,6 +173,7 @@ def test_the_summary_jobs_rows_read_as_the_batchs_digest():
             write_backs=2,
             history_copies=1,
             prepared_records=2,
+            latest_prepared_due=4_000,
         ),
         summary_row("deliver", "keyed", records=1, hashed=1),
     ]
@@ -171,6 +182,7 @@ def test_the_summary_jobs_rows_read_as_the_batchs_digest():
     assert (counts.batch_id, counts.outcomes, counts.batch_time_ms) == (9, Counter({"scheduled": 3}), 5_000)
     assert (counts.delivered, counts.expired, counts.written_back, counts.earliest_due_ms) == (7, 2, 2, 800)
     assert (counts.prepared_deliveries, counts.prepared_records) == (1, 2)
+    assert counts.latest_prepared_due_ms == 9_000  # the next run's frontier waits for it (prepared_horizon.py)
     assert read.timers == [7_000, 8_000] and read.withdrawn == ["in-0-1"]
     assert read.per_topic == Counter({"out": 4, "other": 2, "keyed": 1})
     assert read.largest == {"out": 100, "other": 300, "keyed": 0}

@@ -21,6 +21,7 @@ class BatchSummary:
     dead_lettered: int = 0  # deliveries diverted to the rejections topic (destination missing)
     written_back: int = 0  # write-backs sent to source topics (Karafka, ETF1, Sky inputs)
     earliest_due_ms: int | None = None  # of the deliveries in this batch, for the lateness figure
+    latest_prepared_due_ms: int | None = None  # of the deliveries it prepared (prepared_horizon.py)
     written_at_ms: int = 0
     compute_s: float = 0.0  # decode, state step and summary (the batch's first Spark job)
     write_s: float = 0.0  # the Kafka write

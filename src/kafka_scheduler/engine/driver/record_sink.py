@@ -27,6 +27,7 @@ from .batch_summary import BatchSummary
 from .exactly_once import TransactionalSender
 from .herd_slices import SparkHerdSlices
 from .herd_writer import HerdWriter
+from .prepared_horizon import PreparedHorizon
 from .sink_columns import SinkColumns, as_columns, records_but, write_with_spark
 from .sink_plan import (
     BatchDigest,
@@ -68,8 +69,11 @@ class RecordSink:
         sender: TransactionalSender | None = None,
         kafka_write: Callable[[DataFrame], None] | None = None,
         offsets_read: Callable[[int], dict[str, dict[int, int]] | None] | None = None,
+        horizon: PreparedHorizon | None = None,
     ):
         self.config = config
+        # How far earlier runs of the checkpoint prepared: the early path's frontier (prepared_horizon.py).
+        self.horizon = horizon or PreparedHorizon(None, None)
         self.topics = topics
         self.stop_requested = stop_requested
         self.on_batch = on_batch
@@ -134,6 +138,8 @@ class RecordSink:
             read = self._summarise(batch, batch_id)
             summary, withdrawn = read.summary, read.withdrawn
             summary.compute_s = time.monotonic() - started
+            # Before the batch commits the state's prepare marks: the next run's frontier waits for what they cover.
+            self.horizon.note(summary.latest_prepared_due_ms)
             # Stopping, the writer writes nothing due after the stop; the batch past it writes what is due by its
             # own time at once (late by less than a batch, never early), and nothing prepared.
             final = is_final(stop_at_ms, summary.batch_time_ms)
@@ -186,7 +192,7 @@ class RecordSink:
                         self.writer.forget_cancels(read_by_batch)
                     # Every version due by then that the state holds is handed over now: early versions due by
                     # then may be written (early_book.py).
-                    self.writer.advance_frontier(summary.batch_time_ms + self.config.lookahead)
+                    self.writer.advance_frontier(self.horizon.frontier_ms(summary.batch_time_ms, self.config.lookahead))
             summary.written_at_ms = int(time.time() * 1000)
             summary.write_s = time.monotonic() - started - summary.compute_s
             summary.delivered -= summary.dead_lettered
@@ -216,7 +222,7 @@ class RecordSink:
             leave_prepared_out(summary)
         # Dead letters (a prepared delivery its destination would refuse) go out at once.
         due_now = due_now_records(summary, refusals, read.partitioned)
-        summary.held = self._write(records, summary.prepared_records, due_now)
+        summary.held = self._write(records, summary.prepared_records, due_now, summary)
 
     def close(self) -> None:
         """Before the Spark session stops: the herd writer writes nothing more (the state keeps what it held)."""
@@ -240,7 +246,9 @@ class RecordSink:
         self._spark_wrote = True
         self.kafka_write(self.columns.expire(records, self._expiry_deadline, self._summary))
 
-    def _write(self, records: DataFrame, prepared_records: int, due_now: int = 1) -> int:
+    def _write(
+        self, records: DataFrame, prepared_records: int, due_now: int = 1, summary: BatchSummary | None = None
+    ) -> int:
         """What is due now at once; prepared deliveries (and their write-backs and copies, which carry their
         due time) to the timed writer, or, beyond the room it has, to the herd writer (herd_writer.py). Returns
         how many deliveries were held until their due time.
@@ -253,7 +261,9 @@ class RecordSink:
             # The writer rejects what it would write later than its max lateness, these due now too.
             rows = list(writer_rows(records.select(*self.columns.writer_columns).collect()))
             # The batch's lateness is of what it writes: not of the versions written as their requests were read.
-            self._summary.earliest_due_ms = self.writer.hold(rows)
+            earliest_due = self.writer.hold(rows)
+            if summary is not None:
+                summary.earliest_due_ms = earliest_due
             return sum(1 for row in rows if row.kind == KIND_DELIVER and row.held)
         early: dict[bytes, str] = {}
         if self.writer is not None:
@@ -283,7 +293,8 @@ class RecordSink:
             .collect()
         )
         # Of what the batch writes at once (the slice None): those written early are left out of these records.
-        self._summary.earliest_due_ms = next((row["earliest_due"] for row in rows if row["slice"] is None), None)
+        if summary is not None:
+            summary.earliest_due_ms = next((row["earliest_due"] for row in rows if row["slice"] is None), None)
         if early:
             self.writer.emitted_by_batch((bytes(v["sid"]), v["delivery_id"]) for row in rows for v in row["told"])
         if due_now:

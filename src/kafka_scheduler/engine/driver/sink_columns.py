@@ -142,6 +142,7 @@ class SinkColumns:
             F.count(F.lit(1)).alias("records"),
             F.sum("n").alias("n"),
             F.min(F.when(~prepared, F.col("due_ms"))).alias("earliest_due"),
+            F.max(F.when(prepared, F.col("due_ms"))).alias("latest_prepared_due"),
             F.count("wb_headers").alias("write_backs"),
             F.max("partition").alias("max_partition"),
             F.count("partition_hash").alias("hashed"),

@@ -83,6 +83,8 @@ def digest(rows: Iterable[Mapping], batch_id: int) -> BatchDigest:
             if row["max_partition"] is not None or row["hashed"]:
                 read.partitioned[topic] = -1 if row["max_partition"] is None else row["max_partition"]
             summary.prepared_records += row["prepared_records"] or 0
+            if row["latest_prepared_due"] is not None:
+                summary.latest_prepared_due_ms = max(summary.latest_prepared_due_ms or 0, row["latest_prepared_due"])
             summary.prepared_deliveries += row["prepared_deliveries"] or 0
             if row["earliest_due"] is not None and (
                 summary.earliest_due_ms is None or row["earliest_due"] < summary.earliest_due_ms
