@@ -506,9 +506,11 @@ class DeliveryReader(TopicReader):
         """Append times (ms) of the deliveries in the lateness figures, sorted."""
         return sorted(self.appended_ms if self.compact else (a for a, _ in self.deliveries))
 
+    def _appended_and_due(self):
+        return zip(self.appended_ms, self.due_ms) if self.compact else self.deliveries
+
     def lateness_figures(self) -> dict:
-        pairs = zip(self.appended_ms, self.due_ms) if self.compact else self.deliveries
-        lateness = sorted((appended - due) / 1000 for appended, due in pairs)
+        lateness = sorted((appended - due) / 1000 for appended, due in self._appended_and_due())
         return {
             "delivered": len(lateness),
             "early": sum(1 for value in lateness if value < 0),
@@ -521,7 +523,7 @@ class DeliveryReader(TopicReader):
     def lateness_p99_by_window(self, window_s: int = 10) -> list[float]:
         """p99 lateness of the deliveries due in each ``window_s`` from the first due time: where in a run the tail
         sits (the start, one slow batch, or spread over all of it)."""
-        pairs = list(zip(self.appended_ms, self.due_ms) if self.compact else self.deliveries)
+        pairs = list(self._appended_and_due())
         if not pairs:
             return []
         first = min(due for _, due in pairs)

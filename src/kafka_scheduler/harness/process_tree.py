@@ -14,17 +14,23 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 GROUPS = ("jvm", "python_driver", "python_workers", "other")
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent's pid (None: the process has ended)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _process_table() -> dict[int, list[int]]:
     """Children of every process, by parent pid."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
+        ppid = parent_of(int(entry.name))
+        if ppid is not None:
+            children.setdefault(ppid, []).append(int(entry.name))
     return children
 
 
@@ -70,13 +76,6 @@ def command_lines(root: int) -> dict[int, str]:
 def pids_of(root: int, group: str) -> list[int]:
     """The processes of one group (GROUPS) in ``root``'s tree that run now."""
     return [pid for pid, command in command_lines(root).items() if group_of(pid, root, command) == group]
-
-
-def parent_of(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def spark_jvm(root: int) -> int:
