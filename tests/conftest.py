@@ -29,6 +29,9 @@ os.environ.setdefault("SPARK_LAUNCHER_OPTS", TEST_JVM_OPTIONS)
 # were 10% of the suite's CPU (docs/testing.md).
 TEST_BROKER_JVM_OPTIONS = f"{TEST_JVM_OPTIONS} -Djava.awt.headless=true"
 os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", TEST_BROKER_JVM_OPTIONS)
+# The jobs start on the suite's own class archive (SPARK_SUBMIT_OPTS, below): not on one of their own, nor does
+# every graceful stop write one (test_class_archive.py turns it on).
+os.environ.setdefault("KAFKA_SCHEDULER_CLASS_ARCHIVE", "off")
 
 # Seconds each slow file took in the last full run (`make test`, 2 workers; docs/testing.md): `make test` hands
 # out the longest work first, so the run does not end waiting on one long file started late. A file missing here

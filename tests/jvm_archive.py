@@ -17,9 +17,7 @@ the archive runs as without one; its CDS warnings are turned off, so job output 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,45 +25,26 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from kafka_scheduler.engine.spark import class_archive
 from kafka_scheduler.harness import process_tree
 from kafka_scheduler.harness.job_process import JobProcess
 from kafka_scheduler.harness.topic_reader import TopicReader
 from kafka_scheduler.harness.waiting import wait_until
-from kafka_scheduler.kafka.jars import cache_root, jar_paths
+from kafka_scheduler.kafka.jars import cache_root
 from kafka_scheduler.kafka.local_broker import LocalBroker, free_port
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 SCHEDULES = 20  # enough to run a batch that prepares and one that writes deliveries
-QUIET_CDS_LOGS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-
-
-def java_command() -> str:
-    """The java Spark's launcher runs."""
-    home = os.environ.get("JAVA_HOME")
-    return str(Path(home) / "bin" / "java") if home else "java"
 
 
 def archive_path(jvm_options: str) -> Path:
-    """Where the archive for this JVM, Python environment, connector jars and JVM options lives."""
-    version = subprocess.run([java_command(), "-version"], capture_output=True, text=True, timeout=60).stderr
-    import pyspark
-
-    spark_jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    key = "\n".join(
-        [
-            version,
-            sys.prefix,
-            pyspark.__version__,
-            *spark_jars,
-            *(p.name for p in jar_paths("spark-kafka")),
-            jvm_options,
-        ]
-    )
-    return cache_root() / "jvm-archive" / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+    """Where the archive for this JVM, Python environment, connector jars and JVM options lives (the job's own
+    archive is named the same way: engine/spark/class_archive.py)."""
+    return class_archive.archive_file(cache_root() / "jvm-archive", jvm_options)
 
 
 def options(archive: Path) -> str:
-    return f"-XX:SharedArchiveFile={archive} {QUIET_CDS_LOGS}"
+    return class_archive.use_options(archive)
 
 
 def ensure(jvm_options: str, build: bool) -> Path | None:
@@ -100,7 +79,11 @@ def _build(archive: Path, jvm_options: str) -> None:
             app_id = f"archive-{uuid.uuid4().hex[:6]}"
             destination = f"{app_id}-out"
             ensure_topics(admin_client(broker.bootstrap_servers), [destination], 1)
-            env = {**os.environ, "SPARK_SUBMIT_OPTS": f"{jvm_options} -XX:ArchiveClassesAtExit={partial}"}
+            env = {
+                **os.environ,
+                "SPARK_SUBMIT_OPTS": f"{jvm_options} -XX:ArchiveClassesAtExit={partial}",
+                "KAFKA_SCHEDULER_CLASS_ARCHIVE": "off",  # this one, not the job's own
+            }
             job = JobProcess(broker.bootstrap_servers, app_id, work / "checkpoint", work / "job.log", env=env)
             job.start()
             jvms = process_tree.pids_of(job.process.pid, "jvm")

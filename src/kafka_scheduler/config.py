@@ -182,6 +182,16 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
     Option(
+        "class_archive",
+        str,
+        "auto",
+        "folder of the Spark driver JVM's class-data-sharing archive: the first graceful stop writes one (once, "
+        "seconds), later starts map its classes instead of loading them (a faster start and restart); 'auto': "
+        "<cache>/jvm-archive (.cache of a checkout, else ~/.cache/kafka-scheduler); 'off': none. Not under "
+        "spark-submit",
+        "DIR|auto|off",
+    ),
+    Option(
         "state_batches_kept",
         positive_int,
         20,
@@ -309,6 +319,7 @@ class Config:
     history: bool = _default("history")
     max_requests_per_batch: int | None = _default("max_requests_per_batch")
     driver_memory: str = _default("driver_memory")
+    class_archive: str = _default("class_archive")  # a folder, "auto" or "off" (engine/spark/class_archive.py)
     state_batches_kept: int = _default("state_batches_kept")
     state_snapshot_every: int = _default("state_snapshot_every")
     lookahead: int = _default("lookahead")  # milliseconds

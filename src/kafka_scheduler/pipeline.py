@@ -43,7 +43,7 @@ from .engine.spark.checkpoint import (
     start_new_generation,
 )
 from .engine.spark.query import build_stream, reads_all_first
-from .engine.spark.session import build_session, under_spark_submit
+from .engine.spark.session import build_session, driver_jvm_process, plan_class_archive, under_spark_submit
 from .engine.spark.warm_workers import warm_python_workers
 from .kafka.topics import LOG_APPEND_TIME, TopicDirectory, ensure_topics, wait_for_broker
 from .ops.access import AdminAccess
@@ -231,7 +231,10 @@ class Scheduler:
             config.partitions,
             _state_text(config) if settle_first else "state settings checked once Spark is up",
         )
-        spark = build_session(config)
+        archive = plan_class_archive(config)
+        if archive is not None:
+            log.info(archive.start_line())
+        spark = build_session(config, class_archive=archive)
         warm_python_workers(spark)
         if not settle_first:
             try:
@@ -341,6 +344,8 @@ class Scheduler:
             self.page.detach_state()
             if not self.jvm_gone and not self.keep_session:
                 spark.stop()
+                if archive is not None and self.stop_requested.is_set():
+                    archive.finish(driver_jvm_process(spark))
 
     def _start_exactly_once(self, admin) -> TransactionalSender:
         """The transactional writer: fences a previous driver of this app and reads back what it wrote."""

@@ -11,6 +11,7 @@ from ...config import Config
 from ...dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS
 from ...dialects.sky_avro import java_options as avro_java_options
 from ...kafka.jars import jar_paths
+from .class_archive import ClassArchive, folder_of
 from .stop_signals import engine_deaf_to_sigterm
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -31,9 +32,9 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def spark_settings(config: Config, jvm_options: str = "") -> dict[str, str]:
+def spark_settings(config: Config, jvm_options: str = "", class_archive: ClassArchive | None = None) -> dict[str, str]:
     """``jvm_options``: more options for the JVM (engine/spark/state_reader.py gives a tool's short-lived one its
-    own)."""
+    own); ``class_archive``: the driver JVM's (class_archive.py)."""
     java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} {avro_java_options()} {EXIT_ON_OUT_OF_MEMORY}"
     java_options += f" {jvm_options}" if jvm_options else ""
     settings = {
@@ -85,7 +86,8 @@ def spark_settings(config: Config, jvm_options: str = "") -> dict[str, str]:
         # A JVM out of heap exits: Spark's threads die one by one on an OutOfMemoryError and the query hangs with
         # the process alive (seen: a herd of 1,000,000 with --exactly-once at --driver-memory 1g), where an exit
         # lets the driver stop with an error and a supervisor start it again.
-        "spark.driver.extraJavaOptions": java_options,
+        "spark.driver.extraJavaOptions": java_options
+        + (f" {class_archive.jvm_options()}" if class_archive is not None else ""),
         "spark.executor.extraJavaOptions": java_options,
     }
     if not under_spark_submit():
@@ -94,7 +96,29 @@ def spark_settings(config: Config, jvm_options: str = "") -> dict[str, str]:
     return settings
 
 
-def build_session(config: Config, jvm_options: str = ""):
+def plan_class_archive(config: Config) -> ClassArchive | None:
+    """The class archive the job's driver JVM starts on or writes (--class-archive); None when off, or under
+    spark-submit, whose driver JVM is running before the job's code (docs/deployment.md), or when this process has
+    started one already (a shared driver: bench/shared_driver.py)."""
+    folder = folder_of(config.class_archive)
+    if folder is None or under_spark_submit():
+        return None
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        return None
+    # Everything the JVM is started with, as far as it can tell an archive apart.
+    options = " ".join(
+        [
+            spark_settings(config)["spark.driver.extraJavaOptions"],
+            f"-Xmx{config.driver_memory}",
+            os.environ.get("SPARK_SUBMIT_OPTS", ""),
+        ]
+    )
+    return ClassArchive.plan(folder, options)
+
+
+def build_session(config: Config, jvm_options: str = "", class_archive: ClassArchive | None = None):
     # The Python workers must run the interpreter that has this package and its dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -105,7 +129,7 @@ def build_session(config: Config, jvm_options: str = ""):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    for key, value in spark_settings(config, jvm_options).items():
+    for key, value in spark_settings(config, jvm_options, class_archive).items():
         builder = builder.config(key, value)
     with engine_deaf_to_sigterm():  # only the driver acts on a stop (stop_signals.py)
         spark = builder.getOrCreate()
@@ -116,6 +140,12 @@ def build_session(config: Config, jvm_options: str = ""):
     spark.sparkContext.setLogLevel("WARN")
     quiet_when_the_jvm_ends(spark)
     return spark
+
+
+def driver_jvm_process(spark):
+    """The Popen of the JVM this driver launched (None under spark-submit, or when it did not launch one)."""
+    gateway = getattr(type(spark.sparkContext), "_gateway", None)
+    return getattr(gateway, "proc", None)
 
 
 def quiet_when_the_jvm_ends(spark) -> None:
