@@ -28,7 +28,7 @@ from .exactly_once import TransactionalSender
 from .herd_slices import SparkHerdSlices
 from .herd_writer import HerdWriter
 from .prepared_horizon import PreparedHorizon
-from .sink_columns import SinkColumns, as_columns, records_but, write_with_spark
+from .sink_columns import SinkColumns, as_columns, records_but, sids_among, write_with_spark
 from .sink_plan import (
     BatchDigest,
     Refusals,
@@ -330,7 +330,7 @@ class RecordSink:
 
     def _versions_of(self, early: dict[bytes, str]) -> Column:
         """The batch's deliveries of the ids the timed writer holds early versions of."""
-        return self.columns.is_delivery & F.col("sid").isin(list(early))
+        return self.columns.is_delivery & sids_among(early)
 
     def _refusals(self, read: BatchDigest) -> Refusals:
         """What the destinations of this batch's deliveries would refuse, from the broker's metadata (cached)."""
