@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ElementTree
@@ -48,6 +49,12 @@ class Artifact(NamedTuple):
 def in_checkout() -> bool:
     """Whether this package runs from a checkout of the repository (src/ layout), not from an installed wheel."""
     return (PROJECT_ROOT / "scripts" / "setup.sh").is_file() and Path(__file__).resolve().parents[2].name == "src"
+
+
+def java_binary() -> Path:
+    """The java that runs the jars (the broker's, and Spark's launcher's): JAVA_HOME's, else the first on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    return Path(home) / "bin" / "java" if home else Path(shutil.which("java") or "java")
 
 
 def cache_root() -> Path:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .jars import jar_paths
+from .jars import jar_paths, java_binary
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +163,7 @@ class LocalBroker:
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self, main_class: str, *args: str) -> list[str]:
-        java = shutil.which("java") or "java"
-        if os.environ.get("JAVA_HOME"):
-            java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
+        java = str(java_binary())
         classpath = os.pathsep.join(str(p) for p in jar_paths("kafka-broker"))
         performance = os.environ.get(JVM_PERFORMANCE_OPTS_VARIABLE)
         return [

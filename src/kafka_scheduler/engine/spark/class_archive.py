@@ -3,10 +3,10 @@ later start.
 
 A job's JVM loads, verifies and links some 18,000 classes as it starts, on the same cores as the JIT compilers and
 the Python workers' imports. Started on an archive of them it maps them instead: a restart with 1,000,000 pending
-reached its first overdue delivery sooner (docs/measurements.md, "A restart on a class archive"). The archive is
-written by the JVM itself as it exits (``-XX:ArchiveClassesAtExit``) after a graceful stop of a job that started
-without one, into a name of its own, and moved into place once the JVM has ended: a job killed meanwhile leaves a
-partial file that the next start deletes, and a start never reads a file still being written.
+reached its first overdue delivery sooner (docs/measurements.md, "A restart's JVM: the JIT and a class archive").
+The archive is written by the JVM itself as it exits (``-XX:ArchiveClassesAtExit``) after a graceful stop of a job
+that started without one, into a name of its own, and moved into place once the JVM has ended: a job killed
+meanwhile leaves a partial file that the next start deletes, and a start never reads a file still being written.
 
 An archive holds for one JVM, one class path and one set of JVM options: its file name carries a hash of them
 (``archive_file``), so a change of any of them makes a new one and a JVM never meets an archive it would refuse.
@@ -18,14 +18,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...kafka.jars import cache_root, jar_paths
+from ...kafka.jars import cache_root, jar_paths, java_binary
 
 log = logging.getLogger(__name__)
 
@@ -36,23 +35,17 @@ PARTIAL = ".partial"
 JVM_EXIT_TIMEOUT_S = 120  # writing the archive takes seconds (docs/measurements.md); a JVM stuck longer is left
 
 
-def java_binary() -> Path:
-    """The java Spark's launcher runs: JAVA_HOME's, else the first on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = Path(home) / "bin" / "java" if home else Path(shutil.which("java") or "java")
-    return found.resolve() if found.exists() else found
-
-
 def _jvm_identity() -> list[str]:
     """What names one JVM build without starting it: its binary, and its module image's size and time (a JDK
     update replaces the image)."""
     java = java_binary()
+    java = java.resolve() if java.exists() else java
     modules = java.parent.parent / "lib" / "modules"
     stat = modules.stat() if modules.exists() else None
     return [str(java), f"{stat.st_size}:{stat.st_mtime_ns}" if stat else "no module image"]
 
 
-def archive_file(folder: Path, jvm_options: str, prefix: str = "spark-driver") -> Path:
+def archive_file(folder: Path, jvm_options: str) -> Path:
     """The archive in ``folder`` for this JVM, Python environment (whose Spark jars make the class path), connector
     jars and JVM options."""
     import pyspark
@@ -68,7 +61,7 @@ def archive_file(folder: Path, jvm_options: str, prefix: str = "spark-driver") -
             " ".join(jvm_options.split()),
         ]
     )
-    return folder / f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+    return folder / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
 def use_options(archive: Path) -> str:
