@@ -344,6 +344,31 @@ def test_delivered_ids_leave_the_index():
     assert sum(store.token.sizes) <= max(index_cache.KEEP_CHANGES_FLOOR, 0) + n
 
 
+def test_the_index_holds_entries_the_cyclic_garbage_collector_stops_tracking():
+    """PySpark's daemon runs a full garbage collection after every task: whatever the workers' index holds it
+    must not visit again and again (millions pending). Entries filed by a call, caught up from the delta log by
+    another worker and rebuilt from the chunks are all exact tuples of atomic values, untracked after a
+    collection; the rules still get IndexEntry views."""
+    import gc
+
+    store = MemoryShardStore()
+    n = 2_000
+    apply_requests(store, [(sid(i), Request(Action.ADD, schedule(i, due=DUE + i))) for i in range(n)], 0)
+    caught_up = index_cache.IndexCache()
+    store.cache, filed = caught_up, store.cache
+    apply_requests(store, [(sid(-1), Request(Action.ADD, schedule(-1, due=DUE + 10_000)))], 1)
+    assert caught_up.rebuilds == 1  # a fresh cache: rebuilt from the chunks
+    store.cache, rebuilds = filed, filed.rebuilds  # behind by one version: catches up from the delta log
+    apply_requests(store, [(sid(0), Request(Action.REPLACE, schedule(0, b"new", due=DUE + 20_000)))], 2)
+    assert filed.rebuilds == rebuilds
+    gc.collect()
+    for cache in (filed, caught_up):
+        assert len(cache.entries) >= n
+        assert all(type(entry) is tuple and not gc.is_tracked(entry) for entry in cache.entries.values())
+    view = index_cache.IndexSession(store).get(sid(0))
+    assert isinstance(view, index_cache.IndexEntry) and view.due_ms == DUE + 20_000
+
+
 def test_a_herd_leaves_the_index_as_one_change_and_another_worker_catches_up():
     """A bucket retired whole (a herd, delivered) leaves the index as one range change, not a change per id;
     entries due in other buckets stay, and a worker catching up from the delta log applies the range."""
@@ -555,7 +580,7 @@ def test_a_fire_on_a_fresh_worker_that_files_a_next_firing_rebuilds_the_index_as
     assert [s.delivery_id for s in emitted] == ["requests-0-1@15000"]
     assert store.index_entries() == store.cache.entries
     assert set(store.cache.entries) == {b"cron:requests/c", sid(7)}
-    assert store.cache.entries[b"cron:requests/c"].delivery_id == "requests-0-1@20000"
+    assert index_cache.IndexEntry._make(store.cache.entries[b"cron:requests/c"]).delivery_id == "requests-0-1@20000"
     assert store.token.entries == 2
     # The next call trusts this cache (it is the version the token lists) and agrees with a rebuild.
     assert index_cache.IndexSession.trusted(store.cache, store.token)

@@ -23,6 +23,12 @@ it (``IndexSession.forget``) in the same call that takes them out of state, reco
 delta in bulk. A whole bucket retired at once leaves it as one change, ``(None, (first_ms, last_ms))``:
 every entry due in that range goes (``IndexSession.forget_due``), so retiring a herd of millions
 neither reads its chunks back nor writes a change per id.
+
+The cache holds each entry as a plain tuple, and hands out ``IndexEntry`` views of it. PySpark's daemon runs a full
+collection of the cyclic garbage collector after every task a worker runs, and that collection visits every object
+it tracks: a NamedTuple stays tracked for good, while CPython stops tracking an exact tuple of ints, strings and
+bytes at the first collection that sees it. With 10,000,000 pending the NamedTuples made the collections take
+two thirds of the workers' time, a cost per batch that grew with what is pending (docs/measurements.md).
 """
 
 from __future__ import annotations
@@ -45,11 +51,20 @@ PAUSED_MS = -(2**62)
 
 
 class IndexEntry(NamedTuple):
-    """Where the pending version of a client id is, and what it is (for the identical-replace no-op)."""
+    """Where the pending version of a client id is, and what it is (for the identical-replace no-op). The cache
+    stores it as a plain tuple (``stored``): see the module's docstring."""
 
     due_ms: int
     delivery_id: str
     digest: bytes  # its bucket: the one holding due_ms (buckets.Levels)
+
+
+DUE_MS, DELIVERY_ID = IndexEntry._fields.index("due_ms"), IndexEntry._fields.index("delivery_id")
+
+
+def stored(entry: IndexEntry) -> tuple:
+    """How the cache holds an entry: an exact tuple, which the cyclic garbage collector stops tracking."""
+    return tuple(entry)
 
 
 @dataclass
@@ -108,15 +123,15 @@ def stored_index(store, overlay: dict | None = None) -> dict:
                 rows["sid"], rows["due_ms"], rows["delivery_id"], rows["digest"]
             ):
                 if sid is not None and delivery_id not in struck:
-                    entries[bytes(sid)] = IndexEntry(int(due_ms), delivery_id, bytes(digest))
+                    entries[bytes(sid)] = stored(IndexEntry(int(due_ms), delivery_id, bytes(digest)))
     for sid, entry in store.paused_items():
         row = entry.iloc[0]
-        entries[bytes(sid)] = IndexEntry(PAUSED_MS, row["delivery_id"], bytes(row["digest"]))
+        entries[bytes(sid)] = stored(IndexEntry(PAUSED_MS, row["delivery_id"], bytes(row["digest"])))
     return entries
 
 
 def _drop_due(entries: dict, first_ms: int, last_ms: int) -> int:
-    gone = [sid for sid, entry in entries.items() if first_ms <= entry.due_ms <= last_ms]
+    gone = [sid for sid, entry in entries.items() if first_ms <= entry[DUE_MS] <= last_ms]
     for sid in gone:
         del entries[sid]
     return len(gone)
@@ -166,6 +181,7 @@ class IndexSession:
             self._synced = True
 
     def entries(self) -> dict:
+        """sid -> the entry as stored (a plain tuple): for membership; ``get`` gives an ``IndexEntry``."""
         self._ensure()
         return self.cache.entries
 
@@ -194,7 +210,7 @@ class IndexSession:
                     elif entry is None:
                         entries.pop(sid, None)
                     else:
-                        entries[sid] = entry
+                        entries[sid] = stored(entry)
             cache.version, cache.nonce = version, token.nonces[version - token.base]
         if token.entries >= 0 and len(entries) != token.entries:
             log.warning(
@@ -208,12 +224,13 @@ class IndexSession:
 
     def get(self, sid: bytes) -> IndexEntry | None:
         self._ensure()
-        return self.cache.entries.get(sid)
+        entry = self.cache.entries.get(sid)
+        return None if entry is None else IndexEntry._make(entry)
 
     def put(self, sid: bytes, entry: IndexEntry) -> None:
         self._ensure()
         self.cache.nonce = None
-        self.cache.entries[sid] = entry
+        self.cache.entries[sid] = stored(entry)
         self.changes.append((sid, entry))
 
     def remove(self, sid: bytes) -> None:
@@ -240,7 +257,7 @@ class IndexSession:
         for sid, delivery_id in zip(sids, delivery_ids):
             sid = bytes(sid)
             entry = entries.get(sid)
-            if entry is not None and entry.delivery_id == delivery_id:
+            if entry is not None and entry[DELIVERY_ID] == delivery_id:
                 self.remove(sid)
 
     def forget_due(self, first_ms: int, last_ms: int, live_with_id: int) -> None:
