@@ -150,6 +150,25 @@ def test_the_processor_asks_for_each_state_variable_with_its_parsed_schema(spark
     assert parsed["seq long"] == StructType([StructField("seq", LongType())])
 
 
+def test_a_workers_first_state_step_freezes_what_it_has_loaded_once(spark):
+    """PySpark's daemon collects a reused worker's garbage after every task: what the worker loaded before its
+    first state step (modules) is frozen out of those collections by the processor's init, once per process."""
+    import gc
+
+    from kafka_scheduler.engine.processor.wheel_processor import freeze_what_the_worker_has_loaded
+
+    gc.unfreeze()
+    try:
+        WheelProcessor(parsed_schemas=parsed_state_schemas()).init(RecordingHandle())
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000  # the modules pytest, PySpark and pandas have loaded
+        assert not freeze_what_the_worker_has_loaded()  # once per process
+        WheelProcessor(parsed_schemas=parsed_state_schemas()).init(RecordingHandle())
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
 def test_the_sink_reads_each_row_with_its_headers_zipped_and_a_deliverys_id_last(spark):
     firing = Schedule(
         NOW + 5_000,

@@ -8,6 +8,7 @@ makes a constant few state calls for it, whatever the number of requests with id
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from collections.abc import Iterator
 
@@ -92,6 +93,19 @@ def delivered_at_once(result: BatchResult) -> Counter:
     return result.at_once - expired
 
 
+def freeze_what_the_worker_has_loaded() -> bool:
+    """Once per worker process: what it holds by its first state step (the modules of PySpark, pandas, pyarrow and
+    ours, ~76,000 objects) leaves the garbage collector's care for good. PySpark's daemon runs a full collection after
+    every task a reused worker runs, and each visited all of them again: ~40 ms a task (docs/measurements.md). Objects
+    frozen are still freed when nothing refers to them; only a cycle among them would stay, and there is one such
+    moment per process. Returns whether this call froze."""
+    if gc.get_freeze_count():
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
+
+
 class WheelProcessor(StatefulProcessor):
     """``window_ms``: schedules due up to this far after the batch time are prepared (emitted for the
     driver's timed writer, kept in state until retired); ``run`` names the driver process whose writer
@@ -116,6 +130,7 @@ class WheelProcessor(StatefulProcessor):
         self.rejections_topic = rejections_topic
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        freeze_what_the_worker_has_loaded()
         self.handle = handle
         for attribute, (name, *schemas) in STATE_VARIABLES.items():
             schemas = [self.parsed_schemas.get(ddl, ddl) for ddl in schemas]
