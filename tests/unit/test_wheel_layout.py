@@ -402,6 +402,27 @@ def test_an_index_delta_survives_its_blob():
 
     changes = [(b"a", index_cache.IndexEntry(5, "t-0-1", b"d" * 20)), (b"b", None), (None, (1000, 1999))]
     assert delta_of_blob(delta_blob(changes)) == changes
+    # Entries only (an ingest's delta) take the bulk path; either way entries come back as the cache stores them.
+    for delta in (changes[:1] * 3, changes):
+        back = delta_of_blob(delta_blob(delta))
+        assert back == delta
+        assert all(type(entry) is tuple for sid, entry in back if sid is not None and entry is not None)
+
+
+def test_a_worker_catching_up_applies_each_part_of_the_delta_log_in_order():
+    """A part of entries only goes in at once; a part with removals or a range applies its changes in order, so
+    an entry filed after a range that covers it stays, and one filed before it goes."""
+    entries = {b"old": (1500, "t-9-1", b"d")}
+    index_cache.apply_changes(entries, [(b"a", (5, "t-0-1", b"d")), (b"b", (6, "t-1-1", b"d"))])
+    assert entries == {b"old": (1500, "t-9-1", b"d"), b"a": (5, "t-0-1", b"d"), b"b": (6, "t-1-1", b"d")}
+    index_cache.apply_changes(
+        entries,
+        [(b"c", (1600, "t-2-1", b"d")), (None, (1000, 1999)), (b"d", (1700, "t-3-1", b"d"))],
+    )
+    index_cache.apply_changes(entries, [(b"a", None)])
+    assert entries == {b"b": (6, "t-1-1", b"d"), b"d": (1700, "t-3-1", b"d")}
+    index_cache.apply_changes(entries, [(b"e", index_cache.IndexEntry(7, "t-4-1", b"d"))])
+    assert type(entries[b"e"]) is tuple  # a NamedTuple from a store is kept as the plain tuple
 
 
 def test_a_fire_after_a_restart_does_not_wait_for_a_rebuild_of_the_index():

@@ -119,11 +119,21 @@ def stored_index(store, overlay: dict | None = None) -> dict:
             struck.update(store.strikes_get(bucket, n))
         for n, _ in info.chunks:
             rows = store.chunk_index(bucket, n)
-            for sid, due_ms, delivery_id, digest in zip(
-                rows["sid"], rows["due_ms"], rows["delivery_id"], rows["digest"]
-            ):
-                if sid is not None and delivery_id not in struck:
-                    entries[bytes(sid)] = stored(IndexEntry(int(due_ms), delivery_id, bytes(digest)))
+            # Whole columns as Python lists, zipped in C: a rebuild reads every pending entry of the shard.
+            keep = rows["sid"].notna().to_numpy()
+            if struck:
+                keep &= ~rows["delivery_id"].isin(struck).to_numpy()
+            kept = rows[keep]
+            entries.update(
+                zip(
+                    map(bytes, kept["sid"].tolist()),
+                    zip(
+                        kept["due_ms"].astype("int64").tolist(),
+                        kept["delivery_id"].tolist(),
+                        map(bytes, kept["digest"].tolist()),
+                    ),
+                )
+            )
     for sid, entry in store.paused_items():
         row = entry.iloc[0]
         entries[bytes(sid)] = stored(IndexEntry(PAUSED_MS, row["delivery_id"], bytes(row["digest"])))
@@ -135,6 +145,23 @@ def _drop_due(entries: dict, first_ms: int, last_ms: int) -> int:
     for sid in gone:
         del entries[sid]
     return len(gone)
+
+
+def apply_changes(entries: dict, changes: list) -> None:
+    """One part of the delta log onto a cache, in order. A part of entries only (an ingest's, up to ``DELTA_PART``)
+    goes in with one ``dict.update``: after an ingest of millions, a worker that had not run the shard's last tasks
+    catches up millions of changes: 1.3-1.5 µs each with the decode, against 5.3 µs one by one (docs/measurements.md).
+    The store hands entries as plain tuples (``stored``); any other form takes the path one by one."""
+    if all(sid is not None and type(entry) is tuple for sid, entry in changes):
+        entries.update(changes)
+        return
+    for sid, entry in changes:
+        if sid is None:
+            _drop_due(entries, *entry)
+        elif entry is None:
+            entries.pop(sid, None)
+        else:
+            entries[sid] = stored(entry)
 
 
 def _rebuild(store, cache: IndexCache, token: IndexToken, overlay: dict | None = None) -> None:
@@ -204,13 +231,7 @@ class IndexSession:
             version = cache.version + 1
             cache.nonce = None  # half applied, if a read fails
             for part in range(parts_of(token.sizes[version - token.base - 1])):
-                for sid, entry in self.store.delta_get(version, part):
-                    if sid is None:
-                        _drop_due(entries, *entry)
-                    elif entry is None:
-                        entries.pop(sid, None)
-                    else:
-                        entries[sid] = stored(entry)
+                apply_changes(entries, self.store.delta_get(version, part))
             cache.version, cache.nonce = version, token.nonces[version - token.base]
         if token.entries >= 0 and len(entries) != token.entries:
             log.warning(
