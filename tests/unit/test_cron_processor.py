@@ -30,7 +30,7 @@ def firing(due_ms: int = 1_767_225_605_000, lateness=None) -> Schedule:
 def headers(rows, row: int) -> list:
     """A row's headers as the processor emits them: names and values, zipped."""
     names, values = rows["header_names"][row], rows["header_values"][row]
-    return [] if names is None else list(zip(names, values))
+    return [] if names is None or names is pd.NA else list(zip(names, values))
 
 
 def test_a_firing_is_delivered_with_kaspr_fire_timestamp_and_its_own_delivery_id():

@@ -12,6 +12,7 @@ import pyarrow as pa
 from ..rules.cells import header_pairs, missing
 from ..rules.entries import ENTRY_FIELDS, with_entry_columns
 from ..rules.fields import HEADERS_ARROW, Field
+from .arrow_lists import arrow_lists_pass
 
 # Stored in checkpoints: the field table's ENTRY fields, in their order (tests/unit/test_stored_formats.py pins it).
 CHUNK_SCHEMA = pa.schema([(f.name, f.arrow) for f in ENTRY_FIELDS])
@@ -113,17 +114,44 @@ def header_array(cells, keep_nulls: bool = False) -> pa.ListArray:
     return array
 
 
-def header_lists(cells) -> tuple[np.ndarray, np.ndarray]:
-    """A headers column as the processor emits it (OUTPUT_SCHEMA): a list of names and a list of values per row,
-    None for a row without headers (PySpark copies every list it is given, one Python call each)."""
+def header_lists(cells, appended: tuple | None = None) -> tuple:
+    """A headers column as the processor emits it (OUTPUT_SCHEMA): a list of names and a list of values per row, null
+    for a row without headers. ``appended``: (a mask of rows, a name, their values in row order), one header added
+    at the end of those rows (a cron's firing instant). As Arrow-backed pandas arrays where PySpark's conversion takes
+    them as they are (``arrow_lists``); else as arrays of Python lists, which PySpark copies one call a row."""
     array = header_array(cells)
-    offsets = array.offsets
-    names = pa.ListArray.from_arrays(offsets, array.values.field("key")).to_numpy(zero_copy_only=False)
-    values = pa.ListArray.from_arrays(offsets, array.values.field("value")).to_numpy(zero_copy_only=False)
-    none = np.diff(offsets.to_numpy()) == 0
-    names[none] = None
-    values[none] = None
-    return names, values
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    first, flat = int(offsets[0]), int(offsets[-1] - offsets[0])
+    keys = array.values.field("key").slice(first, flat)
+    values = array.values.field("value").slice(first, flat)
+    lengths = np.diff(offsets)
+    if appended is not None and appended[0].any():
+        rows, name, added = appended
+        keys, values, lengths = _with_appended(keys, values, lengths, rows, name, added)
+    new_offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())
+    none = pa.array(lengths == 0)
+    names = pa.ListArray.from_arrays(new_offsets, keys, mask=none)
+    values = pa.ListArray.from_arrays(new_offsets, values, mask=none)
+    if arrow_lists_pass():
+        return pd.arrays.ArrowExtensionArray(names), pd.arrays.ArrowExtensionArray(values)
+    return names.to_numpy(zero_copy_only=False), values.to_numpy(zero_copy_only=False)
+
+
+def _with_appended(keys: pa.Array, values: pa.Array, lengths: np.ndarray, rows: np.ndarray, name: str, added) -> tuple:
+    """The flat header names and values with one more at the end of each row of ``rows``, and the new lengths."""
+    rows = np.asarray(rows, dtype=bool)
+    flat, count = len(keys), int(rows.sum())
+    row_of = np.repeat(np.arange(len(lengths)), lengths)
+    added_before = np.cumsum(rows) - rows  # in rows before each row
+    new_lengths = lengths + rows
+    ends = np.cumsum(new_lengths)
+    order = np.empty(flat + count, dtype=np.int64)
+    order[np.arange(flat) + added_before[row_of]] = np.arange(flat)
+    order[ends[rows] - 1] = flat + np.arange(count)
+    take = pa.array(order)
+    keys = pa.concat_arrays([keys, pa.array([name] * count, keys.type)]).take(take)
+    values = pa.concat_arrays([values, pa.array(list(added), values.type)]).take(take)
+    return keys, values, new_lengths
 
 
 def nullable_ints(values: pd.Series, dtype: str):

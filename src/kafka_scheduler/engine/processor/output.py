@@ -29,7 +29,11 @@ from ..rules.fields import FIELDS
 from ..rules.partitioning import partition_hash
 from ..rules.rejection_classes import reason_class
 from ..rules.rejections import rejection_headers
+from . import arrow_lists
 from .blobs import flags, header_lists, nullable_ints
+
+# The header lists emitted here pass PySpark's conversion to Arrow without a Python call a row (arrow_lists.py).
+arrow_lists.install()
 
 
 def records_frame(kind: str, topic, key, value, headers, due_ms, **extras) -> pd.DataFrame:
@@ -97,13 +101,8 @@ def deliveries_frame(entries: pd.DataFrame, now_ms: int | None = None) -> pd.Dat
     carries ``x-scheduler-cron-fire-timestamp`` (its instant in Unix seconds, as Kaspr writes it); rows marked
     ``expired`` (``batch.mark_expired``) are of kind ``expired``: the sink rejects them."""
     crons = entries["cron_expr"].notna().to_numpy() if "cron_expr" in entries else np.zeros(len(entries), bool)
-    names, values = header_lists(entries["headers"])
-    for row in np.flatnonzero(crons):
-        names[row] = [*(names[row] if names[row] is not None else ()), CRON_FIRE_TIMESTAMP]
-        values[row] = [
-            *(values[row] if values[row] is not None else ()),
-            str(int(entries["due_ms"].iat[row]) // 1000).encode(),
-        ]
+    instants = entries["due_ms"].to_numpy()[crons] // 1000
+    names, values = header_lists(entries["headers"], (crons, CRON_FIRE_TIMESTAMP, [b"%d" % s for s in instants]))
     extras = {"delivery_id": entries["delivery_id"].to_numpy()}
     if "sid" in entries:
         extras["sid"] = entries["sid"].to_numpy()
@@ -221,7 +220,11 @@ def with_output_dtypes(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     typed = frame.copy(deep=False)  # the columns left as they are stay shared
     for name, dtype in changed.items():
-        typed[name] = frame[name].astype(dtype)
+        column = frame[name]
+        if isinstance(column.dtype, pd.ArrowDtype):  # header lists (blobs.header_lists): null as None, not pd.NA
+            typed[name] = column.array.to_numpy(dtype=object, na_value=None)
+        else:
+            typed[name] = column.astype(dtype)
     return typed
 
 
