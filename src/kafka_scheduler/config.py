@@ -212,10 +212,11 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "lookahead",
         duration_ms,
-        3000,
+        30_000,
         "prepare deliveries this long before they are due; the driver's timed writer writes each at its due "
-        "instant (a replace or cancel read before then still withdraws it). 0 writes each from the first "
-        "micro-batch after its due time",
+        "instant (a replace or cancel read before then still withdraws it), and a request read as it arrives, due "
+        "sooner, goes out on time while a batch runs for up to about this long (a herd's). 0 writes each from the "
+        "first micro-batch after its due time",
         "DURATION",
         show=format_duration_ms,
     ),
@@ -231,9 +232,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_held",
         positive_int,
-        20_000,
-        "most prepared deliveries the timed writer holds in memory; beyond it a batch writes its deliveries "
-        "itself, each slice at its due time",
+        100_000,
+        "most prepared deliveries the timed writer holds in memory (a lookahead's worth of traffic: 30,000 at "
+        "1,000/s); beyond it a batch writes its deliveries itself, each slice at its due time",
         "N",
     ),
     Option(

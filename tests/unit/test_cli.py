@@ -515,10 +515,10 @@ def test_run_help_shows_defaults_as_they_are_written(capsys):
     assert code == 0
     for flag, default in (
         ("--trigger-interval", "0s"),
-        ("--lookahead", "3s"),
+        ("--lookahead", "30s"),
         ("--cron-min-interval", "5s"),
         ("--history", "false"),
-        ("--max-held", "20000"),
+        ("--max-held", "100000"),
     ):
         assert option_help(out, flag).endswith(f"; default {default}]"), option_help(out, flag)
     assert "milliseconds" not in out

@@ -29,7 +29,7 @@ def test_defaults_with_no_flags_and_no_environment():
     assert config.max_value_bytes == 1_000_000
     assert config.max_ahead_days == 36_525
     assert config.max_requests_per_batch == 500_000
-    assert config.lookahead == 3000 and config.max_held == 20_000
+    assert config.lookahead == 30_000 and config.max_held == 100_000
     assert config.state_layout == "wheel" and config.shards == 4
 
 

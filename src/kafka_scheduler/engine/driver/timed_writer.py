@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
+from ...config import Config
 from ...protocol import DELIVERY_ID
 from ..contract import KIND_DELIVER, KIND_HISTORY, WriterRow
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
@@ -92,7 +93,7 @@ class TimedWriter(DueQueue):
     def __init__(
         self,
         bootstrap_servers: str,
-        max_held: int = 20_000,
+        max_held: int = Config.max_held,
         producer: Producer | None = None,
         rejections_topic: str | None = None,
         sender: TransactionalSender | None = None,
