@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pandas as pd
 import pyarrow as pa
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.conversion import PandasToArrowConversion
@@ -15,6 +14,7 @@ from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, Struc
 from kafka_scheduler.engine.contract import OUTPUT_SCHEMA
 from kafka_scheduler.engine.processor import arrow_lists, blobs
 from kafka_scheduler.engine.processor.output import (
+    OUTPUT_DTYPES,
     deliveries_frame,
     merged,
     records_frame,
@@ -119,8 +119,19 @@ def test_a_herds_delivery_rows_convert_as_with_python_lists(monkeypatch):
     assert as_arrow[1]["header_names"] == ["h", CRON_FIRE_TIMESTAMP] and as_arrow[0]["header_names"] is None
 
 
-@pytest.mark.parametrize("rows", [0, 1])
-def test_small_frames_merge_with_header_lists_of_either_form(rows):
-    frames = [withdraw_frame(["in-0-1"]) for _ in range(rows)] + [timer_frame([NOW])]
+def test_a_chunk_smaller_than_a_merge_keeps_its_lists_as_arrow_and_reaches_spark_whole():
+    """A herd's chunk under MERGED_ROWS is merged with the call's small frames (a timer, a withdrawal): the merged
+    frame's header lists stay Arrow (several chunks, made one for Spark), and its rows are the frames' rows."""
+    schedules = [Schedule(NOW + i, "out", b"k", b"v", (("h", b"%d" % i),) * (i % 2), f"in-0-{i}") for i in range(50)]
+    frames = [
+        deliveries_frame(entries_frame(schedules, [(None, None)] * 50), NOW),
+        timer_frame([NOW]),
+        withdraw_frame(["in-0-1"]),
+        deliveries_frame(entries_frame(schedules[:3], [(None, None)] * 3), NOW),
+    ]
     [out] = merged(iter(frames))
-    assert out["header_names"].dtype == object
+    assert {name: str(out[name].dtype) for name in ("header_names", "header_values")} == {
+        name: OUTPUT_DTYPES[name] for name in ("header_names", "header_values")
+    }
+    assert isinstance(out["header_names"].dtype, pd.ArrowDtype)
+    assert converted(out, OUTPUT_SCHEMA) == [row for frame in frames for row in converted(frame, OUTPUT_SCHEMA)]

@@ -164,7 +164,7 @@ def test_a_workers_first_state_step_freezes_what_it_has_loaded_once(spark):
         assert frozen > 10_000  # the modules pytest, PySpark and pandas have loaded
         assert not freeze_what_the_worker_has_loaded()  # once per process
         WheelProcessor(parsed_schemas=parsed_state_schemas()).init(RecordingHandle())
-        assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() <= frozen  # nothing frozen again (a frozen object may still be freed)
     finally:
         gc.unfreeze()
 

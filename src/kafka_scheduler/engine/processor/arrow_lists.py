@@ -32,7 +32,13 @@ def _passing_arrow_lists(create_converter):
             return convert
 
         def convert_unless_arrow(series):
-            return series if isinstance(series.dtype, pd.ArrowDtype) else convert(series)
+            if not isinstance(series.dtype, pd.ArrowDtype):
+                return convert(series)
+            chunked = series.array.__arrow_array__()
+            if chunked.num_chunks <= 1:
+                return series
+            # Frames concatenated by pandas hold several chunks; a record batch's column is one array.
+            return pd.Series(pd.arrays.ArrowExtensionArray(chunked.combine_chunks()), index=series.index)
 
         return convert_unless_arrow
 

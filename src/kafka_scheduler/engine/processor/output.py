@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ...delivery_ids import request_of
 from ...protocol import CRON_FIRE_TIMESTAMP, REJECTION_REASON
@@ -206,9 +207,17 @@ def merged(frames: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         yield _concat(held)
 
 
+# The header lists' dtypes where they pass PySpark's conversion as Arrow (blobs.header_lists): merged frames keep them
+# so, or a herd's chunks a little smaller than MERGED_ROWS would go back to a Python list a row.
+ARROW_LISTS = (
+    {name: pd.ArrowDtype(FIELDS[name].arrow) for name in ("header_names", "header_values")}
+    if arrow_lists.arrow_lists_pass()
+    else {}
+)
+
 # Each output column's dtype in the frames a call merges: the field table's, nullable (a row of one kind lacks the
 # columns of the others).
-OUTPUT_DTYPES = {name: FIELDS[name].type.nullable_pandas for name in OUTPUT_COLUMNS}
+OUTPUT_DTYPES = {name: str(ARROW_LISTS.get(name, FIELDS[name].type.nullable_pandas)) for name in OUTPUT_COLUMNS}
 
 
 def with_output_dtypes(frame: pd.DataFrame) -> pd.DataFrame:
@@ -221,8 +230,9 @@ def with_output_dtypes(frame: pd.DataFrame) -> pd.DataFrame:
     typed = frame.copy(deep=False)  # the columns left as they are stay shared
     for name, dtype in changed.items():
         column = frame[name]
-        if isinstance(column.dtype, pd.ArrowDtype):  # header lists (blobs.header_lists): null as None, not pd.NA
-            typed[name] = column.array.to_numpy(dtype=object, na_value=None)
+        if name in ARROW_LISTS:  # lists of any form, or None
+            arrow = pa.array(column.to_numpy(dtype=object), type=ARROW_LISTS[name].pyarrow_dtype, from_pandas=True)
+            typed[name] = pd.arrays.ArrowExtensionArray(arrow)
         else:
             typed[name] = column.astype(dtype)
     return typed
