@@ -13,6 +13,7 @@ import pytest
 from kafka_scheduler import dialects
 from kafka_scheduler.delivery_ids import delivery_id, request_of
 from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_HISTORY, WriterRow
+from kafka_scheduler.engine.driver import early_cancels
 from kafka_scheduler.engine.driver.early_cancels import (
     Arrival,
     ArrivalTimes,
@@ -319,3 +320,35 @@ def test_ids_keyed_apart_are_counted_per_id_and_the_ids_followed_are_bounded():
 )
 def test_a_native_request_names_its_id(headers, sid):
     assert native_request_sid(TOPIC, headers) == sid
+
+
+class GateRecordingWriter:
+    def __init__(self):
+        self.read = []
+        self.through = []
+
+    def read_early(self, records, early=None):
+        self.read += records
+        return 0
+
+    def read_through(self, through_ms):
+        self.through.append(through_ms)
+
+
+def test_the_watcher_tells_the_writer_how_far_it_has_read_every_partition_while_it_is_behind():
+    """Behind (the consumer had more at once), the writer is told the oldest of the newest broker times read per
+    partition read lately; caught up, None. A partition that went quiet stops counting after READ_SEEN_S."""
+    writer = GateRecordingWriter()
+    watcher = CancelWatcher(writer, [TOPIC], {}, dict)
+    add = [("x-scheduler-request-id", b"r-1"), ("x-scheduler-deliver-to", b"orders")]
+    watcher.read([FakeMessage(0, 1, 1_000, add), FakeMessage(1, 1, 3_000, add), FakeMessage(0, 2, 2_000, add)], True)
+    assert writer.through == [2_000]  # partition 0 read up to 2,000, partition 1 up to 3,000
+    watcher.read([FakeMessage(1, 2, 4_000, add)], more_waiting=True)
+    assert writer.through[-1] == 2_000  # partition 0 was read lately and may still be behind
+    watcher.read([FakeMessage(0, 3, 5_000, add)], more_waiting=False)
+    assert writer.through[-1] is None  # caught up
+    for key in watcher._newest:
+        stamp, _ = watcher._newest[key]
+        watcher._newest[key] = (stamp, time.monotonic() - early_cancels.READ_SEEN_S - 1)
+    watcher.read([FakeMessage(1, 3, 6_000, add)], more_waiting=True)
+    assert writer.through[-1] == 6_000  # partition 0 went quiet: read to its end

@@ -257,3 +257,46 @@ def test_sorting_refusals_tries_size_refusals_alone_and_resends_an_aborted_rest_
     refused, failed = send_sorting_refusals(send, [big, alone_too_big, fine, forbidden])
     assert [r[1][0] for r in refused] == ["forbidden", "alone-too-big"] and [f[1][0] for f in failed] == ["fine"]
     assert calls == [["big", "alone-too-big", "fine", "forbidden"], ["big"], ["alone-too-big"]]
+
+
+def test_while_the_watcher_is_behind_a_delivery_due_after_what_it_has_read_waits_for_it():
+    """A CANCEL appended before a delivery's due time must be read before the delivery is written: while the
+    watcher's read is behind (read_through), what is due after what it has read is held back; caught up, it goes."""
+    producer = FakeProducer()
+    writer = TimedWriter("unused", max_held=10, producer=producer)
+
+    def sent():
+        return sorted(key for _, _, key in producer.sent)
+
+    try:
+        now = int(time.time() * 1000)
+        writer.read_through(now - 5_000)  # behind: read up to 5 s ago
+        # All three are due already: one take would write them all, were it not for the watcher.
+        writer.hold([row("a", now - 6_000, b"a"), row("b", now - 5_500, b"b"), row("c", now - 1_000, b"c")])
+        wait_until(lambda: sent() == [b"a", b"b"], 5, "what is due before what the watcher has read")
+        assert writer.held == 1
+        writer.read_through(now - 900)  # still behind, but past its due time
+        wait_until(lambda: writer.held == 0, 5, "the delivery the watcher has read past")
+        writer.hold([row("d", now - 500, b"d"), row("e", now - 950, b"e")])
+        wait_until(lambda: b"e" in sent(), 5, "the delivery due before what the watcher has read")
+        assert writer.held == 1
+        writer.read_through(None)  # caught up
+        wait_until(lambda: writer.held == 0, 5, "everything due, once the watcher has caught up")
+    finally:
+        writer.close()
+
+
+def test_a_watcher_that_stops_telling_holds_nothing_back_for_long(monkeypatch):
+    from kafka_scheduler.engine.driver import timed_writer
+
+    monkeypatch.setattr(timed_writer, "READ_GATE_STALE_S", 0.3)
+    producer = FakeProducer()
+    writer = TimedWriter("unused", max_held=10, producer=producer)
+    try:
+        now = int(time.time() * 1000)
+        writer.read_through(now - 60_000)
+        writer.hold([row("a", now, b"a")])
+        wait_until(lambda: writer.held == 0, 5, "the delivery, once the watcher's word is stale")
+        assert producer.sent[0][0] >= now + 250  # held until the watcher's word went stale
+    finally:
+        writer.close()

@@ -50,6 +50,7 @@ FORGET_EVERY_S = 1.0
 PARTITIONS_EVERY_S = 30.0
 KEYED_APART_LOG_EVERY_S = 60.0
 READ_AT_ONCE = 1000  # messages handed to the timed writer in one go, at most
+READ_SEEN_S = 2.0  # a partition read within this long is one the read may still be behind on (CancelWatcher._through)
 
 
 def first_headers(headers: Iterable | None) -> dict[str, bytes | None] | None:
@@ -241,6 +242,7 @@ class CancelWatcher:
         # seconds; 0 when nothing more was waiting): a CANCEL read late may come after its schedule was written.
         self.on_behind = on_behind
         self._next_apart_log = 0.0
+        self._newest: dict[tuple[str, int], tuple[int, float]] = {}  # per partition: newest broker time read, when
         self._settings = consumer_settings
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cancel-watcher", daemon=True)
@@ -253,8 +255,9 @@ class CancelWatcher:
         self._stop.set()
         self._thread.join(timeout)
 
-    def read(self, messages: Iterable) -> None:
-        """Messages of the native inputs, in the order consumed."""
+    def read(self, messages: Iterable, more_waiting: bool = False) -> None:
+        """Messages of the native inputs, in the order consumed; ``more_waiting``: the consumer had more at once (the
+        read is behind), and the writer holds back what is due after what has been read (``read_through``)."""
         records = []
         apart = 0
         for message in messages:
@@ -279,6 +282,7 @@ class CancelWatcher:
             self.writer.read_early(records, self.early)
             if self.on_behind is not None:
                 self.on_behind(time.time() - max(record[3] for record in records) / 1000)
+        self.writer.read_through(self._through(records) if more_waiting else None)
         if apart:
             if self.on_keyed_apart is not None:
                 self.on_keyed_apart(apart)
@@ -291,6 +295,17 @@ class CancelWatcher:
                     "them in one partition",
                     self.keyed_apart.count,
                 )
+
+    def _through(self, records: list) -> int | None:
+        """While behind: the broker time up to which every partition read in the last READ_SEEN_S seconds has been
+        read (the oldest of their newest records; a partition read from one batch of messages to the next is one
+        still catching up, a partition that went quiet has been read to its end)."""
+        now = time.monotonic()
+        for topic, partition, _, timestamp, *_ in records:
+            newest = self._newest.get((topic, partition))
+            self._newest[(topic, partition)] = (max(timestamp, newest[0]) if newest else timestamp, now)
+        recent = [stamp for stamp, seen in self._newest.values() if now - seen <= READ_SEEN_S]
+        return min(recent, default=None)
 
     def _run(self) -> None:
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -339,9 +354,12 @@ class CancelWatcher:
                 # came first until n arrived or the timeout passed.
                 first = consumer.poll(0.2)
                 if first is not None:
-                    self.read([first, *consumer.consume(READ_AT_ONCE - 1, timeout=0)])
-                elif self.on_behind is not None:
-                    self.on_behind(0.0)
+                    messages = [first, *consumer.consume(READ_AT_ONCE - 1, timeout=0)]
+                    self.read(messages, more_waiting=len(messages) >= READ_AT_ONCE)
+                else:
+                    self.writer.read_through(None)
+                    if self.on_behind is not None:
+                        self.on_behind(0.0)
         except Exception as exc:  # only an early path: the batches still apply every CANCEL
             log.warning("cancel watcher stopped (CANCELs now act when their batch runs): %s", exc)
         finally:

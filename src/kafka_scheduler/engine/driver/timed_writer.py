@@ -87,6 +87,11 @@ def early_content(request: EarlyRequest) -> Content:
     )
 
 
+# A watcher's word on how far it has read holds this long: one that stops telling (stopped, stuck) holds no
+# delivery back for longer.
+READ_GATE_STALE_S = 5.0
+
+
 class TimedWriter(DueQueue):
     """Holds prepared deliveries and writes each at its due instant."""
 
@@ -136,6 +141,8 @@ class TimedWriter(DueQueue):
         # Whether a herd handed to the herd writer holds deliveries due then: an early delivery due in a herd's slice
         # is left to the batches (the herd writer's versions are not the timed writer's to compare with).
         self.herd_covers: Callable[[int], bool] = lambda due_ms: False
+        # The watcher's read of the inputs while it is behind (read_through): (broker time, when told), else None.
+        self._read_through: tuple[int, float] | None = None
         self.lateness_ms: list[int] = []  # of the last writes, for the batch line
         # Called after each write with the lateness (ms) of each delivery written, the number of records refused
         # (sent to rejections) and of deliveries expired: the metrics (ops/metrics.py). Rejections and dead letters
@@ -460,6 +467,24 @@ class TimedWriter(DueQueue):
         else:
             self._producer.flush(timeout)
 
+    def read_through(self, through_ms: int | None) -> None:
+        """The watcher's read of the inputs (early_cancels.CancelWatcher): None when it has read what there is, else
+        the broker time up to which it has read the partitions it is reading. While it is behind, a delivery due
+        later than that waits for it, so that a CANCEL appended before the due time is read before the delivery is
+        written (keyed apart, it comes in another partition than its schedule)."""
+        with self._cond:
+            self._read_through = None if through_ms is None else (through_ms, time.monotonic())
+            self._cond.notify_all()
+
+    def _read_gate(self) -> int | None:
+        """Called with the lock held: the latest due time that may be written while the watcher is behind."""
+        if self._read_through is None:
+            return None
+        through, told = self._read_through
+        if time.monotonic() - told > READ_GATE_STALE_S:
+            return None  # a watcher that stopped telling (stopped, or stuck): CANCELs act with their batch
+        return through
+
     def _next_due(self) -> int | None:
         """Called with the lock held: when the next write is due, if one may be written."""
         dues = [h[0].due_ms for h in (self._heap, self._early_heap) if h]
@@ -468,12 +493,19 @@ class TimedWriter(DueQueue):
         due = min(dues, default=None)
         if due is None or (self._through is not None and due > self._through):
             return None
+        gate = self._read_gate()
+        if gate is not None and due > gate:
+            return None  # waits for the watcher (read_through notifies)
         return due
 
     def _take_due(self, now: int) -> list[Held]:
-        """Called with the lock held: the deliveries due by ``now`` (and by the stop's bound) not withdrawn."""
+        """Called with the lock held: the deliveries due by ``now`` (and by the stop's bound, and by what the watcher
+        has read while it is behind) not withdrawn."""
         if self._through is not None:
             now = min(now, self._through)
+        gate = self._read_gate()
+        if gate is not None:
+            now = min(now, gate)
         taken = []
         while self._heap and self._heap[0].due_ms <= now:
             held = heapq.heappop(self._heap)
