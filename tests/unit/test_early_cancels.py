@@ -336,19 +336,25 @@ class GateRecordingWriter:
 
 
 def test_the_watcher_tells_the_writer_how_far_it_has_read_every_partition_while_it_is_behind():
-    """Behind (the consumer had more at once), the writer is told the oldest of the newest broker times read per
-    partition read lately; caught up, None. A partition that went quiet stops counting after READ_SEEN_S."""
+    """Behind (the consumer had more at once, or the newest record read is over READ_LAG_ALLOWED_MS old), the writer
+    is told the oldest of the newest broker times read per partition read lately; caught up, None. A partition that
+    went quiet stops counting after READ_SEEN_S."""
     writer = GateRecordingWriter()
     watcher = CancelWatcher(writer, [TOPIC], {}, dict)
     add = [("x-scheduler-request-id", b"r-1"), ("x-scheduler-deliver-to", b"orders")]
-    watcher.read([FakeMessage(0, 1, 1_000, add), FakeMessage(1, 1, 3_000, add), FakeMessage(0, 2, 2_000, add)], True)
-    assert writer.through == [2_000]  # partition 0 read up to 2,000, partition 1 up to 3,000
-    watcher.read([FakeMessage(1, 2, 4_000, add)], more_waiting=True)
-    assert writer.through[-1] == 2_000  # partition 0 was read lately and may still be behind
-    watcher.read([FakeMessage(0, 3, 5_000, add)], more_waiting=False)
-    assert writer.through[-1] is None  # caught up
+    now = int(time.time() * 1000)
+    watcher.read([FakeMessage(0, 1, now, add), FakeMessage(1, 1, now + 2, add), FakeMessage(0, 2, now + 1, add)], True)
+    assert writer.through == [now + 1]  # partition 0 read up to now + 1, partition 1 up to now + 2
+    watcher.read([FakeMessage(1, 2, now + 3, add)], more_waiting=True)
+    assert writer.through[-1] == now + 1  # partition 0 was read lately and may still be behind
+    watcher.read([FakeMessage(0, 3, now + 4, add)], more_waiting=False)
+    assert writer.through[-1] is None  # caught up: a fresh record, nothing more at once
+    watcher.read([FakeMessage(0, 4, now - 5_000, add), FakeMessage(1, 3, now - 4_000, add)], more_waiting=False)
+    assert writer.through[-1] == now + 3  # nothing more at once, but old records: behind all the same
+    watcher.read([], more_waiting=False)
+    assert writer.through[-1] is None
     for key in watcher._newest:
         stamp, _ = watcher._newest[key]
         watcher._newest[key] = (stamp, time.monotonic() - early_cancels.READ_SEEN_S - 1)
-    watcher.read([FakeMessage(1, 3, 6_000, add)], more_waiting=True)
-    assert writer.through[-1] == 6_000  # partition 0 went quiet: read to its end
+    watcher.read([FakeMessage(1, 4, now - 3_000, add)], more_waiting=True)
+    assert writer.through[-1] == now + 3  # partition 0 went quiet: read to its end; partition 1's newest stays

@@ -50,6 +50,7 @@ FORGET_EVERY_S = 1.0
 PARTITIONS_EVERY_S = 30.0
 KEYED_APART_LOG_EVERY_S = 60.0
 READ_AT_ONCE = 1000  # messages handed to the timed writer in one go, at most
+READ_LAG_ALLOWED_MS = 1000  # a read whose newest record is older than this is behind (CancelWatcher.read)
 READ_SEEN_S = 2.0  # a partition read within this long is one the read may still be behind on (CancelWatcher._through)
 
 
@@ -256,8 +257,10 @@ class CancelWatcher:
         self._thread.join(timeout)
 
     def read(self, messages: Iterable, more_waiting: bool = False) -> None:
-        """Messages of the native inputs, in the order consumed; ``more_waiting``: the consumer had more at once (the
-        read is behind), and the writer holds back what is due after what has been read (``read_through``)."""
+        """Messages of the native inputs, in the order consumed; ``more_waiting``: the consumer had more at once. The
+        read is behind then, or when the newest record read is older than READ_LAG_ALLOWED_MS (the consumer's queue
+        can run dry between fetches while the broker holds more), and the writer holds back what is due after what
+        has been read (``read_through``)."""
         records = []
         apart = 0
         for message in messages:
@@ -282,7 +285,11 @@ class CancelWatcher:
             self.writer.read_early(records, self.early)
             if self.on_behind is not None:
                 self.on_behind(time.time() - max(record[3] for record in records) / 1000)
-        self.writer.read_through(self._through(records) if more_waiting else None)
+        through = self._through(records)
+        behind = more_waiting or (
+            bool(records) and time.time() * 1000 - max(record[3] for record in records) > READ_LAG_ALLOWED_MS
+        )
+        self.writer.read_through(through if behind else None)
         if apart:
             if self.on_keyed_apart is not None:
                 self.on_keyed_apart(apart)
