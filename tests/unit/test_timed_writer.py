@@ -300,3 +300,22 @@ def test_a_watcher_that_stops_telling_holds_nothing_back_for_long(monkeypatch):
         assert producer.sent[0][0] >= now + 250  # held until the watcher's word went stale
     finally:
         writer.close()
+
+
+def test_the_read_gate_holds_a_delivery_back_at_most_its_limit_past_the_due_time(monkeypatch):
+    """A read minutes behind must not hold the batches up (each waits for what is due by its time)."""
+    from kafka_scheduler.engine.driver import timed_writer
+
+    monkeypatch.setattr(timed_writer, "READ_GATE_MAX_HOLD_MS", 300)
+    monkeypatch.setattr(timed_writer, "READ_GATE_STALE_S", 60.0)  # the watcher's word still holds
+    producer = FakeProducer()
+    writer = TimedWriter("unused", max_held=10, producer=producer)
+    try:
+        now = int(time.time() * 1000)
+        writer.read_through(now - 600_000)
+        writer.hold([row("a", now, b"a")])
+        wait_until(lambda: writer.held == 0, 5, "the delivery, once held back for the limit")
+        assert producer.sent[0][0] >= now + 300
+        assert writer.wait_written(now + 300, timeout=5)
+    finally:
+        writer.close()

@@ -90,6 +90,10 @@ def early_content(request: EarlyRequest) -> Content:
 # A watcher's word on how far it has read holds this long: one that stops telling (stopped, stuck) holds no
 # delivery back for longer.
 READ_GATE_STALE_S = 5.0
+# The read gate holds a delivery back at most this long after its due time: a batch waits for what is due by its
+# time before it commits (wait_written), and a read minutes behind must not hold the batches up (a CANCEL read
+# later than this comes too late, as without the gate).
+READ_GATE_MAX_HOLD_MS = 60_000
 
 
 class TimedWriter(DueQueue):
@@ -483,7 +487,7 @@ class TimedWriter(DueQueue):
         through, told = self._read_through
         if time.monotonic() - told > READ_GATE_STALE_S:
             return None  # a watcher that stopped telling (stopped, or stuck): CANCELs act with their batch
-        return through
+        return max(through, now_ms() - READ_GATE_MAX_HOLD_MS)
 
     def _next_due(self) -> int | None:
         """Called with the lock held: when the next write is due, if one may be written."""
