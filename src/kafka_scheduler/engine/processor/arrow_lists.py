@@ -4,12 +4,12 @@ is.
 ``transformWithStateInPandas`` converts each frame a handler yields with ``PandasToArrowConversion.convert``, which
 runs a Python call per row (``list(value)``) over every array column before handing it to Arrow, whatever the
 column holds. The headers leave the state step as two such columns (``header_names``, ``header_values``,
-engine/contract.py): for a herd that was 3 µs a delivery, most of PySpark's conversion (docs/measurements.md, "The
-herd's headers as Arrow"). A column backed by an Arrow list array (``pd.ArrowDtype``) needs no such call: Arrow takes
-it without a copy. ``install`` wraps PySpark's converter factory so that such a column passes as it is; every other
-column, and every other type, is PySpark's as before. PySpark is pinned (requirements.lock); where its internals
-moved, ``install`` leaves them alone and says so, and the processor emits plain Python lists, as before
-(``arrow_lists_pass``).
+engine/contract.py): for a herd that was 3 µs a delivery, most of PySpark's conversion (docs/measurements.md, "Urgent
+requests beside a herd: the lookahead; a herd's headers as Arrow"). A column backed by an Arrow list array
+(``pd.ArrowDtype``) needs no such call: Arrow takes it without a copy. ``install`` wraps PySpark's converter
+factory so that such a column passes as it is; every other column, and every other type, is PySpark's as before.
+PySpark is pinned (requirements.lock); where its internals moved, ``install`` leaves them alone and says so, and
+the processor emits plain Python lists, as before (``arrow_lists_pass``).
 """
 
 from __future__ import annotations
