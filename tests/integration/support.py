@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_scheduler.client.encoders import format_instant
-from kafka_scheduler.engine.spark.checkpoint import last_committed_batch
+from kafka_scheduler.engine.spark.checkpoint import committed_offsets, last_committed_batch
 from kafka_scheduler.harness.job_process import JobProcess
 from kafka_scheduler.harness.topic_reader import Record, TopicReader  # noqa: F401 (the tests' names)
 from kafka_scheduler.harness.waiting import wait_until
@@ -122,6 +122,21 @@ class SchedulerProcess(JobProcess):
             guard=self.assert_running,
         )
         return self.log_path.stat().st_size
+
+    def wait_applied(self, topic: str, partition: int, offset: int, timeout: float = 90.0) -> None:
+        """Wait for a committed batch that read input ``topic`` past ``offset`` in ``partition`` (the record there
+        starts one)."""
+
+        def applied() -> bool:
+            return committed_offsets(self.checkpoint_dir).get(topic, {}).get(partition, 0) > offset
+
+        wait_until(
+            applied,
+            timeout,
+            f"scheduler {self.app_id} to commit a batch past {topic}-{partition} offset {offset}",
+            interval=0.05,
+            guard=self.assert_running,
+        )
 
     def warm_up(self, timeout: float = 180.0) -> SchedulerProcess:
         """Wait until a schedule due at once is delivered: past the slow first batches (the first with requests

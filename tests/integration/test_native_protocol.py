@@ -3,7 +3,8 @@ client (confluent-kafka, raw headers) to a running `kafka-scheduler run`, delive
 back from the broker.
 
 "Nothing arrives" is never shown by sleeping: a marker schedule due after the event in
-question is sent last, and once the marker has arrived nothing earlier can still come.
+question is sent last, and once it has arrived and a batch that applied it has committed,
+nothing earlier can still come (``marker_arrives``).
 """
 
 from __future__ import annotations
@@ -47,11 +48,17 @@ def send_together(kafka, requests_topic, *requests):
     )
 
 
-def marker_arrives(kafka, requests_topic, reader, topic, due_in=2.0):
-    """Send a marker due after everything before it, and wait for it."""
+def marker_arrives(kafka, scheduler, reader, topic, due_in=2.0):
+    """Send a marker due after everything before it, wait for it, then for a committed batch that applied it, then
+    read ``topic`` to its end. The marker alone proves nothing about what came before it: it may be written as it
+    was read (timed_writer.TimedWriter.read_early) while an earlier request goes by a batch (its destination not yet
+    looked up, say). A committed batch has written everything due by its time that it or a batch before it made."""
     marker = f"marker-{uuid.uuid4().hex[:8]}".encode()
-    send(kafka, requests_topic, key=marker, value=b"m", headers=native(topic, at(due_in)))
+    requests_topic = f"{scheduler.app_id}-schedule-requests"
+    partition, offset = send(kafka, requests_topic, key=marker, value=b"m", headers=native(topic, at(due_in)))
     reader.wait_for(lambda r: r.key == marker, timeout=ADD_WAIT, what="marker")
+    scheduler.wait_applied(requests_topic, partition, offset)
+    reader.read_to_end()
 
 
 def test_add_with_id_is_delivered_at_its_due_time_never_before(kafka, requests_topic):
@@ -124,7 +131,7 @@ def test_due_time_in_the_past_is_delivered_immediately(kafka, requests_topic):
     assert {r.value for r in records} == {b"p", b"o"}
 
 
-def test_replace_moves_the_schedule_and_the_old_version_never_fires(kafka, requests_topic):
+def test_replace_moves_the_schedule_and_the_old_version_never_fires(kafka, requests_topic, scheduler):
     topic = kafka.topic()
     reader = kafka.reader(topic)
     new_due = at(6)
@@ -137,11 +144,11 @@ def test_replace_moves_the_schedule_and_the_old_version_never_fires(kafka, reque
     [record] = reader.wait_for(lambda r: r.key == b"r", timeout=ADD_WAIT, what="replaced delivery")
     assert record.value == b"new"
     assert record.timestamp_ms >= ms_of(new_due)
-    marker_arrives(kafka, requests_topic, reader, topic)
+    marker_arrives(kafka, scheduler, reader, topic)
     assert [r.value for r in reader.poll() if r.key == b"r"] == [b"new"]
 
 
-def test_replace_with_a_past_time_delivers_now_and_the_old_one_never_fires(kafka, requests_topic):
+def test_replace_with_a_past_time_delivers_now_and_the_old_one_never_fires(kafka, requests_topic, scheduler):
     topic = kafka.topic()
     reader = kafka.reader(topic)
     send_together(
@@ -151,7 +158,7 @@ def test_replace_with_a_past_time_delivers_now_and_the_old_one_never_fires(kafka
         (b"rp", b"new", native(topic, "2020-01-01T00:00:00Z", "rep-past", "REPLACE")),
     )
     reader.wait_for(lambda r: r.key == b"rp", timeout=ADD_WAIT, what="delivery")
-    marker_arrives(kafka, requests_topic, reader, topic, due_in=10)
+    marker_arrives(kafka, scheduler, reader, topic, due_in=10)
     assert [r.value for r in reader.poll() if r.key == b"rp"] == [b"new"]
 
 
@@ -172,13 +179,13 @@ def test_identical_replace_is_a_noop_and_keeps_the_first_version(kafka, requests
     send(kafka, requests_topic, b"same", b"s", native(topic, due, "noop-1", "REPLACE", extra=[("h", b"1")]))
     [record] = reader.wait_for(lambda r: r.key == b"same", timeout=ADD_WAIT, what="delivery")
     assert record.header("x-scheduler-delivery-id") == f"{requests_topic}-{partition}-{offset}".encode()
-    marker_arrives(kafka, requests_topic, reader, topic)
+    marker_arrives(kafka, scheduler, reader, topic)
     assert len([r for r in reader.poll() if r.key == b"same"]) == 1
     # The ADD, its identical REPLACE, and the marker's ADD: nothing else was logged since the test began.
     assert scheduler.outcomes_since(mark, 3) == Counter({"scheduled": 2, "replace_noop": 1})
 
 
-def test_add_with_a_pending_id_behaves_as_replace(kafka, requests_topic):
+def test_add_with_a_pending_id_behaves_as_replace(kafka, requests_topic, scheduler):
     topic = kafka.topic()
     reader = kafka.reader(topic)
     send_together(
@@ -188,11 +195,11 @@ def test_add_with_a_pending_id_behaves_as_replace(kafka, requests_topic):
         (b"aa", b"second", native(topic, at(5), "add-twice")),
     )
     reader.wait_for(lambda r: r.key == b"aa", timeout=ADD_WAIT, what="delivery")
-    marker_arrives(kafka, requests_topic, reader, topic)
+    marker_arrives(kafka, scheduler, reader, topic)
     assert [r.value for r in reader.poll() if r.key == b"aa"] == [b"second"]
 
 
-def test_cancel_removes_the_pending_schedule(kafka, requests_topic):
+def test_cancel_removes_the_pending_schedule(kafka, requests_topic, scheduler):
     topic = kafka.topic()
     reader = kafka.reader(topic)
     send_together(
@@ -201,7 +208,7 @@ def test_cancel_removes_the_pending_schedule(kafka, requests_topic):
         (b"c", b"gone", native(topic, at(3), "cancel-1")),
         (None, None, native(request_id="cancel-1", action="cancel")),
     )
-    marker_arrives(kafka, requests_topic, reader, topic, due_in=6)
+    marker_arrives(kafka, scheduler, reader, topic, due_in=6)
     assert [r for r in reader.poll() if r.key == b"c"] == []
 
 
@@ -211,7 +218,7 @@ def test_cancel_of_an_unknown_id_is_a_noop_and_not_a_rejection(kafka, requests_t
     reader = kafka.reader(topic)
     rejections = kafka.reader(f"{scheduler.app_id}-schedule-rejections")
     _, offset = send(kafka, requests_topic, None, None, native(request_id="no-such-id", action="CANCEL"))
-    marker_arrives(kafka, requests_topic, reader, topic)
+    marker_arrives(kafka, scheduler, reader, topic)
     assert not [
         r
         for r in rejections.poll()
@@ -222,7 +229,7 @@ def test_cancel_of_an_unknown_id_is_a_noop_and_not_a_rejection(kafka, requests_t
     assert scheduler.outcomes_since(mark, 2) == Counter({"cancel_noop": 1, "scheduled": 1})
 
 
-def test_latest_request_wins_within_one_batch(kafka, requests_topic):
+def test_latest_request_wins_within_one_batch(kafka, requests_topic, scheduler):
     topic = kafka.topic()
     reader = kafka.reader(topic)
     send_together(
@@ -234,7 +241,7 @@ def test_latest_request_wins_within_one_batch(kafka, requests_topic):
         (b"seq", b"3", native(topic, at(4), "seq-1")),
     )
     reader.wait_for(lambda r: r.key == b"seq", timeout=ADD_WAIT, what="delivery")
-    marker_arrives(kafka, requests_topic, reader, topic, due_in=5)
+    marker_arrives(kafka, scheduler, reader, topic, due_in=5)
     assert [r.value for r in reader.poll() if r.key == b"seq"] == [b"3"]
 
 
@@ -292,7 +299,7 @@ def test_invalid_requests_go_to_rejections_byte_exact_and_the_pipeline_keeps_run
         assert record.header("x-scheduler-source-topic") == requests_topic.encode()
         assert record.header("x-scheduler-source-partition") == str(partition).encode()
         assert record.header("x-scheduler-source-offset") == str(offset).encode()
-    marker_arrives(kafka, requests_topic, reader, topic)
+    marker_arrives(kafka, scheduler, reader, topic)
     assert [r for r in reader.poll() if r.key in sent] == [], "a rejected request was delivered"
 
 
@@ -306,7 +313,7 @@ def test_delivery_to_a_topic_that_does_not_exist_goes_to_rejections(kafka, reque
     assert b"does not exist" in record.header("x-scheduler-rejection-reason")
     assert record.header("x-scheduler-source-offset") == str(offset).encode()
     topic = kafka.topic()
-    marker_arrives(kafka, requests_topic, kafka.reader(topic), topic)  # still running
+    marker_arrives(kafka, scheduler, kafka.reader(topic), topic)  # still running
 
 
 def cli(scheduler, kafka, *args):
@@ -365,7 +372,7 @@ def test_cli_schedule_replace_and_cancel(kafka, scheduler):
     assert cli(scheduler, kafka, "cancel", "--id", "cli-2").returncode == 0
     [record] = reader.wait_for(lambda r: r.key == b"cli-k", timeout=ADD_WAIT, what="delivery")
     assert record.value == b"two" and record.headers[0][0] == "x-scheduler-delivery-id"
-    marker_arrives(kafka, requests_topic=f"{scheduler.app_id}-schedule-requests", reader=reader, topic=topic)
+    marker_arrives(kafka, scheduler, reader, topic)
     assert sorted(r.value for r in reader.poll() if r.key in (b"cli-k", b"cli-c")) == [b"two"]
 
 
@@ -381,7 +388,7 @@ def test_python_client_round_trip(kafka, scheduler):
     [record] = reader.wait_for(lambda r: r.key == b"py-k", timeout=ADD_WAIT, what="delivery")
     assert record.value == b"py" and record.headers[0] == ("a", b"b")
     assert record.timestamp_ms >= int(due.timestamp() * 1000)
-    marker_arrives(kafka, requests_topic=f"{scheduler.app_id}-schedule-requests", reader=reader, topic=topic)
+    marker_arrives(kafka, scheduler, reader, topic)
     assert [r for r in reader.poll() if r.key == b"py-c"] == []
 
 
@@ -402,7 +409,7 @@ def test_the_scheduler_creates_its_topics_for_records_as_large_as_it_writes(kafk
     )
 
 
-def test_requests_of_an_aborted_transaction_do_not_act(kafka, requests_topic):
+def test_requests_of_an_aborted_transaction_do_not_act(kafka, requests_topic, scheduler):
     """Requests are read read_committed, in either delivery mode: a producer's aborted transaction is not read."""
     from confluent_kafka import Producer
 
@@ -415,5 +422,6 @@ def test_requests_of_an_aborted_transaction_do_not_act(kafka, requests_topic):
         producer.produce(requests_topic, key=name, value=name, headers=native(topic, at(0.5)), partition=0)
         producer.flush(30)
         (producer.commit_transaction if commit else producer.abort_transaction)(30)
-    marker_arrives(kafka, requests_topic, reader, topic)
-    assert [r.key for r in reader.poll()][:-1] == [b"committed"]  # then the marker
+    marker_arrives(kafka, scheduler, reader, topic)
+    # The marker may come first: read as it arrived, it can be written before a request that went by a batch.
+    assert [r.key for r in reader.poll() if not r.key.startswith(b"marker-")] == [b"committed"]
