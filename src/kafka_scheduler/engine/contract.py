@@ -74,6 +74,12 @@ KIND_WITHDRAW = "withdraw"
 
 KIND_TICK = "tick"
 
+# The values of the driver's tick records (engine/driver/wakeups.py) and the shards each reaches
+# (engine/spark/query.py): a wake-up tick none (reading it runs a batch, which fires the expired timers), a
+# report tick every shard (each reports its armed timers).
+TICK_WAKE = b"wake"
+TICK_REPORT = b"report"
+
 # Kinds of the records the sink derives from deliveries (the processor emits deliver and reject).
 KIND_HISTORY = "history"
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..config import TICKS_SUFFIX
+from ..engine.contract import TICK_WAKE
 from . import process_tree
 from .waiting import wait_until
 
@@ -237,7 +238,7 @@ class JobProcess:
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 3})
-        producer.produce(self.app_id + TICKS_SUFFIX, value=b"wake")
+        producer.produce(self.app_id + TICKS_SUFFIX, value=TICK_WAKE)
         producer.flush(30)
 
     def memory(self) -> dict[str, int]:

@@ -16,13 +16,13 @@ from collections.abc import Iterable
 
 from confluent_kafka import Producer
 
+from ..contract import TICK_REPORT, TICK_WAKE
 from .due_queue import wait_until_due
 from .producing import producer_config
 
 log = logging.getLogger(__name__)
 
-TICK_WAKE = b"wake"
-TICK_REPORT = b"report"  # every shard reports its timers (see WheelProcessor)
+__all__ = ["TICK_REPORT", "TICK_WAKE", "Wakeups"]
 
 
 class Wakeups:

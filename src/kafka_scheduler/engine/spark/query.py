@@ -10,7 +10,15 @@ from ...config import Config, spark_kafka_options
 from ...dialects import DecodeSettings, decode
 from ...dialects.common import header
 from ...protocol import DELIVERY_ID
-from ..contract import HEADERS_TYPE, KIND_REJECT, KIND_TICK, OUTPUT_COLUMNS, OUTPUT_SCHEMA, REJECTIONS_SHARD
+from ..contract import (
+    HEADERS_TYPE,
+    KIND_REJECT,
+    KIND_TICK,
+    OUTPUT_COLUMNS,
+    OUTPUT_SCHEMA,
+    REJECTIONS_SHARD,
+    TICK_REPORT,
+)
 from ..processor.input import PACKED_REQUESTS, pack_by_shard
 from ..processor.wheel_processor import WheelProcessor, parsed_state_schemas
 
@@ -92,7 +100,7 @@ def with_shards(requests, shards: int, ticks_topic: str):
     """Each request row with its shard; a report tick read from ``ticks_topic`` goes to every shard (each
     reports its armed timers), a wake-up tick to none (reading it was its whole purpose)."""
     is_tick = F.col("src_topic") == ticks_topic
-    report = is_tick & (F.col("value") == F.lit(b"report"))
+    report = is_tick & (F.col("value") == F.lit(TICK_REPORT))
     rows = requests.filter(~is_tick | report).withColumn(
         "kind", F.when(is_tick, F.lit(KIND_TICK)).otherwise(F.col("kind"))
     )
