@@ -30,9 +30,13 @@ def scheduler(request, scheduler_factory):
     assert process.stop() == 0, process.log()[-3000:]
 
 
+def requests_topic_of(scheduler) -> str:
+    return f"{scheduler.app_id}-schedule-requests"
+
+
 @pytest.fixture
 def requests_topic(scheduler):
-    return f"{scheduler.app_id}-schedule-requests"
+    return requests_topic_of(scheduler)
 
 
 def send(kafka, requests_topic, key=None, value=None, headers=None, partition=0):
@@ -54,7 +58,7 @@ def marker_arrives(kafka, scheduler, reader, topic, due_in=2.0):
     was read (timed_writer.TimedWriter.read_early) while an earlier request goes by a batch (its destination not yet
     looked up, say). A committed batch has written everything due by its time that it or a batch before it made."""
     marker = f"marker-{uuid.uuid4().hex[:8]}".encode()
-    requests_topic = f"{scheduler.app_id}-schedule-requests"
+    requests_topic = requests_topic_of(scheduler)
     partition, offset = send(kafka, requests_topic, key=marker, value=b"m", headers=native(topic, at(due_in)))
     reader.wait_for(lambda r: r.key == marker, timeout=ADD_WAIT, what="marker")
     scheduler.wait_applied(requests_topic, partition, offset)

@@ -5,10 +5,10 @@ import time
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_HISTORY, KIND_REJECT, WriterRow
+from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_HISTORY, KIND_REJECT, TICK_REPORT, TICK_WAKE, WriterRow
 from kafka_scheduler.engine.driver.producing import send_sorting_refusals
 from kafka_scheduler.engine.driver.timed_writer import TimedWriter
-from kafka_scheduler.engine.driver.wakeups import TICK_REPORT, TICK_WAKE, Wakeups
+from kafka_scheduler.engine.driver.wakeups import Wakeups
 
 from ..integration.support import wait_until
 

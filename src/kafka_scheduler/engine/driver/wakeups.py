@@ -22,8 +22,6 @@ from .producing import producer_config
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TICK_REPORT", "TICK_WAKE", "Wakeups"]
-
 
 class Wakeups:
     """Writes a tick to the ticks topic at every armed timer instant (and a report tick at start)."""
