@@ -9,10 +9,11 @@ import time
 import pytest
 
 from kafka_scheduler.delivery_ids import delivery_id
-from kafka_scheduler.engine.contract import KIND_DELIVER, WriterRow
+from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_REJECT, WriterRow
 from kafka_scheduler.engine.driver.early_cancels import Arrival
 from kafka_scheduler.engine.driver.early_requests import EarlyRequest
-from kafka_scheduler.engine.driver.timed_writer import TimedWriter
+from kafka_scheduler.engine.driver.timed_writer import EarlyTally, TimedWriter
+from kafka_scheduler.engine.rules.rejections import expiry_headers
 from kafka_scheduler.protocol import DELIVERY_ID
 
 from .test_timed_writer import FakeProducer
@@ -28,9 +29,25 @@ def sid(name: str) -> bytes:
     return f"id:{TOPIC}/{name}".encode()
 
 
-def request(name: str, offset: int, due_ms: int, value: bytes = b"v", partition: int = 0, stamp: int = 0):
+def request(
+    name: str,
+    offset: int,
+    due_ms: int,
+    value: bytes = b"v",
+    partition: int = 0,
+    stamp: int = 0,
+    max_lateness_ms: int | None = None,
+):
     return EarlyRequest(
-        "ADD", sid(name), Arrival(TOPIC, partition, offset, stamp), due_ms, "out", b"k", value, (("h", b"1"),), None
+        "ADD",
+        sid(name),
+        Arrival(TOPIC, partition, offset, stamp),
+        due_ms,
+        "out",
+        b"k",
+        value,
+        (("h", b"1"),),
+        max_lateness_ms,
     )
 
 
@@ -76,11 +93,11 @@ def test_an_early_version_waits_for_the_frontier_then_goes_out_at_its_due_time(w
     assert sent(writer) == []  # due, but no committed batch has handed over what is due by then
     writer.advance_frontier(due)
     assert writer.wait_written(now_ms(), timeout=5) and _wait(lambda: sent(writer) == [b"v"])
-    assert writer.take_written_early() == (1, 0)
+    assert writer.take_written_early() == EarlyTally(written=1)
     # The batch that reads the ADD hands the version over: not written again, counted as left out.
     writer.hold([handed("a", 10, due)])
     settle(writer)
-    assert sent(writer) == [b"v"] and writer.take_written_early() == (0, 1)
+    assert sent(writer) == [b"v"] and writer.take_written_early() == EarlyTally(delivered_again=1)
 
 
 def test_a_version_due_before_the_frontier_goes_out_at_once(writer):
@@ -227,3 +244,42 @@ def test_a_batch_is_late_only_by_what_it_writes_itself(writer):
     )
     assert earliest == due_now
     assert writer.hold([handed("c", 12, now_ms() + 60_000)]) is None
+
+
+def expired_by_the_batch(name: str, offset: int, due_ms: int, max_lateness_ms: int) -> WriterRow:
+    """The version as a batch hands it over once its state found the request past its max lateness: a rejection that
+    keeps the delivery id and due time (sink_columns.expiry_columns)."""
+    delivered = handed(name, offset, due_ms)
+    return delivered._replace(
+        kind=KIND_REJECT,
+        topic="rejections",
+        headers=[*delivered.headers, *expiry_headers(due_ms, max_lateness_ms, delivered.delivery_id)],
+        held=False,
+        max_lateness_ms=max_lateness_ms,
+    )
+
+
+@pytest.mark.parametrize("late_when_read", [True, False])
+def test_a_version_written_early_that_the_batch_expires_is_counted_once(late_when_read):
+    """The writer counts what it writes (delivered, or expired when it writes it later than its max lateness); the
+    batch that reads the request later may find it expired too. Its rejection is left out, and the batch's count of
+    it taken back (EarlyTally.expired_again), so the expired metric counts the request once."""
+    producer = FakeProducer()
+    writer = TimedWriter("unused", producer=producer, rejections_topic="rejections")
+    expired_counts = []
+    writer.on_written = lambda lateness, refused, expired=0: expired_counts.append(expired)
+    try:
+        writer.advance_frontier(now_ms() + 3000)
+        due = now_ms() - (5000 if late_when_read else 5)
+        assert writer.hold_early(request("a", 10, due, max_lateness_ms=1000))
+        assert _wait(lambda: len(producer.sent) == 1)
+        assert producer.sent[0][1] == ("rejections" if late_when_read else "out")
+        assert writer.expired == (1 if late_when_read else 0)
+        assert writer.take_written_early() == EarlyTally(written=0 if late_when_read else 1)
+        writer.hold([expired_by_the_batch("a", 10, due, 1000)])
+        settle(writer)
+        assert len(producer.sent) == 1
+        assert writer.take_written_early() == EarlyTally(expired_again=1)
+        assert sum(expired_counts) == (1 if late_when_read else 0)
+    finally:
+        writer.close()

@@ -15,12 +15,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from confluent_kafka import Producer
 
 from ...config import Config
-from ...protocol import DELIVERY_ID
-from ..contract import KIND_DELIVER, KIND_HISTORY, WriterRow
+from ...protocol import DELIVERY_ID, REJECTION_REASON
+from ..contract import KIND_DELIVER, KIND_HISTORY, KIND_REJECT, WriterRow
+from ..rules.rejection_classes import EXPIRED, REFUSED_BY_DESTINATION, reason_class
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
 from .early_book import Content, EarlyBook, Superseding, committed_past
 from .early_cancels import Arrival, ArrivalTimes, made_before, native_request_sid
@@ -73,6 +75,35 @@ class Held:
                     self.max_lateness_ms,
                 )
         return None
+
+
+class EarlyTally(NamedTuple):
+    """A batch's share of the early path (``TimedWriter.take_written_early``): the deliveries written early, and the
+    batch's own rows of the versions written early, which it left out but its summary counted: as deliveries, as
+    expired (its state found the request past its max lateness) or as dead letters."""
+
+    written: int = 0
+    delivered_again: int = 0
+    expired_again: int = 0
+    dead_lettered_again: int = 0
+
+    def plus(self, counted: str | None) -> EarlyTally:
+        return self._replace(**{counted: getattr(self, counted) + 1}) if counted else self
+
+
+# How a batch's summary counts a delivery's row, by the class of a rejection's reason
+_COUNTED_AS_REJECTED = {EXPIRED: "expired_again", REFUSED_BY_DESTINATION: "dead_lettered_again"}
+
+
+def counted_as(row: WriterRow) -> str | None:
+    """The ``EarlyTally`` field a batch's row counts in: a delivery, or a delivery the batch turned into a rejection
+    (expired, or refused by its destination); None for a write-back or history copy, which no count names."""
+    if row.kind == KIND_DELIVER:
+        return "delivered_again"
+    if row.kind != KIND_REJECT:
+        return None
+    reason = next((value for name, value in header_pairs(row.headers) if name == REJECTION_REASON), None)
+    return _COUNTED_AS_REJECTED.get(reason_class(reason))
 
 
 def early_content(request: EarlyRequest) -> Content:
@@ -140,7 +171,8 @@ class TimedWriter(DueQueue):
         self._early_heap: list[Held] = []
         self.written_early = 0  # deliveries written from a request read early, before a batch handed them over
         self._early_written_unreported = 0
-        self._early_again = 0  # deliveries batches handed over again after they were written early
+        # What batches counted again of the versions written early, and left out: by how the batch counted them
+        self._early_again = EarlyTally()
         self.early_left = 0  # held early, then left to the batches (the state decided otherwise, or not in time)
         # Whether a herd handed to the herd writer holds deliveries due then: an early delivery due in a herd's slice
         # is left to the batches (the herd writer's versions are not the timed writer's to compare with).
@@ -174,8 +206,7 @@ class TimedWriter(DueQueue):
             for row in rows:
                 delivery_id = self._named(row.delivery_id)
                 if delivery_id in self._book.written_early:
-                    if row.kind == KIND_DELIVER:
-                        self._early_again += 1
+                    self._early_again = self._early_again.plus(counted_as(row))
                     continue  # written from its request as it was read
                 if row.kind == KIND_DELIVER and row.due_ms is not None and row.due_ms <= now_ms:
                     due_now[delivery_id] = row.due_ms
@@ -406,11 +437,12 @@ class TimedWriter(DueQueue):
             self._book.forget(committed)
             self._arrivals.forget(committed)
 
-    def take_written_early(self) -> tuple[int, int]:
-        """Deliveries written early since the last call, and those a batch handed over again since (left out)."""
+    def take_written_early(self) -> EarlyTally:
+        """Deliveries written early (not expired) since the last call, and what batches counted again of the versions
+        written early since, and left out."""
         with self._cond:
-            taken = self._early_written_unreported, self._early_again
-            self._early_written_unreported = self._early_again = 0
+            taken = self._early_again._replace(written=self._early_written_unreported)
+            self._early_written_unreported, self._early_again = 0, EarlyTally()
             return taken
 
     def take_withdrawn_early(self) -> int:
@@ -528,7 +560,6 @@ class TimedWriter(DueQueue):
             self._forget_held(held)
             self._book.written_early[held.delivery_id] = held.early
             self.written_early += 1
-            self._early_written_unreported += 1
             taken.append(held)
         return taken
 
@@ -553,6 +584,10 @@ class TimedWriter(DueQueue):
     def _write(self, taken: list[Held]) -> None:
         started = now_ms()
         expired = [held for held in taken if held.expired_at(started)]
+        early = sum(1 for held in taken if held.early is not None and not held.expired_at(started))
+        if early:
+            with self._cond:
+                self._early_written_unreported += early  # a batch's deliveries (those expired are counted as such)
         if expired:
             # Later than its max lateness: the delivery goes to the rejections topic as expired, its history copy is
             # not written; what follows a delivery either way (a write-back) is.
