@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import uuid
+from functools import partial
 
 from confluent_kafka import TopicPartition
 
@@ -279,7 +280,9 @@ class Scheduler:
                 # is the batches' to write: with --history every request waits for them)
                 early=None
                 if config.history
-                else early_decoder(DecodeSettings.from_config(config), config.lookahead, destinations.known),
+                else early_decoder(
+                    DecodeSettings.from_config(config), config.lookahead, partial(destinations.known, wait=True)
+                ),
             ).start()
             if self.writer is not None and native
             else None

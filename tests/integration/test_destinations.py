@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 from kafka_scheduler.kafka import topics
@@ -38,3 +40,31 @@ def test_a_destination_not_looked_up_yet_is_looked_up_in_the_background(broker, 
     monkeypatch.setattr(topics, "MAX_BACKGROUND_LOOK_UPS", 2)
     assert directory.known(f"third-{uuid.uuid4().hex[:10]}") is None
     assert directory._to_look_up.empty() and len(directory._asked) == 2
+
+
+def test_the_early_path_waits_a_moment_for_a_new_destinations_look_up_and_no_longer(broker, monkeypatch):
+    """With ``wait``, the first ask of a name waits for its background look-up (at most FIRST_LOOK_UP_WAIT_S): the
+    first requests of a new destination go out as read too. A look-up that does not answer holds the early path up
+    no longer than that, and all waits of a minute no longer than FIRST_LOOK_UP_WAITS_PER_MINUTE_S."""
+    admin = admin_client(broker.bootstrap_servers)
+    new = f"new-{uuid.uuid4().hex[:10]}"
+    ensure_topics(admin, [new], 2)
+    directory = TopicDirectory(admin)
+    found = directory.known(new, wait=True)
+    assert found is not None and found.partitions == 2
+
+    answer = threading.Event()
+    fetch = directory._fetch
+    monkeypatch.setattr(directory, "_fetch", lambda names: (answer.wait(30), fetch(names)))
+    monkeypatch.setattr(topics, "FIRST_LOOK_UP_WAIT_S", 0.2)
+    monkeypatch.setattr(topics, "FIRST_LOOK_UP_WAITS_PER_MINUTE_S", 0.3)
+    slow = f"slow-{uuid.uuid4().hex[:10]}"
+    started = time.monotonic()
+    assert directory.known(slow, wait=True) is None  # the look-up is stuck: the wait ends
+    assert directory.known(slow, wait=True) is None  # the name's own wait is spent: no second one
+    assert directory.known(f"other-{uuid.uuid4().hex[:10]}", wait=True) is None  # what is left of the minute's
+    assert directory.known(f"third-{uuid.uuid4().hex[:10]}", wait=True) is None  # none left
+    waited = time.monotonic() - started
+    answer.set()
+    assert 0.25 <= waited < 5, waited  # bounded by the minute's budget, not 0.2 s per name
+    assert sum(seconds for _, seconds in directory._waits) <= 0.3 + 0.1

@@ -25,6 +25,11 @@ BROKER_RETRY_S = 1.0
 BROKER_NOTE_EVERY_S = 10.0
 # Destination names looked up in the background for the early path, at most (each once).
 MAX_BACKGROUND_LOOK_UPS = 10_000
+# The early path waits this long at most for the look-up of a name it has not seen before (a local broker answers in
+# milliseconds: without the wait, every request of a new destination read before the answer waits for a batch, 518
+# at the start of `bench steady`), and this long in all per minute (names without end: hostile input).
+FIRST_LOOK_UP_WAIT_S = 0.5
+FIRST_LOOK_UP_WAITS_PER_MINUTE_S = 2.0
 
 
 class KafkaUnreachable(RuntimeError):
@@ -192,6 +197,9 @@ class TopicDirectory:
         self._to_look_up: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._asked: set[str] = set()  # names handed to the background look-up
         self._looker: threading.Thread | None = None
+        self._answered = threading.Condition()  # notified after each background look-up
+        self._waits: deque[tuple[float, float]] = deque()  # (when, seconds) of the waits of the last minute
+        self._asked_at: dict[str, float] = {}
 
     def describe(self, names: set[str]) -> dict[str, Destination]:
         """The destinations among ``names`` that exist (or that this client may not describe: not writable)."""
@@ -214,19 +222,38 @@ class TopicDirectory:
     def invalidate(self) -> None:
         self._fetched_at.clear()
 
-    def known(self, name: str) -> Destination | None:
-        """What the last look-up found of ``name``, without waiting for one (None: missing, or not looked up yet).
-        A name never looked up is looked up in the background, so that the next call knows it; the early path asks
-        this of every request it reads, and must not wait for the broker (nor wait for a batch to look it up)."""
+    def known(self, name: str, wait: bool = False) -> Destination | None:
+        """What the last look-up found of ``name`` (None: missing, or not looked up yet). A name never looked up is
+        looked up in the background, so that the next call knows it; the early path asks this of every request it
+        reads, and must not wait for a batch to look it up. ``wait``: wait for that background look-up, at most
+        FIRST_LOOK_UP_WAIT_S from the first ask of the name, and FIRST_LOOK_UP_WAITS_PER_MINUTE_S a minute in all."""
         destination = self._known.get(name)
-        if destination is None and name not in self._fetched_at and name not in self._asked:
-            self._look_up_later(name)
+        if destination is None and name not in self._fetched_at:
+            if name not in self._asked:
+                self._look_up_later(name)
+            if wait and name in self._asked:
+                destination = self._wait_for(name)
         return destination
+
+    def _wait_for(self, name: str) -> Destination | None:
+        asked_at = self._asked_at.get(name)
+        now = time.monotonic()
+        while self._waits and now - self._waits[0][0] > 60:
+            self._waits.popleft()
+        budget = FIRST_LOOK_UP_WAITS_PER_MINUTE_S - sum(seconds for _, seconds in self._waits)
+        timeout = min(budget, (asked_at or now) + FIRST_LOOK_UP_WAIT_S - now)
+        if timeout <= 0:
+            return None
+        with self._answered:
+            self._answered.wait_for(lambda: name in self._fetched_at, timeout)
+        self._waits.append((now, time.monotonic() - now))
+        return self._known.get(name)
 
     def _look_up_later(self, name: str) -> None:
         if len(self._asked) >= MAX_BACKGROUND_LOOK_UPS:
             return  # names without end (hostile input): the batches look them up as they write them
         self._asked.add(name)
+        self._asked_at[name] = time.monotonic()
         self._to_look_up.put(name)
         if self._looker is None:
             self._looker = threading.Thread(target=self._look_up, name="destination-look-up", daemon=True)
@@ -241,6 +268,9 @@ class TopicDirectory:
                 self._fetch({name})
             except KafkaException as exc:
                 log.debug("destinations: looking up %s in the background failed: %s", name, exc)
+            finally:
+                with self._answered:
+                    self._answered.notify_all()
 
     def _fetch(self, names: set[str]) -> None:
         found: dict[str, Destination | None] = {}
