@@ -10,9 +10,10 @@ import pytest
 
 from kafka_scheduler.delivery_ids import delivery_id
 from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_REJECT, WriterRow
+from kafka_scheduler.engine.driver.batch_summary import EarlyTally
 from kafka_scheduler.engine.driver.early_cancels import Arrival
 from kafka_scheduler.engine.driver.early_requests import EarlyRequest
-from kafka_scheduler.engine.driver.timed_writer import EarlyTally, TimedWriter
+from kafka_scheduler.engine.driver.timed_writer import TimedWriter
 from kafka_scheduler.engine.rules.rejections import expiry_headers
 from kafka_scheduler.protocol import DELIVERY_ID
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_scheduler.engine.driver.batch_summary import BatchSummary
+from kafka_scheduler.engine.driver.batch_summary import BatchSummary, EarlyTally
 from kafka_scheduler.engine.driver.producing import PRODUCER_MAX_BYTES
 from kafka_scheduler.engine.driver.sink_plan import (
     Refusals,
@@ -215,3 +215,38 @@ def test_a_topics_record_limit_is_its_own_or_the_producers():
     assert record_limit(Destination(1, True, 1_000)) == (1_000, "max.message.bytes 1000")
     assert record_limit(Destination(1, True, None))[0] == PRODUCER_MAX_BYTES
     assert record_limit(Destination(1, True, PRODUCER_MAX_BYTES + 1))[0] == PRODUCER_MAX_BYTES
+
+
+@pytest.mark.parametrize(
+    "early, delivered, expired, dead_lettered",
+    [
+        (EarlyTally(), 7, 2, 1),
+        # Written early: counted as the batch's deliveries.
+        (EarlyTally(written=3), 10, 2, 1),
+        # The batch handed over a version written early: left out, so not its delivery.
+        (EarlyTally(written=1, delivered_again=1), 7, 2, 1),
+        # The batch found a version written early past its max lateness: its rejection was left out.
+        (EarlyTally(expired_again=1), 7, 1, 1),
+        # The batch dead-lettered a version written early: left out, neither its delivery nor its dead letter.
+        (EarlyTally(written=1, dead_lettered_again=1), 7, 2, 0),
+    ],
+)
+def test_what_a_batch_counted_of_the_versions_written_early_is_taken_back(early, delivered, expired, dead_lettered):
+    """A batch's summary counts its rows before the timed writer leaves out those of versions written early; the
+    writer tells how many and as what (EarlyTally). The sink then takes the dead letters from the deliveries."""
+    summary = digest(
+        [
+            summary_row("deliver", "out", records=7),  # one of which the sink dead-letters
+            summary_row("expired", "out", records=2),
+        ],
+        1,
+    ).summary
+    summary.dead_lettered = 1
+    summary.count_early(early)
+    summary.delivered -= summary.dead_lettered  # as record_sink does once the writers wrote
+    assert (summary.delivered, summary.expired, summary.dead_lettered) == (
+        delivered - dead_lettered,
+        expired,
+        dead_lettered,
+    )
+    assert summary.written_early == early.written

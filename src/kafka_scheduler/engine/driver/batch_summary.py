@@ -5,8 +5,23 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..contract import BATCH_TIME, DELIVERED_AT_ONCE, INDEX_ENTRIES_PREFIX, LABEL_SEPARATOR, SKIPPED_FIRINGS
+
+
+class EarlyTally(NamedTuple):
+    """A batch's share of the early path (``TimedWriter.take_written_early``): the deliveries written early, and the
+    batch's own rows of the versions written early, which it left out but its summary counted: as deliveries, as
+    expired (its state found the request past its max lateness) or as dead letters."""
+
+    written: int = 0
+    delivered_again: int = 0
+    expired_again: int = 0
+    dead_lettered_again: int = 0
+
+    def plus(self, counted: str | None) -> EarlyTally:
+        return self._replace(**{counted: getattr(self, counted) + 1}) if counted else self
 
 
 @dataclass
@@ -36,6 +51,15 @@ class BatchSummary:
     skipped: int = 0  # firings of skip crons missed while the job was down
     # deliveries the timed writer wrote since the last batch from requests read as they arrived (counted in delivered)
     written_early: int = 0
+
+    def count_early(self, early: EarlyTally) -> None:
+        """What the early path did since the last batch: its deliveries counted, and this batch's rows of versions
+        it wrote, which the batch left out, taken back from what the batch counted them as. A dead letter is taken
+        from the deliveries too: the batch's deliveries count it until the dead letters are taken from them."""
+        self.written_early = early.written
+        self.delivered += early.written - early.delivered_again - early.dead_lettered_again
+        self.dead_lettered -= early.dead_lettered_again
+        self.expired -= early.expired_again
 
     def count_outcome(self, topic: str, n: int, last_n: int | None = None) -> None:
         """An outcome row group: ``n`` summed over the batch, ``last_n`` the value of its latest row."""

@@ -182,13 +182,7 @@ class RecordSink:
                 # And those CANCELs read as they arrived withdrew since the last batch (early_cancels.py), and what was
                 # written from requests as they were read (early_requests.py): this batch's copies were left out.
                 summary.withdrawn += self.writer.take_withdrawn_early()
-                early = self.writer.take_written_early()
-                summary.written_early = early.written
-                # The batch's summary counted its rows of versions written early (the writer left them out). Its
-                # dead letters are subtracted from its deliveries below: one left out is taken from both.
-                summary.delivered += early.written - early.delivered_again - early.dead_lettered_again
-                summary.dead_lettered -= early.dead_lettered_again
-                summary.expired -= early.expired_again
+                summary.count_early(self.writer.take_written_early())
                 if summary.batch_time_ms is not None and not final:
                     # The batch handed over what it made of the requests it read: those are the state's now, and
                     # one read early only after this would act as new (a REPLACE's older version written).

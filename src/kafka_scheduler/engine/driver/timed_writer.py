@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from confluent_kafka import Producer
 
@@ -23,6 +22,7 @@ from ...config import Config
 from ...protocol import DELIVERY_ID, REJECTION_REASON
 from ..contract import KIND_DELIVER, KIND_HISTORY, KIND_REJECT, WriterRow
 from ..rules.rejection_classes import EXPIRED, REFUSED_BY_DESTINATION, reason_class
+from .batch_summary import EarlyTally
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
 from .early_book import Content, EarlyBook, Superseding, committed_past
 from .early_cancels import Arrival, ArrivalTimes, made_before, native_request_sid
@@ -75,20 +75,6 @@ class Held:
                     self.max_lateness_ms,
                 )
         return None
-
-
-class EarlyTally(NamedTuple):
-    """A batch's share of the early path (``TimedWriter.take_written_early``): the deliveries written early, and the
-    batch's own rows of the versions written early, which it left out but its summary counted: as deliveries, as
-    expired (its state found the request past its max lateness) or as dead letters."""
-
-    written: int = 0
-    delivered_again: int = 0
-    expired_again: int = 0
-    dead_lettered_again: int = 0
-
-    def plus(self, counted: str | None) -> EarlyTally:
-        return self._replace(**{counted: getattr(self, counted) + 1}) if counted else self
 
 
 # How a batch's summary counts a delivery's row, by the class of a rejection's reason
