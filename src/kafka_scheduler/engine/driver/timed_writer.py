@@ -24,7 +24,7 @@ from ..contract import KIND_DELIVER, KIND_HISTORY, KIND_REJECT, WriterRow
 from ..rules.rejection_classes import EXPIRED, REFUSED_BY_DESTINATION, reason_class
 from .batch_summary import EarlyTally
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
-from .early_book import Content, EarlyBook, Superseding, committed_past
+from .early_book import AppliedCancels, Content, EarlyBook, Superseding, committed_past
 from .early_cancels import Arrival, ArrivalTimes, made_before, native_request_sid
 from .early_requests import EarlyRequest
 from .exactly_once import FencedError, TransactionalSender
@@ -149,6 +149,8 @@ class TimedWriter(DueQueue):
         self._early_unreported = 0
         self._held_by_sid: dict[bytes, set[str]] = {}
         self._book = EarlyBook()  # the requests read early (early_book.py)
+        self._applied_cancels = AppliedCancels()  # CANCELs read early that a committed batch applied (early_book.py)
+        self.cancelled_across_batches = 0  # versions those dropped: their request was applied by a later batch
         self._arrivals = ArrivalTimes()  # of the input records read early: orders requests across partitions
         # Next offset to read per input partition after what batches have read (forget_cancels): a record below it is
         # one a batch applied before the watcher read it, and is not read early.
@@ -217,6 +219,8 @@ class TimedWriter(DueQueue):
                 held = self._held[delivery_id]
                 if self._superseded_early(held):
                     self._drop_early(held)
+                elif self._cancelled_before(held):
+                    self._drop_cancelled(held)
                 else:
                     self._held_by_sid.setdefault(held.sid, set()).add(delivery_id)
             self._cond.notify()
@@ -420,7 +424,8 @@ class TimedWriter(DueQueue):
             for held in list(self._held.values()):
                 if held.early is not None and committed_past(held.early, committed):
                     self._leave_to_batches(held)  # read by a committed batch that did not hand it over
-            self._book.forget(committed)
+            self._book.forget(committed, self._applied_cancels)
+            self._applied_cancels.expire(now_ms())
             self._arrivals.forget(committed)
 
     def take_written_early(self) -> EarlyTally:
@@ -436,6 +441,21 @@ class TimedWriter(DueQueue):
         with self._cond:
             taken, self._early_unreported = self._early_unreported, 0
             return taken
+
+    def _cancelled_before(self, held: Held) -> bool:
+        """Called with the lock held, for a version a batch handed over: whether a CANCEL a committed batch applied
+        comes after its request, in another partition (a batch applied the two in the other order)."""
+        return held.sid is not None and self._applied_cancels.cancels(held.sid, held.delivery_id, self._arrivals)
+
+    def _drop_cancelled(self, held: Held) -> None:
+        """Called with the lock held."""
+        self._drop_early(held)
+        self.cancelled_across_batches += 1
+        log.debug(
+            "timed writer: %s not written: a CANCEL of its id from another partition, appended after its request, was "
+            "applied by an earlier batch",
+            held.delivery_id,
+        )
 
     def _drop_early(self, held: Held) -> None:
         """Called with the lock held."""
@@ -532,6 +552,9 @@ class TimedWriter(DueQueue):
         while self._heap and self._heap[0].due_ms <= now:
             held = heapq.heappop(self._heap)
             if self._held.get(held.delivery_id) is held:
+                if self._cancelled_before(held):  # its request's stamp read by the watcher since it was handed over
+                    self._drop_cancelled(held)
+                    continue
                 self._forget_held(held)
                 taken.append(held)
         while (
