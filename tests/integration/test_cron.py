@@ -215,7 +215,8 @@ def test_a_delivery_later_than_its_max_lateness_goes_to_rejections_as_expired(ka
     assert expired.header("x-scheduler-due-ms") == str(ms_of(past)).encode()
     job.mark()
     assert not [r for r in reader.read_to_end() if r.key == b"stale"]
-    assert "expired (later than their max lateness)" in job.log()
+    # Said by the batch that expired it, or by the timed writer that wrote it early, as its request was read.
+    assert "later than their max lateness" in job.log()
 
 
 def test_firings_missed_while_the_job_was_down(kafka, scheduler_factory):

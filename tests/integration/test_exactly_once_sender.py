@@ -11,8 +11,9 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from kafka_scheduler.engine.contract import KIND_DELIVER, WriterRow
 from kafka_scheduler.engine.driver.exactly_once import FencedError, TransactionalSender
+from kafka_scheduler.engine.driver.held import Held
 from kafka_scheduler.engine.driver.producing import Record, producer_config
-from kafka_scheduler.engine.driver.timed_writer import Held, TimedWriter
+from kafka_scheduler.engine.driver.timed_writer import TimedWriter
 from kafka_scheduler.kafka.topics import admin_client, ensure_topics
 
 from .support import wait_until

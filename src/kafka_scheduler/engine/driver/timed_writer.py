@@ -14,20 +14,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
 from ...config import Config
-from ...protocol import DELIVERY_ID, REJECTION_REASON
-from ..contract import KIND_DELIVER, KIND_HISTORY, KIND_REJECT, WriterRow
-from ..rules.rejection_classes import EXPIRED, REFUSED_BY_DESTINATION, reason_class
+from ...protocol import DELIVERY_ID
+from ..contract import KIND_DELIVER, KIND_HISTORY, WriterRow
 from .batch_summary import EarlyTally
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
-from .early_book import AppliedCancels, Content, EarlyBook, Superseding, committed_past
+from .early_book import AppliedCancels, EarlyBook, Superseding, committed_past
 from .early_cancels import Arrival, ArrivalTimes, made_before, native_request_sid
 from .early_requests import EarlyRequest
 from .exactly_once import FencedError, TransactionalSender
+from .held import Held, counted_as, early_content, kind_of
 from .producing import (
     Record,
     expired_as_rejection,
@@ -40,68 +39,6 @@ from .producing import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(order=True)
-class Held:
-    due_ms: int
-    delivery_id: str
-    records: list[Record] = field(compare=False)  # the delivery, its write-back and history copy
-    kinds: list = field(default_factory=list, compare=False)  # the kind of each record (KIND_DELIVER, ...)
-    max_lateness_ms: int | None = field(default=None, compare=False)  # written later than due + this: expired
-    sid: bytes | None = field(default=None, compare=False)  # the schedule's id in the state (a one-shot's: id:...)
-    # Held early, from a request read before a batch applied it: the request, until a batch hands the version over
-    early: Arrival | None = field(default=None, compare=False)
-
-    def record_kinds(self) -> list:
-        return self.kinds + [KIND_DELIVER] * (len(self.records) - len(self.kinds))
-
-    def expired_at(self, now_ms: int) -> bool:
-        return self.max_lateness_ms is not None and self.due_ms > 0 and now_ms - self.due_ms > self.max_lateness_ms
-
-    def content(self) -> Content | None:
-        """What makes it identical to another version of its id (early_book.Content): its delivery record less the
-        delivery id."""
-        for record, kind in zip(self.records, self.record_kinds()):
-            if kind == KIND_DELIVER:
-                headers = tuple((name, value) for name, value in record.headers if name != DELIVERY_ID)
-                return (
-                    self.due_ms,
-                    record.topic,
-                    record.partition,
-                    record.key,
-                    record.value,
-                    headers,
-                    self.max_lateness_ms,
-                )
-        return None
-
-
-# How a batch's summary counts a delivery's row, by the class of a rejection's reason
-_COUNTED_AS_REJECTED = {EXPIRED: "expired_again", REFUSED_BY_DESTINATION: "dead_lettered_again"}
-
-
-def counted_as(row: WriterRow) -> str | None:
-    """The ``EarlyTally`` field a batch's row counts in: a delivery, or a delivery the batch turned into a rejection
-    (expired, or refused by its destination); None for a write-back or history copy, which no count names."""
-    if row.kind == KIND_DELIVER:
-        return "delivered_again"
-    if row.kind != KIND_REJECT:
-        return None
-    reason = next((value for name, value in header_pairs(row.headers) if name == REJECTION_REASON), None)
-    return _COUNTED_AS_REJECTED.get(reason_class(reason))
-
-
-def early_content(request: EarlyRequest) -> Content:
-    return (
-        request.due_ms,
-        request.topic,
-        None,
-        request.key,
-        request.value,
-        request.headers,
-        request.max_lateness_ms,
-    )
 
 
 # A watcher's word on how far it has read holds this long: one that stops telling (stopped, stuck) holds no
@@ -685,7 +622,7 @@ class TimedWriter(DueQueue):
                         )
                         heapq.heappush(self._heap, pending)
                     pending.records.append(record)
-                    pending.kinds.append(_kind_of(held, record))
+                    pending.kinds.append(kind_of(held, record))
             time.sleep(RETRY_PAUSE_S)
 
     def write_now(self, rows: Iterable[WriterRow], chunk: int = 10_000) -> int:
@@ -732,10 +669,3 @@ class TimedWriter(DueQueue):
                 failures.append((held, record, error))
         self._producer.flush()
         return failures
-
-
-def _kind_of(held: Held, record: tuple) -> str:
-    for candidate, kind in zip(held.records, held.record_kinds()):
-        if candidate is record:
-            return kind
-    return KIND_DELIVER
