@@ -351,3 +351,38 @@ def test_applied_cancels_are_kept_a_while_and_at_most_so_many():
         applied.add(sid(name), Arrival(TOPIC, 1, 60, stamp))
     assert len(applied) == 2 and not applied.cancels(sid("a"), made, times)  # the oldest went first
     assert applied.cancels(sid("c"), made, times)
+
+
+def test_a_cancel_a_batch_applied_before_the_watcher_read_it_is_kept_too(writer):
+    """The watcher behind the batches: it reads the CANCEL after a committed batch applied it."""
+    cancel_stamp = now_ms() - 5_000
+    writer.forget_cancels({TOPIC: {0: 0, 1: 51}})
+    writer.read_early([cancel_read(1, 50, cancel_stamp), add_read(0, 10, cancel_stamp - 1_000)], lambda *fields: None)
+    writer.hold([handed("a", 10, now_ms() + 100)])
+    settle(writer, 0.4)
+    assert sent(writer) == [] and writer.cancelled_across_batches == 1
+
+
+def test_a_version_whose_request_the_watcher_reads_after_its_batch_committed_is_dropped_then(writer):
+    """The batch that applied the ADD handed its version over (due later) and committed before the watcher read the
+    ADD: its stamp, read then, shows it older than the CANCEL kept."""
+    cancel_stamp = now_ms() - 5_000
+    writer.read_early([cancel_read(1, 50, cancel_stamp)])
+    writer.forget_cancels({TOPIC: {0: 0, 1: 51}})
+    writer.hold([handed("a", 10, now_ms() + 400)])  # the ADD's stamp not known: held
+    writer.forget_cancels({TOPIC: {0: 11, 1: 51}})
+    writer.read_early([add_read(0, 10, cancel_stamp - 1_000)], lambda *fields: None)
+    settle(writer, 0.6)
+    assert sent(writer) == [] and writer.cancelled_across_batches == 1
+
+
+def test_an_add_older_than_a_cancel_a_batch_applied_is_not_held_early(writer):
+    cancel_stamp = now_ms() - 5_000
+    writer.read_early([cancel_read(1, 50, cancel_stamp)])
+    writer.forget_cancels({TOPIC: {0: 0, 1: 51}})
+    writer.advance_frontier(now_ms() + 3_000)
+    older = request("a", 10, now_ms() + 100, partition=0, stamp=cancel_stamp - 1_000)
+    writer.read_early([add_read(0, 10, cancel_stamp - 1_000)], lambda *fields: older)
+    assert writer.early_unconfirmed() == {}
+    settle(writer, 0.4)
+    assert sent(writer) == []

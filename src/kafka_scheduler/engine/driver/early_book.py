@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ...delivery_ids import delivery_id as delivery_id_of
 from ...delivery_ids import is_firing, request_of
 from .early_cancels import Arrival, ArrivalTimes, made_before
 
@@ -128,6 +129,9 @@ class AppliedCancels:
         self.kept_ms, self.limit = kept_ms, limit
         self._by_sid: dict[bytes, list[Arrival]] = {}  # in the order applied: the oldest first
         self._count = 0
+        # Versions a kept CANCEL comes after, found as the watcher read their request (a batch may have applied it
+        # already, or apply it later and forget its stamp): delivery id -> that CANCEL's stamp, for the expiry
+        self._cancelled: dict[str, int] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -139,7 +143,32 @@ class AppliedCancels:
             oldest = next(iter(self._by_sid))
             self._count -= len(self._by_sid.pop(oldest))
 
+    def __bool__(self) -> bool:
+        return bool(self._by_sid)
+
+    def sids(self) -> list[bytes]:
+        return list(self._by_sid)
+
+    def note_request(self, sid: bytes, made: Arrival) -> bool:
+        """A request of ``sid`` the watcher read (an ADD or REPLACE, or any request naming it): whether a kept CANCEL
+        comes after it in another partition. If so, the version it makes is remembered as cancelled (``cancels``)
+        however late a batch hands it over."""
+        for cancel in self._by_sid.get(sid, ()):
+            if (
+                made.topic == cancel.topic
+                and made.partition != cancel.partition
+                and (made.stamp, made.partition) < (cancel.stamp, cancel.partition)
+            ):
+                self._cancelled[delivery_id_of(made.topic, made.partition, made.offset)] = cancel.stamp
+                while len(self._cancelled) > self.limit:
+                    del self._cancelled[next(iter(self._cancelled))]
+                return True
+        return False
+
     def expire(self, now_ms: int) -> None:
+        for made, stamp in list(self._cancelled.items()):
+            if stamp <= now_ms - self.kept_ms:
+                del self._cancelled[made]
         for sid in list(self._by_sid):
             kept = [cancel for cancel in self._by_sid[sid] if cancel.stamp > now_ms - self.kept_ms]
             self._count -= len(self._by_sid[sid]) - len(kept)
@@ -152,6 +181,8 @@ class AppliedCancels:
         """Whether a CANCEL kept of ``sid`` comes after the request that made the version ``delivery_id``, in another
         partition: that request's stamp known and earlier (a tie goes to the lower partition, as batches order
         them). One in the same partition was applied in order by the batches: never."""
+        if delivery_id in self._cancelled:
+            return True
         cancels = self._by_sid.get(sid) if sid is not None else None
         if not cancels or is_firing(delivery_id):
             return False  # a CANCEL never touches a cron's firing

@@ -19,17 +19,16 @@ from confluent_kafka import Producer
 
 from ...config import Config
 from ...protocol import DELIVERY_ID
-from ..contract import KIND_DELIVER, KIND_HISTORY, WriterRow
+from ..contract import KIND_DELIVER, WriterRow
 from .batch_summary import EarlyTally
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
 from .early_book import AppliedCancels, EarlyBook, Superseding, committed_past
 from .early_cancels import Arrival, ArrivalTimes, made_before, native_request_sid
 from .early_requests import EarlyRequest
 from .exactly_once import FencedError, TransactionalSender
-from .held import Held, counted_as, early_content, kind_of
+from .held import Held, as_expired, counted_as, early_content, kind_of
 from .producing import (
     Record,
-    expired_as_rejection,
     header_pairs,
     produce_record,
     producer_config,
@@ -311,12 +310,21 @@ class TimedWriter(DueQueue):
         with self._cond:
             for topic, partition, offset, timestamp, cancelled, fields in records:
                 if offset < self._read_by_batches.get(topic, {}).get(partition, 0):
-                    continue  # applied by a batch before it was read here: what it makes is the state's to hand over
+                    # Applied by a batch before it was read here: what it makes is the state's to hand over. A
+                    # CANCEL is kept, and a request of an id it is kept for noted, for what a batch applied after.
+                    applied = Arrival(topic, partition, offset, timestamp)
+                    if cancelled is not None:
+                        dropped += self._cancel_applied(cancelled, applied)
+                    elif fields is not None:
+                        self._note_for_applied_cancels(applied, fields)
+                    continue
                 arrival = self._arrivals.note(topic, partition, offset, timestamp)
                 if cancelled is not None:
                     dropped += self._cancel_early(cancelled, arrival)
                 elif fields is not None:
                     request = None if early is None else early(arrival, timestamp, *fields)
+                    if self._note_for_applied_cancels(arrival, fields, None if request is None else request.sid):
+                        continue  # cancelled by a CANCEL a batch applied before it: the batches hand it over
                     if request is not None:
                         self.hold_early(request)
                     elif self._held_by_sid:
@@ -363,6 +371,9 @@ class TimedWriter(DueQueue):
                     self._leave_to_batches(held)  # read by a committed batch that did not hand it over
             self._book.forget(committed, self._applied_cancels)
             self._applied_cancels.expire(now_ms())
+            # Before the stamps of what the batch read are forgotten: the versions held that a CANCEL it applied
+            # comes after (one it hands over later was made by a request noted as the watcher read it).
+            self._drop_cancelled_of([sid for sid in self._applied_cancels.sids() if sid in self._held_by_sid])
             self._arrivals.forget(committed)
 
     def take_written_early(self) -> EarlyTally:
@@ -378,6 +389,36 @@ class TimedWriter(DueQueue):
         with self._cond:
             taken, self._early_unreported = self._early_unreported, 0
             return taken
+
+    def _cancel_applied(self, sid: bytes, cancel: Arrival) -> int:
+        """Called with the lock held: a CANCEL a batch applied before the watcher read it, kept (early_book.py); the
+        versions of its id held from requests before it in another partition are dropped. Returns how many."""
+        self._applied_cancels.add(sid, cancel)
+        return self._drop_cancelled_of([sid])
+
+    def _drop_cancelled_of(self, sids: Iterable[bytes]) -> int:
+        """Called with the lock held: the held versions of ``sids`` that a kept CANCEL comes after, dropped."""
+        dropped = 0
+        for sid in sids:
+            for delivery_id in list(self._held_by_sid.get(sid, ())):
+                held = self._held.get(delivery_id)
+                if held is not None and self._cancelled_before(held):
+                    self._drop_cancelled(held)
+                    dropped += 1
+        return dropped
+
+    def _note_for_applied_cancels(self, arrival: Arrival, fields: tuple, sid: bytes | None = None) -> bool:
+        """Called with the lock held, for a request the watcher read (or skipped: a batch applied it): whether a
+        CANCEL a batch applied comes after it in another partition. Its version is then remembered as cancelled, and
+        dropped if held."""
+        if not self._applied_cancels:
+            return False
+        if sid is None:
+            sid = native_request_sid(arrival.topic, fields[2], fields[3] if len(fields) > 3 else None)
+        if sid is None or not self._applied_cancels.note_request(sid, arrival):
+            return False
+        self._drop_cancelled_of([sid])
+        return True
 
     def _cancelled_before(self, held: Held) -> bool:
         """Called with the lock held, for a version a batch handed over: whether a CANCEL a committed batch applied
@@ -538,23 +579,7 @@ class TimedWriter(DueQueue):
             # Later than its max lateness: the delivery goes to the rejections topic as expired, its history copy is
             # not written; what follows a delivery either way (a write-back) is.
             taken = [held for held in taken if not held.expired_at(started)]
-            rejected = [
-                Held(
-                    held.due_ms,
-                    held.delivery_id,
-                    [
-                        expired_as_rejection(
-                            record, held.delivery_id, held.due_ms, held.max_lateness_ms, self.rejections_topic
-                        )
-                        if kind == KIND_DELIVER
-                        else record
-                        for record, kind in zip(held.records, held.record_kinds())
-                        if kind != KIND_HISTORY
-                    ],
-                )
-                for held in expired
-                if self.rejections_topic
-            ]
+            rejected = [as_expired(held, self.rejections_topic) for held in expired] if self.rejections_topic else []
             lost = self._send([(held, record) for held in rejected for record in held.records])
             self.expired += len(expired)
             log.warning(
