@@ -11,8 +11,7 @@ import pytest
 from kafka_scheduler.delivery_ids import delivery_id
 from kafka_scheduler.engine.contract import KIND_DELIVER, KIND_REJECT, WriterRow
 from kafka_scheduler.engine.driver.batch_summary import EarlyTally
-from kafka_scheduler.engine.driver.early_book import AppliedCancels
-from kafka_scheduler.engine.driver.early_cancels import Arrival, ArrivalTimes
+from kafka_scheduler.engine.driver.early_cancels import Arrival
 from kafka_scheduler.engine.driver.early_requests import EarlyRequest
 from kafka_scheduler.engine.driver.timed_writer import TimedWriter
 from kafka_scheduler.engine.rules.rejections import expiry_headers
@@ -285,104 +284,3 @@ def test_a_version_written_early_that_the_batch_expires_is_counted_once(late_whe
         assert sum(expired_counts) == (1 if late_when_read else 0)
     finally:
         writer.close()
-
-
-def add_read(partition: int, offset: int, stamp: int) -> tuple:
-    """An ADD of id "a" as the watcher reads it, one the early path does not take (its arrival noted only)."""
-    headers = [("x-scheduler-request-id", b"a"), ("x-scheduler-action", b"ADD")]
-    return (TOPIC, partition, offset, stamp, None, (b"k", b"v", headers))
-
-
-def cancel_read(partition: int, offset: int, stamp: int) -> tuple:
-    return (TOPIC, partition, offset, stamp, sid("a"), None)
-
-
-@pytest.mark.parametrize(
-    "add_after_cancel_ms, add_read_when, written",
-    [
-        (-1_000, "before", False),  # appended before the CANCEL: the CANCEL wins, though a batch applied it first
-        (-1_000, "after-hand-over", False),  # its stamp read only after a batch handed the version over
-        (1_000, "before", True),  # appended after the CANCEL: an ADD again, a version the CANCEL does not touch
-        (0, "before", False),  # the same stamp: the lower partition first, as batches order them
-        (-1_000, "never", True),  # its stamp not known: never taken as older (that could lose an ADD made after)
-    ],
-)
-def test_a_cancel_keyed_apart_wins_over_an_older_request_a_later_batch_applies(
-    writer, add_after_cancel_ms, add_read_when, written
-):
-    """Batches cut each partition at its own offset: one applied the CANCEL (partition 1); the next applies the ADD
-    it cancels (partition 0, appended before it) and hands over the version the state now holds."""
-    cancel_stamp = now_ms() - 5_000
-    add_stamp = cancel_stamp + add_after_cancel_ms
-    if add_read_when == "before":
-        writer.read_early([add_read(0, 10, add_stamp)], lambda *fields: None)
-    writer.read_early([cancel_read(1, 50, cancel_stamp)])
-    writer.forget_cancels({TOPIC: {0: 0, 1: 51}})  # the batch that read the CANCEL, not the ADD, committed
-    due = now_ms() + 300
-    writer.hold([handed("a", 10, due)])
-    if add_read_when == "after-hand-over":
-        writer.read_early([add_read(0, 10, add_stamp)], lambda *fields: None)
-    settle(writer, 0.6)
-    assert sent(writer) == ([b"v"] if written else [])
-    assert writer.cancelled_across_batches == (0 if written else 1)
-
-
-def test_a_cancel_applied_in_the_same_partition_leaves_what_batches_hand_over_to_them(writer):
-    """In one partition the batches apply requests in order: an ADD after the CANCEL is a version it does not touch."""
-    writer.read_early([cancel_read(0, 5, now_ms() - 2_000)])
-    writer.forget_cancels({TOPIC: {0: 6, 1: 0}})
-    writer.read_early([add_read(0, 10, now_ms() - 1_000)], lambda *fields: None)
-    writer.hold([handed("a", 10, now_ms() + 100)])
-    assert _wait(lambda: sent(writer) == [b"v"])
-
-
-def test_applied_cancels_are_kept_a_while_and_at_most_so_many():
-    times = ArrivalTimes()
-    times.note(TOPIC, 0, 10, 1_000)
-    applied = AppliedCancels(kept_ms=60_000, limit=2)
-    applied.add(sid("a"), Arrival(TOPIC, 1, 50, 2_000))
-    made = delivery_id(TOPIC, 0, 10)
-    assert applied.cancels(sid("a"), made, times) and not applied.cancels(sid("b"), made, times)
-    applied.expire(61_999)
-    assert applied.cancels(sid("a"), made, times)
-    applied.expire(62_000)
-    assert not applied.cancels(sid("a"), made, times) and len(applied) == 0
-    for name, stamp in (("a", 5_000), ("b", 5_000), ("c", 5_000)):
-        applied.add(sid(name), Arrival(TOPIC, 1, 60, stamp))
-    assert len(applied) == 2 and not applied.cancels(sid("a"), made, times)  # the oldest went first
-    assert applied.cancels(sid("c"), made, times)
-
-
-def test_a_cancel_a_batch_applied_before_the_watcher_read_it_is_kept_too(writer):
-    """The watcher behind the batches: it reads the CANCEL after a committed batch applied it."""
-    cancel_stamp = now_ms() - 5_000
-    writer.forget_cancels({TOPIC: {0: 0, 1: 51}})
-    writer.read_early([cancel_read(1, 50, cancel_stamp), add_read(0, 10, cancel_stamp - 1_000)], lambda *fields: None)
-    writer.hold([handed("a", 10, now_ms() + 100)])
-    settle(writer, 0.4)
-    assert sent(writer) == [] and writer.cancelled_across_batches == 1
-
-
-def test_a_version_whose_request_the_watcher_reads_after_its_batch_committed_is_dropped_then(writer):
-    """The batch that applied the ADD handed its version over (due later) and committed before the watcher read the
-    ADD: its stamp, read then, shows it older than the CANCEL kept."""
-    cancel_stamp = now_ms() - 5_000
-    writer.read_early([cancel_read(1, 50, cancel_stamp)])
-    writer.forget_cancels({TOPIC: {0: 0, 1: 51}})
-    writer.hold([handed("a", 10, now_ms() + 400)])  # the ADD's stamp not known: held
-    writer.forget_cancels({TOPIC: {0: 11, 1: 51}})
-    writer.read_early([add_read(0, 10, cancel_stamp - 1_000)], lambda *fields: None)
-    settle(writer, 0.6)
-    assert sent(writer) == [] and writer.cancelled_across_batches == 1
-
-
-def test_an_add_older_than_a_cancel_a_batch_applied_is_not_held_early(writer):
-    cancel_stamp = now_ms() - 5_000
-    writer.read_early([cancel_read(1, 50, cancel_stamp)])
-    writer.forget_cancels({TOPIC: {0: 0, 1: 51}})
-    writer.advance_frontier(now_ms() + 3_000)
-    older = request("a", 10, now_ms() + 100, partition=0, stamp=cancel_stamp - 1_000)
-    writer.read_early([add_read(0, 10, cancel_stamp - 1_000)], lambda *fields: older)
-    assert writer.early_unconfirmed() == {}
-    settle(writer, 0.4)
-    assert sent(writer) == []

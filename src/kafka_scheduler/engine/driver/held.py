@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...protocol import DELIVERY_ID, REJECTION_REASON
-from ..contract import KIND_DELIVER, KIND_HISTORY, KIND_REJECT, WriterRow
+from ..contract import KIND_DELIVER, KIND_REJECT, WriterRow
 from ..rules.rejection_classes import EXPIRED, REFUSED_BY_DESTINATION, reason_class
 from .early_book import Content
 from .early_cancels import Arrival
 from .early_requests import EarlyRequest
-from .producing import Record, expired_as_rejection, header_pairs
+from .producing import Record, header_pairs
 
 
 @dataclass(order=True)
@@ -73,22 +73,6 @@ def early_content(request: EarlyRequest) -> Content:
         request.value,
         request.headers,
         request.max_lateness_ms,
-    )
-
-
-def as_expired(held: Held, rejections_topic: str) -> Held:
-    """A delivery written later than its max lateness: its delivery a rejection (expired), its history copy left
-    out, what follows a delivery either way (a write-back) kept."""
-    return Held(
-        held.due_ms,
-        held.delivery_id,
-        [
-            expired_as_rejection(record, held.delivery_id, held.due_ms, held.max_lateness_ms, rejections_topic)
-            if kind == KIND_DELIVER
-            else record
-            for record, kind in zip(held.records, held.record_kinds())
-            if kind != KIND_HISTORY
-        ],
     )
 
 

@@ -19,16 +19,17 @@ from confluent_kafka import Producer
 
 from ...config import Config
 from ...protocol import DELIVERY_ID
-from ..contract import KIND_DELIVER, WriterRow
+from ..contract import KIND_DELIVER, KIND_HISTORY, WriterRow
 from .batch_summary import EarlyTally
 from .due_queue import RETRY_PAUSE_S, DueQueue, now_ms, wait_until_due
-from .early_book import AppliedCancels, EarlyBook, Superseding, committed_past
+from .early_book import EarlyBook, Superseding, committed_past
 from .early_cancels import Arrival, ArrivalTimes, made_before, native_request_sid
 from .early_requests import EarlyRequest
 from .exactly_once import FencedError, TransactionalSender
-from .held import Held, as_expired, counted_as, early_content, kind_of
+from .held import Held, counted_as, early_content, kind_of
 from .producing import (
     Record,
+    expired_as_rejection,
     header_pairs,
     produce_record,
     producer_config,
@@ -85,8 +86,6 @@ class TimedWriter(DueQueue):
         self._early_unreported = 0
         self._held_by_sid: dict[bytes, set[str]] = {}
         self._book = EarlyBook()  # the requests read early (early_book.py)
-        self._applied_cancels = AppliedCancels()  # CANCELs read early that a committed batch applied (early_book.py)
-        self.cancelled_across_batches = 0  # versions those dropped: their request was applied by a later batch
         self._arrivals = ArrivalTimes()  # of the input records read early: orders requests across partitions
         # Next offset to read per input partition after what batches have read (forget_cancels): a record below it is
         # one a batch applied before the watcher read it, and is not read early.
@@ -155,8 +154,6 @@ class TimedWriter(DueQueue):
                 held = self._held[delivery_id]
                 if self._superseded_early(held):
                     self._drop_early(held)
-                elif self._cancelled_before(held):
-                    self._drop_cancelled(held)
                 else:
                     self._held_by_sid.setdefault(held.sid, set()).add(delivery_id)
             self._cond.notify()
@@ -310,21 +307,12 @@ class TimedWriter(DueQueue):
         with self._cond:
             for topic, partition, offset, timestamp, cancelled, fields in records:
                 if offset < self._read_by_batches.get(topic, {}).get(partition, 0):
-                    # Applied by a batch before it was read here: what it makes is the state's to hand over. A
-                    # CANCEL is kept, and a request of an id it is kept for noted, for what a batch applied after.
-                    applied = Arrival(topic, partition, offset, timestamp)
-                    if cancelled is not None:
-                        dropped += self._cancel_applied(cancelled, applied)
-                    elif fields is not None:
-                        self._note_for_applied_cancels(applied, fields)
-                    continue
+                    continue  # applied by a batch before it was read here: what it makes is the state's to hand over
                 arrival = self._arrivals.note(topic, partition, offset, timestamp)
                 if cancelled is not None:
                     dropped += self._cancel_early(cancelled, arrival)
                 elif fields is not None:
                     request = None if early is None else early(arrival, timestamp, *fields)
-                    if self._note_for_applied_cancels(arrival, fields, None if request is None else request.sid):
-                        continue  # cancelled by a CANCEL a batch applied before it: the batches hand it over
                     if request is not None:
                         self.hold_early(request)
                     elif self._held_by_sid:
@@ -369,11 +357,7 @@ class TimedWriter(DueQueue):
             for held in list(self._held.values()):
                 if held.early is not None and committed_past(held.early, committed):
                     self._leave_to_batches(held)  # read by a committed batch that did not hand it over
-            self._book.forget(committed, self._applied_cancels)
-            self._applied_cancels.expire(now_ms())
-            # Before the stamps of what the batch read are forgotten: the versions held that a CANCEL it applied
-            # comes after (one it hands over later was made by a request noted as the watcher read it).
-            self._drop_cancelled_of([sid for sid in self._applied_cancels.sids() if sid in self._held_by_sid])
+            self._book.forget(committed)
             self._arrivals.forget(committed)
 
     def take_written_early(self) -> EarlyTally:
@@ -389,51 +373,6 @@ class TimedWriter(DueQueue):
         with self._cond:
             taken, self._early_unreported = self._early_unreported, 0
             return taken
-
-    def _cancel_applied(self, sid: bytes, cancel: Arrival) -> int:
-        """Called with the lock held: a CANCEL a batch applied before the watcher read it, kept (early_book.py); the
-        versions of its id held from requests before it in another partition are dropped. Returns how many."""
-        self._applied_cancels.add(sid, cancel)
-        return self._drop_cancelled_of([sid])
-
-    def _drop_cancelled_of(self, sids: Iterable[bytes]) -> int:
-        """Called with the lock held: the held versions of ``sids`` that a kept CANCEL comes after, dropped."""
-        dropped = 0
-        for sid in sids:
-            for delivery_id in list(self._held_by_sid.get(sid, ())):
-                held = self._held.get(delivery_id)
-                if held is not None and self._cancelled_before(held):
-                    self._drop_cancelled(held)
-                    dropped += 1
-        return dropped
-
-    def _note_for_applied_cancels(self, arrival: Arrival, fields: tuple, sid: bytes | None = None) -> bool:
-        """Called with the lock held, for a request the watcher read (or skipped: a batch applied it): whether a
-        CANCEL a batch applied comes after it in another partition. Its version is then remembered as cancelled, and
-        dropped if held."""
-        if not self._applied_cancels:
-            return False
-        if sid is None:
-            sid = native_request_sid(arrival.topic, fields[2], fields[3] if len(fields) > 3 else None)
-        if sid is None or not self._applied_cancels.note_request(sid, arrival):
-            return False
-        self._drop_cancelled_of([sid])
-        return True
-
-    def _cancelled_before(self, held: Held) -> bool:
-        """Called with the lock held, for a version a batch handed over: whether a CANCEL a committed batch applied
-        comes after its request, in another partition (a batch applied the two in the other order)."""
-        return held.sid is not None and self._applied_cancels.cancels(held.sid, held.delivery_id, self._arrivals)
-
-    def _drop_cancelled(self, held: Held) -> None:
-        """Called with the lock held."""
-        self._drop_early(held)
-        self.cancelled_across_batches += 1
-        log.debug(
-            "timed writer: %s not written: a CANCEL of its id from another partition, appended after its request, was "
-            "applied by an earlier batch",
-            held.delivery_id,
-        )
 
     def _drop_early(self, held: Held) -> None:
         """Called with the lock held."""
@@ -530,9 +469,6 @@ class TimedWriter(DueQueue):
         while self._heap and self._heap[0].due_ms <= now:
             held = heapq.heappop(self._heap)
             if self._held.get(held.delivery_id) is held:
-                if self._cancelled_before(held):  # its request's stamp read by the watcher since it was handed over
-                    self._drop_cancelled(held)
-                    continue
                 self._forget_held(held)
                 taken.append(held)
         while (
@@ -579,7 +515,23 @@ class TimedWriter(DueQueue):
             # Later than its max lateness: the delivery goes to the rejections topic as expired, its history copy is
             # not written; what follows a delivery either way (a write-back) is.
             taken = [held for held in taken if not held.expired_at(started)]
-            rejected = [as_expired(held, self.rejections_topic) for held in expired] if self.rejections_topic else []
+            rejected = [
+                Held(
+                    held.due_ms,
+                    held.delivery_id,
+                    [
+                        expired_as_rejection(
+                            record, held.delivery_id, held.due_ms, held.max_lateness_ms, self.rejections_topic
+                        )
+                        if kind == KIND_DELIVER
+                        else record
+                        for record, kind in zip(held.records, held.record_kinds())
+                        if kind != KIND_HISTORY
+                    ],
+                )
+                for held in expired
+                if self.rejections_topic
+            ]
             lost = self._send([(held, record) for held in rejected for record in held.records])
             self.expired += len(expired)
             log.warning(
