@@ -261,6 +261,18 @@ def test_a_jvm_of_the_job_out_of_heap_exits_instead_of_hanging():
         assert "-XX:+ExitOnOutOfMemoryError" in settings[f"spark.{side}.extraJavaOptions"].split()
 
 
+def test_the_jvms_of_the_job_compile_with_c2_only_code_hotter_than_by_default():
+    """The thresholds of tier 4 raised (session.LATE_C2): a start's short-lived hot code is left to C1."""
+    from kafka_scheduler.engine.spark.session import spark_settings
+
+    settings = spark_settings(resolve(parse(), environ={}))
+    for side in ("driver", "executor"):
+        options = dict(o.split("=", 1) for o in settings[f"spark.{side}.extraJavaOptions"].split() if "=" in o)
+        assert int(options["-XX:Tier4InvocationThreshold"]) > 5000  # HotSpot's default
+        assert int(options["-XX:Tier4CompileThreshold"]) > 15000
+        assert int(options["-XX:Tier4BackEdgeThreshold"]) > 40000
+
+
 def test_the_state_stores_share_one_bounded_memory_budget():
     from kafka_scheduler.engine.spark.session import ROCKSDB_MEMORY_MB, spark_settings
 
