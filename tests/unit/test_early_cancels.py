@@ -358,3 +358,26 @@ def test_the_watcher_tells_the_writer_how_far_it_has_read_every_partition_while_
         watcher._newest[key] = (stamp, time.monotonic() - early_cancels.READ_SEEN_S - 1)
     watcher.read([FakeMessage(1, 4, now - 3_000, add)], more_waiting=True)
     assert writer.through[-1] == now + 3  # partition 0 went quiet: read to its end; partition 1's newest stays
+
+
+def test_a_partition_the_consumer_left_unread_for_a_while_still_holds_the_gate_back():
+    """A partition not read for READ_SEEN_S counts as quiet only if the broker holds nothing past what was read (its
+    high watermark as last fetched): the consumer may serve other partitions for seconds while it is behind."""
+    writer = GateRecordingWriter()
+    watcher = CancelWatcher(writer, [TOPIC], {}, dict)
+    add = [("x-scheduler-request-id", b"r-1"), ("x-scheduler-deliver-to", b"orders")]
+    now = int(time.time() * 1000)
+    watcher.read([FakeMessage(0, 10, now - 9_000, add), FakeMessage(1, 20, now - 8_000, add)], more_waiting=True)
+    for key in watcher._newest:
+        stamp, _ = watcher._newest[key]
+        watcher._newest[key] = (stamp, time.monotonic() - early_cancels.READ_SEEN_S - 1)
+    high = {0: 11, 1: 500}  # partition 0 read to its end, partition 1 not
+    watcher.high_watermark = lambda topic, partition: high[partition]
+    watcher.read([FakeMessage(0, 11, now - 1_000, add)], more_waiting=True)
+    assert writer.through[-1] == now - 8_000  # held back at what partition 1 was read up to
+    high[1] = 21  # read to its end after all: quiet
+    watcher.read([FakeMessage(0, 12, now - 500, add)], more_waiting=True)
+    assert writer.through[-1] == now - 500
+    watcher.high_watermark = lambda topic, partition: None  # not known: as before, quiet once not read lately
+    watcher.read([FakeMessage(0, 13, now - 400, add)], more_waiting=True)
+    assert writer.through[-1] == now - 400

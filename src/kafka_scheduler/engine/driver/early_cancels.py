@@ -244,6 +244,9 @@ class CancelWatcher:
         self.on_behind = on_behind
         self._next_apart_log = 0.0
         self._newest: dict[tuple[str, int], tuple[int, float]] = {}  # per partition: newest broker time read, when
+        self._next_offset: dict[tuple[str, int], int] = {}  # per partition: the offset after the newest read
+        # (topic, partition) -> the consumer's high watermark as last fetched (None: not known); set by the consumer
+        self.high_watermark: Callable[[str, int], int | None] | None = None
         self._settings = consumer_settings
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cancel-watcher", daemon=True)
@@ -308,11 +311,23 @@ class CancelWatcher:
         read (the oldest of their newest records; a partition read from one batch of messages to the next is one
         still catching up, a partition that went quiet has been read to its end)."""
         now = time.monotonic()
-        for topic, partition, _, timestamp, *_ in records:
+        for topic, partition, offset, timestamp, *_ in records:
             newest = self._newest.get((topic, partition))
             self._newest[(topic, partition)] = (max(timestamp, newest[0]) if newest else timestamp, now)
-        recent = [stamp for stamp, seen in self._newest.values() if now - seen <= READ_SEEN_S]
+            self._next_offset[(topic, partition)] = max(offset + 1, self._next_offset.get((topic, partition), 0))
+        recent = [
+            stamp for key, (stamp, seen) in self._newest.items() if now - seen <= READ_SEEN_S or self._unread_left(key)
+        ]
         return min(recent, default=None)
+
+    def _unread_left(self, key: tuple[str, int]) -> bool:
+        """Whether the broker holds records of a partition past those read (its high watermark, as the consumer last
+        fetched it): not quiet, though the consumer has not handed any of it over lately. A CANCEL keyed apart in a
+        partition the consumer left unread for seconds went out after its schedule (2026-12-08 backlog trace)."""
+        if self.high_watermark is None:
+            return False
+        high = self.high_watermark(*key)
+        return high is not None and high > self._next_offset.get(key, 0)
 
     def _run(self) -> None:
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -330,6 +345,15 @@ class CancelWatcher:
         )
         assigned: set[tuple[str, int]] = set()
         next_look = next_forget = 0.0
+
+        def high_watermark(topic: str, partition: int) -> int | None:
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            except Exception:  # not fetched yet
+                return None
+            return high if high >= 0 else None
+
+        self.high_watermark = high_watermark
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
