@@ -309,7 +309,8 @@ class CancelWatcher:
     def _through(self, records: list) -> int | None:
         """While behind: the broker time up to which every partition read in the last READ_SEEN_S seconds has been
         read (the oldest of their newest records; a partition read from one batch of messages to the next is one
-        still catching up, a partition that went quiet has been read to its end)."""
+        still catching up, and so is one the broker holds more of (``_unread_left``); a partition that went quiet
+        has been read to its end)."""
         now = time.monotonic()
         for topic, partition, offset, timestamp, *_ in records:
             newest = self._newest.get((topic, partition))

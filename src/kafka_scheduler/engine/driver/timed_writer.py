@@ -507,10 +507,6 @@ class TimedWriter(DueQueue):
     def _write(self, taken: list[Held]) -> None:
         started = now_ms()
         expired = [held for held in taken if held.expired_at(started)]
-        early = sum(1 for held in taken if held.early is not None and not held.expired_at(started))
-        if early:
-            with self._cond:
-                self._early_written_unreported += early  # a batch's deliveries (those expired are counted as such)
         if expired:
             # Later than its max lateness: the delivery goes to the rejections topic as expired, its history copy is
             # not written; what follows a delivery either way (a write-back) is.
@@ -548,6 +544,10 @@ class TimedWriter(DueQueue):
                 if self.on_written is not None:
                     self.on_written([], 0, len(expired))
                 return
+        early = sum(1 for held in taken if held.early is not None)  # those expired were counted as such, above
+        if early:
+            with self._cond:
+                self._early_written_unreported += early
         # What failed without a refusal (a broker away, the rest of an aborted transaction) is held again and
         # retried after a pause, below.
         refused, failures = send_sorting_refusals(
