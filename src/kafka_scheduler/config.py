@@ -21,6 +21,7 @@ from .config_values import (
     format_duration_ms,
     input_list,
     interval_ms,
+    niceness,
     one_of,
     port_number,
     positive_int,
@@ -180,6 +181,15 @@ OPTIONS: tuple[Option, ...] = (
         "cap on request records read per micro-batch: bounds memory and batch time when catching up",
         "N",
     ),
+    Option(
+        "engine_niceness",
+        niceness,
+        10,
+        "Unix nice value of the Spark JVM the job starts and of its Python workers (Linux, local master): on a "
+        "shared host the bulk work of a batch (a backlog, a herd's preparation) yields the CPU to the driver's read "
+        "of urgent requests and its timed writer; 0 runs them at the driver's priority",
+        "0-19",
+    ),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),
     Option(
         "class_archive",
@@ -319,6 +329,7 @@ class Config:
     max_ahead_days: int = _default("max_ahead_days")
     history: bool = _default("history")
     max_requests_per_batch: int | None = _default("max_requests_per_batch")
+    engine_niceness: int = _default("engine_niceness")
     driver_memory: str = _default("driver_memory")
     class_archive: str = _default("class_archive")  # a folder, "auto" or "off" (engine/spark/class_archive.py)
     state_batches_kept: int = _default("state_batches_kept")

@@ -50,6 +50,17 @@ def port_number(text: str) -> int:
     return value
 
 
+def niceness(text: str) -> int:
+    """A Unix nice value a process may give itself without privileges: 0 (the caller's own priority) to 19."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        raise ValueError(f"must be a nice value from 0 to 19, got {text!r}")
+    return value
+
+
 def duration_ms(text: str) -> int:
     match = _TRIGGER.match(text)
     if not match:

@@ -1,7 +1,8 @@
 """`kafka-scheduler run`'s output is the scheduler's own: a real job against the test broker, started, warmed up
 (its Python workers run and print their banners), delivering a few schedules and stopped, prints nothing but its
 own log lines. What the engines print still shows when it is an error: the JVM's own standard error, which it
-inherited from the job, carries one while the job runs."""
+inherited from the job, carries one while the job runs. The same job's processes: Spark's JVM and its Python workers
+run at a lower CPU priority than the driver (engine/spark/cpu_priority.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,27 @@ import re
 import time
 
 from kafka_scheduler.client import SchedulerClient
+from kafka_scheduler.config import Config
+from kafka_scheduler.engine.spark.cpu_priority import threads_of
 from kafka_scheduler.harness import process_tree
 
 # One of our log records: setup_logging's "%(asctime)s %(levelname)-5s %(message)s" (INFO with two spaces).
 OUR_LINE = re.compile(r"^\d\d:\d\d:\d\d (INFO  |WARNING )\S")
+
+
+def nice_values(pid: int) -> set[int]:
+    return {os.getpriority(os.PRIO_PROCESS, thread) for thread in threads_of(pid)}
+
+
+def assert_the_engine_yields_to_the_driver(driver: int, jvm: int) -> None:
+    """Every thread of the JVM and of its Python workers (which ran the deliveries' batches) at the default
+    --engine-niceness, the driver's at its own."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)  # the test's, which the driver inherits
+    workers = [pid for pid in process_tree.descendants(jvm) if pid != jvm]
+    assert workers, "the Python workers, under the JVM"
+    assert nice_values(driver) == {own}
+    for pid in (jvm, *workers):
+        assert nice_values(pid) == {max(own, Config.engine_niceness)}, process_tree.command_line(pid)
 
 
 def test_the_job_prints_its_own_lines_and_the_engines_errors(kafka, scheduler_factory):
@@ -28,6 +46,7 @@ def test_the_job_prints_its_own_lines_and_the_engines_errors(kafka, scheduler_fa
 
     # The engine's error and a warning, printed where the JVM prints: onto the standard error it inherited.
     jvm = process_tree.spark_jvm(scheduler.process.pid)
+    assert_the_engine_yields_to_the_driver(scheduler.process.pid, jvm)
     now = time.strftime("%H:%M:%S")
     engine_error = [f"{now} ERROR Executor: an engine's error, shown", "\tat org.apache.spark.Foo.bar(Foo.scala:1)"]
     with open(f"/proc/{jvm}/fd/2", "w") as jvm_stderr:

@@ -12,6 +12,7 @@ from ...dialects.sky_avro import JVM_LIMITS as AVRO_LIMITS
 from ...dialects.sky_avro import java_options as avro_java_options
 from ...kafka.jars import jar_paths
 from .class_archive import ClassArchive, folder_of
+from .cpu_priority import lower_engine_priority
 from .stop_signals import engine_deaf_to_sigterm
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -142,6 +143,8 @@ def build_session(config: Config, jvm_options: str = "", class_archive: ClassArc
         builder = builder.config(key, value)
     with engine_deaf_to_sigterm():  # only the driver acts on a stop (stop_signals.py)
         spark = builder.getOrCreate()
+    # Before its first job, so its task threads and Python workers take the same priority.
+    lower_engine_priority(driver_jvm_process(spark), config.engine_niceness)
     # Under spark-submit the driver's JVM was started before these settings: give it Avro's limits directly
     # (Avro reads them when it first decodes, which is later).
     for name, value in AVRO_LIMITS.items():

@@ -88,7 +88,9 @@ def tool_session(app_id: str, checkpoint_dir: str):
 
     # spark-class's launcher is a JVM of its own, started before the driver's.
     os.environ.setdefault("SPARK_LAUNCHER_OPTS", TOOL_JVM_OPTIONS)
-    spark = build_session(Config(master="local[1]", app_id=app_id, checkpoint_dir=checkpoint_dir), TOOL_JVM_OPTIONS)
+    # A tool has no urgent reads of its own for the JVM to yield to (cpu_priority.py).
+    tool_config = Config(master="local[1]", app_id=app_id, checkpoint_dir=checkpoint_dir, engine_niceness=0)
+    spark = build_session(tool_config, TOOL_JVM_OPTIONS)
     for key, value in TOOL_SQL_SETTINGS.items():
         spark.conf.set(key, value)
     # A state store opened outside a streaming query reports to a coordinator that only the query manager starts:
