@@ -15,8 +15,8 @@ from kafka_scheduler.engine.spark.cpu_priority import lower_engine_priority, low
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread nice values: Linux")
 
-# Four threads: one idle, one already nicer than the test asks, and one started only once stdin says so (after the test set
-# the others' priority); then prints its threads' nice values.
+# Four threads: one idle, one already nicer than the test asks, and one started only once stdin says so (after the
+# test set the others' priority); then prints its threads' nice values.
 CHILD = """
 import os, sys, threading
 done = threading.Event()
