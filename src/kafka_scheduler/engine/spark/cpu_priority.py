@@ -53,4 +53,3 @@ def lower_engine_priority(jvm_process, niceness: int) -> None:
         return
     changed = lower_priority(jvm_process.pid, niceness)
     log.debug("engine priority: %d thread(s) of the Spark JVM (pid %d) at nice %d", changed, jvm_process.pid, niceness)
-
