@@ -9,6 +9,8 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kafka_scheduler import dialects
 from kafka_scheduler.delivery_ids import delivery_id, request_of
@@ -20,9 +22,12 @@ from kafka_scheduler.engine.driver.early_cancels import (
     CancelWatcher,
     EarlyCancels,
     KeyedApart,
+    first_headers,
+    first_headers_one_by_one,
     made_before,
     native_cancel_sid,
     native_request_sid,
+    request_sids,
 )
 from kafka_scheduler.engine.driver.timed_writer import TimedWriter
 
@@ -63,6 +68,12 @@ def cancel(request_id, action="CANCEL", extra=()):
 )
 def test_a_valid_native_cancel_names_its_schedule(headers, sid):
     assert native_cancel_sid(TOPIC, headers) == sid
+    assert watcher_sids(headers)[1] == sid
+
+
+def watcher_sids(headers):
+    """What the watcher's read finds of a record's headers: the id it names, the id it cancels."""
+    return request_sids(TOPIC, first_headers(headers) or {})
 
 
 def test_the_verdict_is_the_native_decoders_over_hostile_records(spark):
@@ -96,6 +107,7 @@ def test_the_verdict_is_the_native_decoders_over_hostile_records(spark):
         (o, records[o].headers, decided[o])
         for o in range(len(records))
         if native_cancel_sid(TOPIC, records[o].headers) != decided[o]
+        or watcher_sids(records[o].headers)[1] != decided[o]
     ]
     assert not wrong, wrong[:5]
 
@@ -297,15 +309,11 @@ def test_the_watcher_tells_how_far_behind_its_read_is_from_the_newest_record(wri
 
 def test_ids_keyed_apart_are_counted_per_id_and_the_ids_followed_are_bounded():
     apart = KeyedApart(limit=2)
-    assert [apart.note(sid, p) for sid, p in ((b"a", 0), (b"a", 0), (b"a", 1), (b"b", 1), (b"c", 1), (b"a", 0))] == [
-        False,
-        False,
-        True,
-        False,
-        False,
-        False,  # a was forgotten (two ids followed): its partition is not known any more
-    ]
-    assert apart.count == 1
+    notes = ((b"a", 0), (b"a", 0), (b"a", 1), (b"b", 1), (b"c", 1), (b"a", 0), (b"d", 1), (b"e", 1), (b"f", 1))
+    assert [apart.note(sid, p) for sid, p in notes] == [False, False, True, False, False, True, False, False, False]
+    # a, four ids back, still followed (at most twice the limit); f made five: trimmed to the last two (e, f)
+    assert [apart.note(sid, p) for sid, p in ((b"a", 1), (b"e", 0))] == [False, True]
+    assert apart.count == 3
 
 
 @pytest.mark.parametrize(
@@ -320,6 +328,27 @@ def test_ids_keyed_apart_are_counted_per_id_and_the_ids_followed_are_bounded():
 )
 def test_a_native_request_names_its_id(headers, sid):
     assert native_request_sid(TOPIC, headers) == sid
+    assert watcher_sids(headers)[0] == sid
+
+
+HEADER_NAMES = st.sampled_from(
+    ["x-scheduler-action", "X-Scheduler-Action", "x-scheduler-request-id", "X-SCHEDULER-DELIVER-AT", "trace", "Trace"]
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(HEADER_NAMES, HEADER_NAMES.map(str.encode), st.text(max_size=3)),
+            st.one_of(st.none(), st.binary(max_size=3)),
+        ),
+        max_size=6,
+    )
+)
+def test_the_headers_read_at_once_are_those_read_one_by_one(headers):
+    """The one-pass reading of a record's headers (first_headers on a list) against the plain loop: names of bytes,
+    names given twice in another case, SINGLE_HEADERS twice (None)."""
+    assert first_headers(headers) == first_headers_one_by_one(headers)
 
 
 class GateRecordingWriter:

@@ -31,8 +31,8 @@ import logging
 import threading
 import time
 from array import array
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import NamedTuple
 
 from ...delivery_ids import is_firing, request_of
@@ -57,8 +57,24 @@ READ_SEEN_S = 2.0  # a partition read within this long is one the read may still
 def first_headers(headers: Iterable | None) -> dict[str, bytes | None] | None:
     """The first value of each header name, lower-cased, as the native decoder reads them; None when a header of
     SINGLE_HEADERS comes twice (the decoder rejects the request)."""
+    if not headers:
+        return {}
+    if type(headers) is list:
+        # Every record read passes here (a backlog's million): names all str (str.lower refuses any other), none
+        # twice, told in one pass.
+        try:
+            first = {str.lower(name): value for name, value in reversed(headers)}
+        except (TypeError, ValueError):
+            first = None
+        if first is not None and len(first) == len(headers):
+            return first
+    return first_headers_one_by_one(headers)
+
+
+def first_headers_one_by_one(headers: Iterable) -> dict[str, bytes | None] | None:
+    """``first_headers`` for any headers: names of bytes, a name given twice."""
     first: dict[str, bytes | None] = {}
-    for name, value in headers or ():
+    for name, value in headers:
         lowered = name.lower() if type(name) is str else bytes(name).decode("utf-8", "replace").lower()
         if lowered not in first:
             first[lowered] = value
@@ -97,6 +113,22 @@ def native_request_sid(topic: str, headers: Iterable | None, first: dict | None 
         return None
     prefix = CRON_SID_PREFIX if _action(first).startswith("CRON_") else CLIENT_SID_PREFIX
     return schedule_sid(topic, bytes(request_id), prefix)
+
+
+def request_sids(topic: str, first: dict[str, bytes | None]) -> tuple[bytes | None, bytes | None]:
+    """``native_request_sid`` and ``native_cancel_sid`` of a record at once, from its ``first_headers`` (the read
+    of a backlog calls this for every record)."""
+    request_id = first.get(REQUEST_ID)
+    if not request_id:
+        return None, None
+    raw_action = first.get(ACTION)
+    if raw_action is None:
+        return schedule_sid(topic, bytes(request_id)), None
+    action = _action(first)
+    if action.startswith("CRON_"):
+        return schedule_sid(topic, bytes(request_id), CRON_SID_PREFIX), None
+    sid = schedule_sid(topic, bytes(request_id))
+    return sid, sid if action == "CANCEL" else None
 
 
 def made_before(delivery_id: str, request: Arrival, times: ArrivalTimes | None = None) -> bool:
@@ -198,19 +230,21 @@ class EarlyCancels:
 
 
 class KeyedApart:
-    """Counts the requests of an id that arrive in another partition than the id's request before them (of the
-    ``limit`` ids seen last)."""
+    """Counts the requests of an id that arrive in another partition than the id's request before them (of at least
+    the ``limit`` ids seen last, at most twice as many: a plain dict, trimmed now and then, costs less a record than
+    an exact window)."""
 
     def __init__(self, limit: int = MAX_IDS_FOLLOWED):
         self.limit = limit
         self.count = 0
-        self._last: OrderedDict[bytes, int] = OrderedDict()
+        self._last: dict[bytes, int] = {}
 
     def note(self, sid: bytes, partition: int) -> bool:
-        before = self._last.pop(sid, None)
-        self._last[sid] = partition
-        if len(self._last) > self.limit:
-            self._last.popitem(last=False)
+        last = self._last
+        before = last.pop(sid, None)
+        last[sid] = partition
+        if len(last) > 2 * self.limit:
+            self._last = dict(islice(last.items(), len(last) - self.limit, None))
         if before is not None and before != partition:
             self.count += 1
             return True
@@ -266,32 +300,36 @@ class CancelWatcher:
         has been read (``read_through``)."""
         records = []
         apart = 0
+        newest_ms = 0
+        read_to: dict[tuple[str, int], tuple[int, int]] = {}  # per partition: newest broker time, next offset
+        note_apart = self.keyed_apart.note
         for message in messages:
             if message.error() is not None:
                 continue
-            topic, partition, headers = message.topic(), message.partition(), message.headers()
+            topic, partition, offset, headers = (
+                message.topic(),
+                message.partition(),
+                message.offset(),
+                message.headers(),
+            )
+            timestamp = message.timestamp()[1]
             first = first_headers(headers) or {}  # the headers read once for every use below
-            sid = native_request_sid(topic, headers, first)
-            if sid is not None and self.keyed_apart.note(sid, partition):
+            named, cancelled = request_sids(topic, first)
+            if named is not None and note_apart(named, partition):
                 apart += 1
             records.append(
-                (
-                    topic,
-                    partition,
-                    message.offset(),
-                    message.timestamp()[1],
-                    native_cancel_sid(topic, headers, first),
-                    (message.key(), message.value(), headers, first),
-                )
+                (topic, partition, offset, timestamp, cancelled, (message.key(), message.value(), headers, first))
             )
+            if timestamp > newest_ms:
+                newest_ms = timestamp
+            seen = read_to.get((topic, partition))
+            read_to[topic, partition] = (timestamp if seen is None or timestamp > seen[0] else seen[0], offset + 1)
         if records:
             self.writer.read_early(records, self.early)
             if self.on_behind is not None:
-                self.on_behind(time.time() - max(record[3] for record in records) / 1000)
-        through = self._through(records)
-        behind = more_waiting or (
-            bool(records) and time.time() * 1000 - max(record[3] for record in records) > READ_LAG_ALLOWED_MS
-        )
+                self.on_behind(time.time() - newest_ms / 1000)
+        through = self._through(read_to)
+        behind = more_waiting or (bool(records) and time.time() * 1000 - newest_ms > READ_LAG_ALLOWED_MS)
         self.writer.read_through(through if behind else None)
         if apart:
             if self.on_keyed_apart is not None:
@@ -306,16 +344,17 @@ class CancelWatcher:
                     self.keyed_apart.count,
                 )
 
-    def _through(self, records: list) -> int | None:
+    def _through(self, read_to: dict[tuple[str, int], tuple[int, int]]) -> int | None:
         """While behind: the broker time up to which every partition read in the last READ_SEEN_S seconds has been
         read (the oldest of their newest records; a partition read from one batch of messages to the next is one
         still catching up, and so is one the broker holds more of (``_unread_left``); a partition that went quiet
-        has been read to its end)."""
+        has been read to its end). ``read_to``: what the last messages read of each partition, its newest broker
+        time and the offset after its last record."""
         now = time.monotonic()
-        for topic, partition, offset, timestamp, *_ in records:
-            newest = self._newest.get((topic, partition))
-            self._newest[(topic, partition)] = (max(timestamp, newest[0]) if newest else timestamp, now)
-            self._next_offset[(topic, partition)] = max(offset + 1, self._next_offset.get((topic, partition), 0))
+        for key, (timestamp, next_offset) in read_to.items():
+            newest = self._newest.get(key)
+            self._newest[key] = (max(timestamp, newest[0]) if newest else timestamp, now)
+            self._next_offset[key] = max(next_offset, self._next_offset.get(key, 0))
         recent = [
             stamp for key, (stamp, seen) in self._newest.items() if now - seen <= READ_SEEN_S or self._unread_left(key)
         ]
