@@ -3,10 +3,11 @@
 On one host (local mode, the bench, a small deployment) the JVM runs a batch's bulk work, and its Python workers the
 state step, beside the driver's read of the inputs as they arrive (early_cancels.CancelWatcher) and its timed
 writer. A batch accepting a backlog of 1,000,000 took both cores, and the read, one Python thread that must see
-every record to find the urgent ones, fell 13-15 s behind: every schedule due meanwhile waited that long, and a
-CANCEL keyed apart could be read after its schedule went out (docs/measurements.md, "The driver's read ahead of the
-bulk work"). A higher nice value for the JVM's threads lets the driver's threads run first whenever they are ready;
-when the driver is idle the JVM has the CPU as before.
+every record to find the urgent ones, fell 13-14 s behind: every schedule due meanwhile waited that long, since the
+timed writer holds back what is due after what has been read. With the JVM at nice 10 it fell 6 s behind, and the
+batches were no slower (docs/measurements.md, "The driver's read ahead of the bulk work"). A higher nice value for
+the JVM's threads lets the driver's threads run first whenever they are ready; when the driver is idle the JVM has
+the CPU as before.
 
 Linux gives each thread its own nice value and a new thread (a JVM thread, a forked Python worker) takes its
 creator's: setting every thread of the JVM right after it starts, before its first job, covers what it starts later.
