@@ -185,9 +185,9 @@ OPTIONS: tuple[Option, ...] = (
         "engine_niceness",
         niceness,
         10,
-        "Unix nice value of the Spark JVM the job starts (in local mode it runs the tasks too) and of the Python "
-        "workers it forks: on one host the bulk work of a batch (a backlog, a herd's preparation) yields the CPU to "
-        "the driver's read of urgent requests and its timed writer; 0 runs them at the driver's priority",
+        "Unix nice value of the Spark JVM a job with a local master starts and of the Python workers it forks: "
+        "the bulk work of a batch (a backlog, a herd's preparation) yields the CPU to the driver's read of urgent "
+        "requests and its timed writer; 0 runs them at the driver's priority",
         "0-19",
     ),
     Option("driver_memory", str, "1g", "Spark driver JVM heap (local mode: also the executor's)", "SIZE"),

@@ -53,11 +53,12 @@ def test_every_thread_and_every_later_one_takes_the_nice_value():
         child.wait()
 
 
-def test_zero_and_no_process_of_its_own_leave_things_as_they_are():
+def test_zero_no_process_of_its_own_and_a_cluster_leave_things_as_they_are():
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         lower_engine_priority(child, 0)
         lower_engine_priority(None, 10)
+        lower_engine_priority(child, 10, local=False)  # a cluster's: the driver's JVM runs no tasks
         assert os.getpriority(os.PRIO_PROCESS, child.pid) == os.getpriority(os.PRIO_PROCESS, 0)
         lower_engine_priority(child, 12)
         assert os.getpriority(os.PRIO_PROCESS, child.pid) == max(12, os.getpriority(os.PRIO_PROCESS, 0))

@@ -1,4 +1,4 @@
-"""The Spark JVM the driver starts runs at a lower CPU priority than the driver's own process.
+"""The Spark JVM the driver starts in local mode runs at a lower CPU priority than the driver's own process.
 
 On one host (local mode, the bench, a small deployment) the JVM runs a batch's bulk work, and its Python workers the
 state step, beside the driver's read of the inputs as they arrive (early_cancels.CancelWatcher) and its timed
@@ -21,6 +21,8 @@ import os
 
 log = logging.getLogger(__name__)
 
+MAX_PASSES = 5  # a JVM that is still starting threads settles within a pass or two
+
 
 def threads_of(pid: int) -> list[int]:
     """The thread ids of process ``pid`` (Linux); [pid] where /proc does not list them (the process as a whole)."""
@@ -32,22 +34,30 @@ def threads_of(pid: int) -> list[int]:
 
 def lower_priority(pid: int, niceness: int) -> int:
     """Give every thread of process ``pid`` at least nice value ``niceness`` (one already nicer keeps its own).
-    Returns how many threads were set; a thread that ended meanwhile, or one the system refuses, is skipped."""
+    Returns how many threads were set; a thread that ended meanwhile, or one the system refuses, is skipped. A thread
+    that one not set yet starts meanwhile has its creator's value: the threads are listed again until none is new."""
     changed = 0
-    for thread in threads_of(pid):
-        try:
-            if os.getpriority(os.PRIO_PROCESS, thread) < niceness:
-                os.setpriority(os.PRIO_PROCESS, thread, niceness)
-                changed += 1
-        except (ProcessLookupError, PermissionError, OSError):
-            continue
+    seen: set[int] = set()
+    for _ in range(MAX_PASSES):
+        new = [thread for thread in threads_of(pid) if thread not in seen]
+        if not new:
+            break
+        seen.update(new)
+        for thread in new:
+            try:
+                if os.getpriority(os.PRIO_PROCESS, thread) < niceness:
+                    os.setpriority(os.PRIO_PROCESS, thread, niceness)
+                    changed += 1
+            except (ProcessLookupError, PermissionError, OSError):
+                continue
     return changed
 
 
-def lower_engine_priority(jvm_process, niceness: int) -> None:
+def lower_engine_priority(jvm_process, niceness: int, local: bool = True) -> None:
     """The job's Spark JVM (``session.driver_jvm_process``: None under spark-submit, which started the JVM as this
-    process's parent) and what it starts later at nice value ``niceness``; 0 leaves them at the driver's."""
-    if niceness <= 0:
+    process's parent) and what it starts later at nice value ``niceness``; 0 leaves them at the driver's. Only with a
+    ``local`` master: on a cluster the JVM the driver starts runs no tasks, and the executors are elsewhere."""
+    if niceness <= 0 or not local:
         return
     if jvm_process is None or not hasattr(os, "setpriority"):
         log.debug("engine priority: no JVM of this process's own to set")

@@ -144,7 +144,7 @@ def build_session(config: Config, jvm_options: str = "", class_archive: ClassArc
     with engine_deaf_to_sigterm():  # only the driver acts on a stop (stop_signals.py)
         spark = builder.getOrCreate()
     # Before its first job, so its task threads and Python workers take the same priority.
-    lower_engine_priority(driver_jvm_process(spark), config.engine_niceness)
+    lower_engine_priority(driver_jvm_process(spark), config.engine_niceness, config.master.startswith("local"))
     # Under spark-submit the driver's JVM was started before these settings: give it Avro's limits directly
     # (Avro reads them when it first decodes, which is later).
     for name, value in AVRO_LIMITS.items():
