@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from pathlib import Path
 
 from kafka_scheduler.client import SchedulerClient
 from kafka_scheduler.config import Config
@@ -24,19 +23,13 @@ def nice_values(pid: int) -> set[int]:
     return {os.getpriority(os.PRIO_PROCESS, thread) for thread in threads_of(pid)}
 
 
-def ended(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
-
-
 def assert_the_engine_yields_to_the_driver(driver: int, jvm: int) -> None:
     """Every thread of the JVM and of its Python workers (which ran the deliveries' batches) at the default
     --engine-niceness, the driver's at its own."""
     own = os.getpriority(os.PRIO_PROCESS, 0)  # the test's, which the driver inherits
     # Live ones: spark-submit's script leaves the JVM a child that ended before the JVM was set (a zombie).
-    workers = [pid for pid in process_tree.descendants(jvm) if pid != jvm and not ended(pid)]
+    below = [pid for pid in process_tree.descendants(jvm) if pid != jvm]
+    workers = [pid for pid in below if process_tree.state_of(pid) not in (None, "Z", "X")]
     assert workers, "the Python workers, under the JVM"
     assert nice_values(driver) == {own}
     for pid in (jvm, *workers):

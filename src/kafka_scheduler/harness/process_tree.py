@@ -147,13 +147,14 @@ def kill_tree(pid: int) -> list[int]:
     return signal_tree(pid, signal.SIGKILL)
 
 
+def state_of(pid: int) -> str | None:
+    """The process's state letter (R, S, D, Z, ...); None when it has ended and been reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def all_gone(pids: list[int]) -> bool:
     """Whether none of ``pids`` runs any more (a zombie waiting for its parent counts as gone)."""
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z":
-            return False
-    return True
+    return all(state_of(pid) in (None, "Z") for pid in pids)

@@ -36,7 +36,7 @@ from itertools import islice
 from typing import NamedTuple
 
 from ...delivery_ids import is_firing, request_of
-from ...protocol import ACTION, CLIENT_SID_PREFIX, CRON_SID_PREFIX, NATIVE_SINGLE_HEADERS, REQUEST_ID, schedule_sid
+from ...protocol import ACTION, CRON_SID_PREFIX, NATIVE_SINGLE_HEADERS, REQUEST_ID, schedule_sid
 
 log = logging.getLogger(__name__)
 
@@ -90,39 +90,30 @@ def _action(first: dict[str, bytes | None]) -> str:
 
 def native_cancel_sid(topic: str, headers: Iterable | None, first: dict | None = None) -> bytes | None:
     """The state's id of the schedule a record of native input ``topic`` cancels, if it is a valid CANCEL; else
-    None. The native decoder's rules for a CANCEL (dialects/native.py), in Python: header names compare
-    case-insensitively and the first header of a name counts; the action, as text (invalid UTF-8 replaced), stripped
-    of spaces and upper-cased, is CANCEL; no header of SINGLE_HEADERS comes twice; the request id is not empty (any
-    bytes). tests/unit/test_early_cancels.py checks this against the decoder over hostile records. ``first``:
-    ``first_headers(headers)``, when the caller has it."""
+    None (``request_sids``). ``first``: ``first_headers(headers)``, when the caller has it."""
     first = first_headers(headers) if first is None else first
-    if first is None or first.get(ACTION) is None or _action(first) != "CANCEL":
-        return None
-    request_id = first.get(REQUEST_ID)
-    if not request_id:
-        return None
-    return schedule_sid(topic, bytes(request_id))
+    return None if first is None else request_sids(topic, first)[1]
 
 
 def native_request_sid(topic: str, headers: Iterable | None, first: dict | None = None) -> bytes | None:
     """The id a native request names (a one-shot's, or a cron's for a cron action), if it names one: to follow the
-    partitions an id's requests arrive in. Not a verdict on the request's validity."""
+    partitions an id's requests arrive in. Not a verdict on the request's validity (``request_sids``)."""
     first = first_headers(headers) if first is None else first
-    request_id = None if first is None else first.get(REQUEST_ID)
-    if not request_id:
-        return None
-    prefix = CRON_SID_PREFIX if _action(first).startswith("CRON_") else CLIENT_SID_PREFIX
-    return schedule_sid(topic, bytes(request_id), prefix)
+    return None if first is None else request_sids(topic, first)[0]
 
 
 def request_sids(topic: str, first: dict[str, bytes | None]) -> tuple[bytes | None, bytes | None]:
-    """``native_request_sid`` and ``native_cancel_sid`` of a record at once, from its ``first_headers`` (the read
-    of a backlog calls this for every record)."""
+    """From a record's ``first_headers``: the id it names (a one-shot's, or a cron's for a cron action), and the id
+    of the schedule it cancels if it is a valid CANCEL. The native decoder's rules for a CANCEL (dialects/native.py),
+    in Python: header names compare case-insensitively and the first header of a name counts; the action, as text
+    (invalid UTF-8 replaced), stripped of spaces and upper-cased, is CANCEL; no header of SINGLE_HEADERS comes twice
+    (``first_headers`` is None then: the caller passes {}); the request id is not empty (any bytes).
+    tests/unit/test_early_cancels.py checks this against the decoder over hostile records. The read of a backlog
+    calls this for every record."""
     request_id = first.get(REQUEST_ID)
     if not request_id:
         return None, None
-    raw_action = first.get(ACTION)
-    if raw_action is None:
+    if first.get(ACTION) is None:
         return schedule_sid(topic, bytes(request_id)), None
     action = _action(first)
     if action.startswith("CRON_"):

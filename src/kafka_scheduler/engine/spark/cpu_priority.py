@@ -48,7 +48,7 @@ def lower_priority(pid: int, niceness: int) -> int:
                 if os.getpriority(os.PRIO_PROCESS, thread) < niceness:
                     os.setpriority(os.PRIO_PROCESS, thread, niceness)
                     changed += 1
-            except (ProcessLookupError, PermissionError, OSError):
+            except OSError:  # ended meanwhile, or refused
                 continue
     return changed
 
